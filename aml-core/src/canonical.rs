@@ -1,0 +1,270 @@
+//! Canonical JSON, byte-identical to the JavaScript reference.
+//!
+//! The reference rebuilds each object with `Object.keys(v).sort()` and writes it with
+//! `JSON.stringify`. That is RFC 8785 except for key order: ECMAScript enumerates
+//! *array-index* keys (`"0"` … `"4294967294"` in canonical decimal form) first, in numeric
+//! order, and only then the other keys in UTF-16 code-unit order. RFC 8785 crates sort every
+//! key by UTF-16 code units, so they disagree with the reference on objects such as
+//! `{"10": 1, "9": 2}`; this module implements the reference's order itself.
+//!
+//! ```
+//! use aml_core::canonical::to_canonical_string;
+//! let v = serde_json::json!({"b": [1.0, 1e21, 1e-7, -0.0], "a": "\u{2028}\n", "10": 0, "9": 0});
+//! assert_eq!(
+//!     to_canonical_string(&v).unwrap(),
+//!     "{\"9\":0,\"10\":0,\"a\":\"\u{2028}\\n\",\"b\":[1,1e+21,1e-7,0]}"
+//! );
+//! ```
+
+use core::cmp::Ordering;
+use core::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::reason::JsonErrorCode;
+use crate::Sha256Digest;
+
+/// Nesting depth (arrays plus objects) beyond which values are refused, here and in
+/// [`crate::strict`].
+pub const MAX_DEPTH: usize = 64;
+
+/// A value the canonical writer refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {detail}")]
+pub struct CanonicalError {
+    code: JsonErrorCode,
+    detail: String,
+}
+
+impl CanonicalError {
+    pub(crate) fn new(code: JsonErrorCode, detail: impl Into<String>) -> Self {
+        CanonicalError {
+            code,
+            detail: detail.into(),
+        }
+    }
+
+    /// The stable code (`AML_CANONICAL_JSON_NON_FINITE_NUMBER`, …).
+    pub fn code(&self) -> JsonErrorCode {
+        self.code
+    }
+
+    /// A human-readable description of what was refused.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+/// Appends the canonical form of `value` to `out`.
+///
+/// On error `out` may hold a partial write; callers discard it.
+pub fn write_canonical(value: &Value, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
+    write_value(value, out, 0)
+}
+
+/// The canonical form of `value` as a string.
+pub fn to_canonical_string(value: &Value) -> Result<String, CanonicalError> {
+    let mut out = Vec::with_capacity(128);
+    write_canonical(value, &mut out)?;
+    // The writer only emits valid UTF-8: input strings are `str` and escapes are ASCII.
+    String::from_utf8(out).map_err(|_| CanonicalError::new(JsonErrorCode::UnsupportedValue, "non-utf-8 output"))
+}
+
+/// The canonical bytes of `value` and their SHA-256 digest.
+pub fn canonical_digest(value: &Value) -> Result<(Vec<u8>, Sha256Digest), CanonicalError> {
+    let mut out = Vec::with_capacity(128);
+    write_canonical(value, &mut out)?;
+    let digest = Sha256Digest::of(&out);
+    Ok((out, digest))
+}
+
+/// Appends the canonical form of the object `map` to `out`.
+pub fn write_canonical_map(map: &Map<String, Value>, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
+    write_object(map, out, 0)
+}
+
+fn write_value(value: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), CanonicalError> {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => write_number(n, out)?,
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            check_depth(depth)?;
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(item, out, depth + 1)?;
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            check_depth(depth)?;
+            write_object(map, out, depth)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_depth(depth: usize) -> Result<(), CanonicalError> {
+    if depth >= MAX_DEPTH {
+        return Err(CanonicalError::new(
+            JsonErrorCode::TooDeep,
+            format!("nesting deeper than {MAX_DEPTH}"),
+        ));
+    }
+    Ok(())
+}
+
+fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>, depth: usize) -> Result<(), CanonicalError> {
+    out.push(b'{');
+    if iteration_order_is_canonical(map) {
+        for (i, (k, v)) in map.iter().enumerate() {
+            write_member(i, k, v, out, depth)?;
+        }
+    } else {
+        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+        entries.sort_unstable_by(|a, b| compare_keys(a.0, b.0));
+        for (i, (k, v)) in entries.into_iter().enumerate() {
+            write_member(i, k, v, out, depth)?;
+        }
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+fn write_member(i: usize, key: &str, value: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), CanonicalError> {
+    if i > 0 {
+        out.push(b',');
+    }
+    write_string(key, out);
+    out.push(b':');
+    write_value(value, out, depth + 1)
+}
+
+/// Fast path: the map already iterates in canonical order when its keys ascend by bytes
+/// and none is an array index or holds a character where UTF-8 and UTF-16 order differ
+/// (U+E000 and above, UTF-8 lead byte 0xEE or higher).
+fn iteration_order_is_canonical(map: &Map<String, Value>) -> bool {
+    let mut prev: Option<&str> = None;
+    for key in map.keys() {
+        if key.bytes().any(|b| b >= 0xEE) || array_index(key).is_some() {
+            return false;
+        }
+        if let Some(p) = prev {
+            if p.as_bytes() >= key.as_bytes() {
+                return false;
+            }
+        }
+        prev = Some(key);
+    }
+    true
+}
+
+/// Orders two object keys as ECMAScript enumerates a rebuilt, sorted object: array-index
+/// keys first in numeric order, then the rest by UTF-16 code units.
+///
+/// ```
+/// use aml_core::canonical::compare_keys;
+/// use std::cmp::Ordering::Less;
+/// assert_eq!(compare_keys("9", "10"), Less);
+/// assert_eq!(compare_keys("10", "-1"), Less);
+/// assert_eq!(compare_keys("\u{1F600}", "\u{FFFF}"), Less);
+/// ```
+pub fn compare_keys(a: &str, b: &str) -> Ordering {
+    match (array_index(a), array_index(b)) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => a.encode_utf16().cmp(b.encode_utf16()),
+    }
+}
+
+/// `Some(n)` when `key` is an ECMAScript array index: the canonical decimal form of an
+/// integer `0 <= n <= 2^32 - 2`.
+pub fn array_index(key: &str) -> Option<u32> {
+    let bytes = key.as_bytes();
+    if bytes.is_empty() || bytes.len() > 10 || !bytes.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    if bytes.len() > 1 && bytes[0] == b'0' {
+        return None;
+    }
+    let n: u64 = key.parse().ok()?;
+    (n <= 4_294_967_294).then_some(n as u32)
+}
+
+fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
+    let x = n.as_f64().ok_or_else(|| {
+        CanonicalError::new(JsonErrorCode::UnsupportedValue, format!("number {n} has no double value"))
+    })?;
+    write_f64(x, out)
+}
+
+/// Writes `x` as ECMAScript `Number.prototype.toString` does; `-0` is written `0`.
+pub(crate) fn write_f64(x: f64, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
+    if !x.is_finite() {
+        return Err(CanonicalError::new(
+            JsonErrorCode::NonFiniteNumber,
+            format!("{x} is not a finite number"),
+        ));
+    }
+    if x == 0.0 {
+        out.push(b'0');
+        return Ok(());
+    }
+    let mut buf = ryu_js::Buffer::new();
+    out.extend_from_slice(buf.format_finite(x).as_bytes());
+    Ok(())
+}
+
+/// Writes `s` as `JSON.stringify` does: escape `"`, `\` and U+0000–U+001F only.
+pub(crate) fn write_string(s: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(s.len() + 2);
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => &[],
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        if escape.is_empty() {
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize], HEX[(b & 0xf) as usize]]);
+        } else {
+            out.extend_from_slice(escape);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// Displays a value in canonical form, or `<CODE>` when it cannot be written.
+#[derive(Debug)]
+pub struct Canonical<'a>(pub &'a Value);
+
+impl fmt::Display for Canonical<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match to_canonical_string(self.0) {
+            Ok(s) => f.write_str(&s),
+            Err(e) => write!(f, "<{}>", e.code()),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "canonical_tests.rs"]
+mod tests;

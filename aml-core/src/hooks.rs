@@ -1,0 +1,346 @@
+//! The host's hooks: approval, the one-use grant claim, and tool execution.
+//!
+//! Every hook is async and stored as `Arc<dyn …>`. A hook that fails — by returning `Err`
+//! or by panicking — never lets the call through: approval and claim failures block, a
+//! tool failure after entry is `unknown`.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Mutex;
+
+use serde_json::{Map, Value};
+
+use crate::plan::Plan;
+use crate::proposal::FrozenProposal;
+use crate::Sha256Digest;
+
+pub use async_trait::async_trait;
+
+macro_rules! hook_error {
+    ($(#[$meta:meta])* $name:ident) => {
+        $(#[$meta])*
+        #[derive(Debug, thiserror::Error)]
+        #[error("{message}")]
+        pub struct $name {
+            message: String,
+            #[source]
+            source: Option<Box<dyn std::error::Error + Send + Sync>>,
+        }
+
+        impl $name {
+            /// An error with a message.
+            pub fn new(message: impl Into<String>) -> Self {
+                $name { message: message.into(), source: None }
+            }
+            /// An error caused by `source`.
+            pub fn with_source(
+                message: impl Into<String>,
+                source: impl std::error::Error + Send + Sync + 'static,
+            ) -> Self {
+                $name { message: message.into(), source: Some(Box::new(source)) }
+            }
+        }
+    };
+}
+
+hook_error! {
+    /// The approval hook failed before returning a decision. Blocks with `approval_error`.
+    ApprovalError
+}
+hook_error! {
+    /// The grant store failed. Blocks with `approval_consume_error`; the grant may be spent.
+    ClaimError
+}
+hook_error! {
+    /// The tool failed after it was entered. The outcome is `unknown`.
+    ToolError
+}
+
+/// What the boundary asks the approval hook: approve exactly this frozen proposal.
+#[derive(Debug, Clone)]
+pub struct ApprovalRequest {
+    pub(crate) proposal: FrozenProposal,
+    pub(crate) plan: Plan,
+}
+
+impl ApprovalRequest {
+    /// The frozen proposal (canonical JSON, digest, tool, effect, resource, purpose).
+    pub fn proposal(&self) -> &FrozenProposal {
+        &self.proposal
+    }
+    /// The plan that required approval.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+}
+
+/// A host's answer: `{ "approved": true, "proposal_sha256": "<digest>" }`, optionally with
+/// an `approval_id` that names the one-use grant.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Approval {
+    /// Whether the proposal was approved.
+    pub approved: bool,
+    /// The digest the approval is bound to; it must equal the frozen proposal's.
+    pub proposal_sha256: Sha256Digest,
+    /// The grant this approval issued, if the host's grant store names grants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+}
+
+impl Approval {
+    /// An approval of `digest`.
+    pub fn approve(digest: Sha256Digest) -> Self {
+        Approval {
+            approved: true,
+            proposal_sha256: digest,
+            approval_id: None,
+        }
+    }
+    /// A refusal of `digest`.
+    pub fn decline(digest: Sha256Digest) -> Self {
+        Approval {
+            approved: false,
+            proposal_sha256: digest,
+            approval_id: None,
+        }
+    }
+    /// Names the one-use grant this approval issued.
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.approval_id = Some(id.into());
+        self
+    }
+}
+
+/// Asks a human (or the host's approval system) to approve one exact proposal.
+///
+/// ```
+/// use aml_core::{async_trait, Approval, ApprovalError, ApprovalHook, ApprovalRequest};
+///
+/// /// Approves only proposals to one resource.
+/// #[derive(Debug)]
+/// struct OnlyTeam;
+///
+/// #[async_trait]
+/// impl ApprovalHook for OnlyTeam {
+///     async fn request_approval(&self, req: ApprovalRequest) -> Result<Approval, ApprovalError> {
+///         let digest = req.proposal().digest();
+///         Ok(if req.proposal().resource() == "team@example.test" {
+///             Approval::approve(digest)
+///         } else {
+///             Approval::decline(digest)
+///         })
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait ApprovalHook: Send + Sync + core::fmt::Debug {
+    /// Returns the decision bound to `request.proposal().digest()`.
+    async fn request_approval(&self, request: ApprovalRequest) -> Result<Approval, ApprovalError>;
+}
+
+/// The grant a claim is made for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GrantRef {
+    /// The approved proposal digest.
+    pub proposal_sha256: Sha256Digest,
+    /// The approval's grant id, when the approval named one.
+    pub approval_id: Option<String>,
+}
+
+/// The result of the atomic one-use compare-and-set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClaimStatus {
+    /// This call spent the grant; dispatch may proceed.
+    Claimed,
+    /// The grant was already spent. Blocks with `approval_reused_or_expired`.
+    AlreadyClaimed,
+    /// The grant expired. Blocks with `approval_reused_or_expired`.
+    Expired,
+}
+
+/// An atomic, one-use grant store: each grant is claimed at most once.
+///
+/// ```
+/// use std::sync::Mutex;
+/// use std::collections::HashSet;
+/// use aml_core::{async_trait, ClaimError, ClaimStatus, GrantRef, GrantStore};
+///
+/// #[derive(Debug, Default)]
+/// struct Spent(Mutex<HashSet<GrantRef>>);
+///
+/// #[async_trait]
+/// impl GrantStore for Spent {
+///     async fn claim(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError> {
+///         let mut spent = self.0.lock().map_err(|_| ClaimError::new("store poisoned"))?;
+///         Ok(if spent.insert(grant.clone()) { ClaimStatus::Claimed } else { ClaimStatus::AlreadyClaimed })
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait GrantStore: Send + Sync + core::fmt::Debug {
+    /// Spends `grant` if it is unspent and unexpired.
+    async fn claim(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError>;
+}
+
+/// Proof that a grant was spent for this dispatch. Not `Clone`: it is used once.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ClaimedGrant(GrantRef);
+
+impl ClaimedGrant {
+    pub(crate) fn new(grant: GrantRef) -> Self {
+        ClaimedGrant(grant)
+    }
+    /// The spent grant.
+    pub fn grant(&self) -> &GrantRef {
+        &self.0
+    }
+}
+
+/// One-use grants kept in this process's memory: for tests and single-process hosts.
+/// Unnamed approvals are keyed by digest, so one proposal is dispatched at most once.
+#[derive(Debug, Default)]
+pub struct InMemoryGrantStore {
+    spent: Mutex<HashSet<GrantRef>>,
+}
+
+impl InMemoryGrantStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl GrantStore for InMemoryGrantStore {
+    async fn claim(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError> {
+        let mut spent = self
+            .spent
+            .lock()
+            .map_err(|_| ClaimError::new("grant store lock poisoned"))?;
+        Ok(if spent.insert(grant.clone()) {
+            ClaimStatus::Claimed
+        } else {
+            ClaimStatus::AlreadyClaimed
+        })
+    }
+}
+
+/// What the tool receives: the frozen proposal and a fresh copy of its arguments, parsed
+/// from the exact bytes that were hashed and approved.
+#[derive(Debug)]
+pub struct ToolCall {
+    pub(crate) proposal: FrozenProposal,
+    pub(crate) arguments: Map<String, Value>,
+    pub(crate) grant: Option<ClaimedGrant>,
+}
+
+impl ToolCall {
+    /// The frozen proposal.
+    pub fn proposal(&self) -> &FrozenProposal {
+        &self.proposal
+    }
+    /// The frozen arguments.
+    pub fn arguments(&self) -> &Map<String, Value> {
+        &self.arguments
+    }
+    /// The spent grant, for approval-required rules.
+    pub fn grant(&self) -> Option<&ClaimedGrant> {
+        self.grant.as_ref()
+    }
+    /// Takes the arguments.
+    pub fn into_arguments(self) -> Map<String, Value> {
+        self.arguments
+    }
+}
+
+/// Runs the host's real tool, once, with the frozen arguments.
+///
+/// ```
+/// use aml_core::{async_trait, ToolCall, ToolError, ToolExecutor};
+/// use serde_json::{json, Value};
+///
+/// #[derive(Debug)]
+/// struct Echo;
+///
+/// #[async_trait]
+/// impl ToolExecutor for Echo {
+///     async fn execute(&self, call: ToolCall) -> Result<Value, ToolError> {
+///         Ok(json!({ "echo": call.arguments() }))
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait ToolExecutor: Send + Sync + core::fmt::Debug {
+    /// Performs the call. `Err` (or a panic) after entry makes the outcome `unknown`.
+    async fn execute(&self, call: ToolCall) -> Result<Value, ToolError>;
+}
+
+/// An [`ApprovalHook`] from an async closure (like tower's `service_fn`).
+///
+/// ```
+/// use aml_core::{approval_fn, Approval};
+/// let hook = approval_fn(|req| async move { Ok(Approval::approve(req.proposal().digest())) });
+/// ```
+pub fn approval_fn<F, Fut>(f: F) -> ApprovalFn<F>
+where
+    F: Fn(ApprovalRequest) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<Approval, ApprovalError>> + Send,
+{
+    ApprovalFn(f)
+}
+
+/// See [`approval_fn`].
+pub struct ApprovalFn<F>(F);
+
+impl<F> core::fmt::Debug for ApprovalFn<F> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("ApprovalFn")
+    }
+}
+
+#[async_trait]
+impl<F, Fut> ApprovalHook for ApprovalFn<F>
+where
+    F: Fn(ApprovalRequest) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<Approval, ApprovalError>> + Send,
+{
+    async fn request_approval(&self, request: ApprovalRequest) -> Result<Approval, ApprovalError> {
+        (self.0)(request).await
+    }
+}
+
+/// A [`ToolExecutor`] from an async closure.
+///
+/// ```
+/// use aml_core::tool_fn;
+/// let tool = tool_fn(|call| async move { Ok(serde_json::json!({"to": call.arguments()["to"]})) });
+/// ```
+pub fn tool_fn<F, Fut>(f: F) -> ToolFn<F>
+where
+    F: Fn(ToolCall) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<Value, ToolError>> + Send,
+{
+    ToolFn(f)
+}
+
+/// See [`tool_fn`].
+pub struct ToolFn<F>(F);
+
+impl<F> core::fmt::Debug for ToolFn<F> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("ToolFn")
+    }
+}
+
+#[async_trait]
+impl<F, Fut> ToolExecutor for ToolFn<F>
+where
+    F: Fn(ToolCall) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<Value, ToolError>> + Send,
+{
+    async fn execute(&self, call: ToolCall) -> Result<Value, ToolError> {
+        (self.0)(call).await
+    }
+}

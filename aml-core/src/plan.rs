@@ -1,0 +1,210 @@
+//! Plans (`aml-action-plan/1`): the decision computed before any hook runs.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::proposal::{FrozenProposal, ProposalRefusal};
+use crate::reason::PlanReason;
+use crate::{Decision, Policy, Sha256Digest};
+
+/// The plan protocol string.
+pub const PLAN_PROTOCOL: &str = "aml-action-plan/1";
+
+/// A plan, as it goes on the wire.
+///
+/// ```
+/// use aml_core::{plan, Decision, FrozenProposal, Policy, PlanReason};
+/// let policy = Policy::empty();
+/// let planned = plan(&serde_json::json!({"not": "a proposal"}), &policy);
+/// assert_eq!(planned.plan().decision(), Decision::Deny);
+/// assert_eq!(planned.plan().reason(), PlanReason::InvalidProposal);
+/// assert_eq!(planned.plan().proposal_sha256(), None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "WirePlan", into = "WirePlan")]
+pub struct Plan {
+    proposal_sha256: Option<Sha256Digest>,
+    decision: Decision,
+    reason: PlanReason,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WirePlan {
+    protocol: String,
+    proposal_sha256: Option<Sha256Digest>,
+    decision: Decision,
+    reason: PlanReason,
+}
+
+impl From<Plan> for WirePlan {
+    fn from(p: Plan) -> Self {
+        WirePlan {
+            protocol: PLAN_PROTOCOL.to_owned(),
+            proposal_sha256: p.proposal_sha256,
+            decision: p.decision,
+            reason: p.reason,
+        }
+    }
+}
+
+impl TryFrom<WirePlan> for Plan {
+    type Error = String;
+    fn try_from(w: WirePlan) -> Result<Self, String> {
+        if w.protocol != PLAN_PROTOCOL {
+            return Err(format!("plan protocol must be {PLAN_PROTOCOL}"));
+        }
+        let consistent = match w.reason {
+            PlanReason::ExactRule => w.decision != Decision::Deny,
+            _ => w.decision == Decision::Deny,
+        };
+        if !consistent || w.proposal_sha256.is_some() != w.reason.carries_digest() {
+            return Err(format!("plan {:?}/{} is not consistent", w.decision, w.reason));
+        }
+        Ok(Plan {
+            proposal_sha256: w.proposal_sha256,
+            decision: w.decision,
+            reason: w.reason,
+        })
+    }
+}
+
+impl Plan {
+    pub(crate) fn denied(reason: PlanReason) -> Self {
+        Plan {
+            proposal_sha256: None,
+            decision: Decision::Deny,
+            reason,
+        }
+    }
+
+    /// The digest of the frozen proposal; `None` for invalid, oversized, ambiguous and
+    /// invalid-policy plans.
+    pub fn proposal_sha256(&self) -> Option<Sha256Digest> {
+        self.proposal_sha256
+    }
+    /// The decision.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+    /// The reason.
+    pub fn reason(&self) -> PlanReason {
+        self.reason
+    }
+    /// The wire object.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// A plan together with the frozen proposal it was computed for. Only planning creates
+/// one, and only dispatch consumes it.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub(crate) plan: Plan,
+    pub(crate) proposal: Option<FrozenProposal>,
+    pub(crate) refusal: Option<ProposalRefusal>,
+}
+
+impl Planned {
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+    /// The frozen proposal, unless the proposal itself was refused.
+    pub fn proposal(&self) -> Option<&FrozenProposal> {
+        self.proposal.as_ref()
+    }
+    /// Why the proposal was refused, if it was.
+    pub fn refusal(&self) -> Option<&ProposalRefusal> {
+        self.refusal.as_ref()
+    }
+}
+
+/// Validates, freezes and plans a proposal object against `policy`.
+pub fn plan(proposal: &Value, policy: &Policy) -> Planned {
+    match FrozenProposal::from_value(proposal) {
+        Ok(frozen) => plan_frozen(frozen, policy),
+        Err(refusal) => refused(refusal),
+    }
+}
+
+pub(crate) fn refused(refusal: ProposalRefusal) -> Planned {
+    Planned {
+        plan: Plan::denied(refusal.reason()),
+        proposal: None,
+        refusal: Some(refusal),
+    }
+}
+
+/// Plans an already frozen proposal against `policy`.
+pub fn plan_frozen(frozen: FrozenProposal, policy: &Policy) -> Planned {
+    let (decision, reason) = policy.decide(frozen.tool(), frozen.effect(), frozen.resource());
+    Planned {
+        plan: Plan {
+            proposal_sha256: reason.carries_digest().then(|| frozen.digest()),
+            decision,
+            reason,
+        },
+        proposal: Some(frozen),
+        refusal: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn proposal(resource: &str) -> Value {
+        json!({"protocol": "aml-proposed-action/1", "tool": "t", "effect": "write",
+               "resource": resource, "purpose": "p", "arguments": {}})
+    }
+
+    #[test]
+    fn every_plan_reason_is_reachable() {
+        let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+            {"tool": "t", "effect": "write", "resource": "r", "requires_approval": false},
+            {"tool": "t", "effect": "write", "resource": "dup", "requires_approval": false},
+            {"tool": "t", "effect": "write", "resource": "dup", "requires_approval": true}
+        ]}));
+        let big = json!({"protocol": "aml-proposed-action/1", "tool": "t", "effect": "write",
+                         "resource": "r", "purpose": "p", "arguments": {"x": "y".repeat(70_000)}});
+        let invalid = Policy::from_value(&json!({}));
+        let cases = [
+            (plan(&proposal("r"), &policy), PlanReason::ExactRule, Decision::Allow),
+            (plan(&proposal("x"), &policy), PlanReason::NoExactRule, Decision::Deny),
+            (plan(&proposal("dup"), &policy), PlanReason::AmbiguousPolicy, Decision::Deny),
+            (plan(&proposal("r"), &invalid), PlanReason::InvalidPolicy, Decision::Deny),
+            (plan(&proposal(""), &policy), PlanReason::InvalidProposal, Decision::Deny),
+            (plan(&big, &policy), PlanReason::ProposalTooLarge, Decision::Deny),
+        ];
+        for (planned, reason, decision) in cases {
+            assert_eq!(planned.plan().reason(), reason);
+            assert_eq!(planned.plan().decision(), decision);
+            assert_eq!(planned.plan().proposal_sha256().is_some(), reason.carries_digest());
+        }
+        let covered: Vec<_> = PlanReason::ALL.to_vec();
+        assert_eq!(covered.len(), 6);
+    }
+
+    #[test]
+    fn proposal_errors_come_before_policy_errors() {
+        let invalid = Policy::from_value(&json!({}));
+        assert_eq!(plan(&proposal(" "), &invalid).plan().reason(), PlanReason::InvalidProposal);
+    }
+
+    #[test]
+    fn wire_form_round_trips_and_is_validated() {
+        let planned = plan(&proposal("x"), &Policy::empty());
+        let wire = planned.plan().to_value();
+        assert_eq!(wire["protocol"], "aml-action-plan/1");
+        assert_eq!(serde_json::from_value::<Plan>(wire.clone()).unwrap(), *planned.plan());
+        let mut forged = wire.clone();
+        forged["decision"] = json!("allow");
+        assert!(serde_json::from_value::<Plan>(forged).is_err());
+        let mut nulled = wire;
+        nulled["proposal_sha256"] = Value::Null;
+        assert!(serde_json::from_value::<Plan>(nulled).is_err());
+    }
+}

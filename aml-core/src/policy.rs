@@ -1,0 +1,325 @@
+//! Host policy (`aml-action-policy/1`): validation, an exact-match index, and a live source.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use serde_json::{json, Value};
+
+use crate::reason::PlanReason;
+use crate::{Decision, Effect};
+
+/// The policy protocol string.
+pub const POLICY_PROTOCOL: &str = "aml-action-policy/1";
+
+/// One exact host rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Rule {
+    /// Tool identity.
+    pub tool: String,
+    /// Declared effect.
+    pub effect: Effect,
+    /// Exact destination.
+    pub resource: String,
+    /// Whether a digest-bound approval and a one-use claim are needed.
+    pub requires_approval: bool,
+}
+
+/// Why a policy document is malformed. A malformed policy denies every proposal with
+/// `invalid_policy`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid policy: {0}")]
+pub struct PolicyError(String);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    One { requires_approval: bool },
+    Ambiguous,
+}
+
+/// A validated set of exact rules, indexed by `(tool, resource, effect)`; or, when the
+/// document was malformed, a policy that denies everything with `invalid_policy`.
+///
+/// ```
+/// use aml_core::{Decision, Effect, Policy, PlanReason};
+/// let policy = Policy::from_value(&serde_json::json!({
+///     "protocol": "aml-action-policy/1",
+///     "rules": [{"tool": "send_message", "effect": "send",
+///                "resource": "team@example.test", "requires_approval": true}]
+/// }));
+/// assert_eq!(
+///     policy.decide("send_message", Effect::Send, "team@example.test"),
+///     (Decision::RequiresApproval, PlanReason::ExactRule)
+/// );
+/// assert_eq!(
+///     policy.decide("send_message", Effect::Send, "Team@example.test"),
+///     (Decision::Deny, PlanReason::NoExactRule)
+/// );
+/// ```
+#[derive(Debug, Clone)]
+pub struct Policy {
+    state: Result<Index, PolicyError>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Index {
+    rules: Vec<Rule>,
+    by_tool: HashMap<String, HashMap<String, [Option<Slot>; 5]>>,
+}
+
+impl Index {
+    fn build(rules: Vec<Rule>) -> Self {
+        let mut by_tool: HashMap<String, HashMap<String, [Option<Slot>; 5]>> = HashMap::new();
+        for rule in &rules {
+            let slots = by_tool
+                .entry(rule.tool.clone())
+                .or_default()
+                .entry(rule.resource.clone())
+                .or_default();
+            let slot = &mut slots[effect_slot(rule.effect)];
+            *slot = Some(match slot {
+                None => Slot::One {
+                    requires_approval: rule.requires_approval,
+                },
+                Some(_) => Slot::Ambiguous,
+            });
+        }
+        Index { rules, by_tool }
+    }
+}
+
+fn effect_slot(effect: Effect) -> usize {
+    match effect {
+        Effect::Read => 0,
+        Effect::Write => 1,
+        Effect::Send => 2,
+        Effect::Pay => 3,
+        Effect::Delete => 4,
+    }
+}
+
+impl Policy {
+    /// Builds a policy from a document. A malformed document gives a policy that denies
+    /// everything with `invalid_policy`; [`Policy::error`] says why.
+    pub fn from_value(document: &Value) -> Self {
+        Policy {
+            state: parse_document(document).map(Index::build),
+        }
+    }
+
+    /// Builds a policy from a document, or says why it is malformed.
+    pub fn try_from_value(document: &Value) -> Result<Self, PolicyError> {
+        let policy = Self::from_value(document);
+        match policy.state {
+            Err(e) => Err(e),
+            Ok(_) => Ok(policy),
+        }
+    }
+
+    /// Builds a policy from rules, validating each.
+    pub fn from_rules(rules: impl IntoIterator<Item = Rule>) -> Result<Self, PolicyError> {
+        let rules: Vec<Rule> = rules.into_iter().collect();
+        for (i, rule) in rules.iter().enumerate() {
+            for (name, text) in [("tool", &rule.tool), ("resource", &rule.resource)] {
+                if crate::proposal::is_blank(text) {
+                    return Err(PolicyError(format!("rule {i}: {name} is blank")));
+                }
+            }
+        }
+        Ok(Policy {
+            state: Ok(Index::build(rules)),
+        })
+    }
+
+    /// A valid policy with no rules: every proposal is `no_exact_rule`.
+    pub fn empty() -> Self {
+        Policy {
+            state: Ok(Index::default()),
+        }
+    }
+
+    /// Why the document was malformed, if it was.
+    pub fn error(&self) -> Option<&PolicyError> {
+        self.state.as_ref().err()
+    }
+
+    /// The rules, in document order (empty for a malformed policy).
+    pub fn rules(&self) -> &[Rule] {
+        self.state.as_ref().map(|i| i.rules.as_slice()).unwrap_or(&[])
+    }
+
+    /// The policy document, or `None` for a malformed policy.
+    pub fn to_value(&self) -> Option<Value> {
+        let index = self.state.as_ref().ok()?;
+        Some(json!({ "protocol": POLICY_PROTOCOL, "rules": index.rules }))
+    }
+
+    /// Exact lookup of one `(tool, effect, resource)` tuple.
+    pub fn decide(&self, tool: &str, effect: Effect, resource: &str) -> (Decision, PlanReason) {
+        let index = match &self.state {
+            Ok(index) => index,
+            Err(_) => return (Decision::Deny, PlanReason::InvalidPolicy),
+        };
+        let slot = index
+            .by_tool
+            .get(tool)
+            .and_then(|by_resource| by_resource.get(resource))
+            .and_then(|slots| slots[effect_slot(effect)]);
+        match slot {
+            None => (Decision::Deny, PlanReason::NoExactRule),
+            Some(Slot::Ambiguous) => (Decision::Deny, PlanReason::AmbiguousPolicy),
+            Some(Slot::One {
+                requires_approval: true,
+            }) => (Decision::RequiresApproval, PlanReason::ExactRule),
+            Some(Slot::One {
+                requires_approval: false,
+            }) => (Decision::Allow, PlanReason::ExactRule),
+        }
+    }
+
+    /// A copy without the rules matching `(tool, effect, resource)`; `None` if none matched.
+    pub fn without(&self, tool: &str, effect: Effect, resource: &str) -> Option<Policy> {
+        let index = self.state.as_ref().ok()?;
+        let kept: Vec<Rule> = index
+            .rules
+            .iter()
+            .filter(|r| !(r.tool == tool && r.effect == effect && r.resource == resource))
+            .cloned()
+            .collect();
+        (kept.len() != index.rules.len()).then(|| Policy {
+            state: Ok(Index::build(kept)),
+        })
+    }
+}
+
+fn parse_document(document: &Value) -> Result<Vec<Rule>, PolicyError> {
+    let obj = document
+        .as_object()
+        .ok_or_else(|| PolicyError("a policy must be a JSON object".into()))?;
+    if obj.len() != 2 || obj.get("protocol") != Some(&json!(POLICY_PROTOCOL)) {
+        return Err(PolicyError(format!(
+            "a policy is exactly {{\"protocol\": \"{POLICY_PROTOCOL}\", \"rules\": [...]}}"
+        )));
+    }
+    let rules = obj
+        .get("rules")
+        .and_then(Value::as_array)
+        .ok_or_else(|| PolicyError("rules must be an array".into()))?;
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| parse_rule(r).map_err(|why| PolicyError(format!("rule {i}: {why}"))))
+        .collect()
+}
+
+fn parse_rule(rule: &Value) -> Result<Rule, String> {
+    let obj = rule.as_object().ok_or("a rule must be a JSON object")?;
+    if obj.len() != 4 {
+        return Err("a rule has exactly tool, effect, resource and requires_approval".into());
+    }
+    let text = |key: &str| match obj.get(key) {
+        Some(Value::String(s)) if !crate::proposal::is_blank(s) => Ok(s.clone()),
+        _ => Err(format!("{key} must be a non-blank string")),
+    };
+    let tool = text("tool")?;
+    let resource = text("resource")?;
+    let effect = text("effect")?
+        .parse::<Effect>()
+        .map_err(|e| e.to_string())?;
+    let requires_approval = obj
+        .get("requires_approval")
+        .and_then(Value::as_bool)
+        .ok_or("requires_approval must be a boolean")?;
+    Ok(Rule {
+        tool,
+        effect,
+        resource,
+        requires_approval,
+    })
+}
+
+/// Where the boundary reads the host's current policy: at planning, again after approval,
+/// and again after the one-use claim.
+///
+/// ```
+/// use std::sync::Arc;
+/// use aml_core::{Policy, PolicySource};
+///
+/// /// A host that reloads its policy from its own configuration service.
+/// #[derive(Debug)]
+/// struct ConfigService { current: Arc<Policy> }
+///
+/// impl PolicySource for ConfigService {
+///     fn current(&self) -> Arc<Policy> {
+///         Arc::clone(&self.current)
+///     }
+/// }
+/// let source = ConfigService { current: Arc::new(Policy::empty()) };
+/// assert!(source.current().rules().is_empty());
+/// ```
+pub trait PolicySource: Send + Sync + core::fmt::Debug {
+    /// The policy in force now.
+    fn current(&self) -> Arc<Policy>;
+}
+
+/// A fixed policy.
+impl PolicySource for Arc<Policy> {
+    fn current(&self) -> Arc<Policy> {
+        Arc::clone(self)
+    }
+}
+
+/// A shared source.
+impl PolicySource for Arc<dyn PolicySource> {
+    fn current(&self) -> Arc<Policy> {
+        (**self).current()
+    }
+}
+
+/// A host-owned policy that can be replaced or narrowed while calls are in flight; the
+/// boundary's re-checks see every change.
+///
+/// ```
+/// use aml_core::{Effect, LivePolicy, Policy, PolicySource, Rule};
+/// let live = LivePolicy::new(Policy::from_rules([Rule {
+///     tool: "send_message".into(), effect: Effect::Send,
+///     resource: "team@example.test".into(), requires_approval: true,
+/// }]).unwrap());
+/// assert!(live.revoke("send_message", Effect::Send, "team@example.test"));
+/// assert!(live.current().rules().is_empty());
+/// ```
+#[derive(Debug, Clone)]
+pub struct LivePolicy(Arc<RwLock<Arc<Policy>>>);
+
+impl LivePolicy {
+    /// Starts from `policy`.
+    pub fn new(policy: Policy) -> Self {
+        LivePolicy(Arc::new(RwLock::new(Arc::new(policy))))
+    }
+
+    /// Replaces the whole policy.
+    pub fn replace(&self, policy: Policy) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+    }
+
+    /// Removes every rule for `(tool, effect, resource)`; whether one was removed.
+    pub fn revoke(&self, tool: &str, effect: Effect, resource: &str) -> bool {
+        let mut guard = self.0.write().unwrap_or_else(|p| p.into_inner());
+        match guard.without(tool, effect, resource) {
+            Some(narrowed) => {
+                *guard = Arc::new(narrowed);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl PolicySource for LivePolicy {
+    fn current(&self) -> Arc<Policy> {
+        Arc::clone(&self.0.read().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

@@ -1,0 +1,109 @@
+use super::*;
+
+fn rule(tool: &str, effect: &str, resource: &str, approval: bool) -> Value {
+    json!({"tool": tool, "effect": effect, "resource": resource, "requires_approval": approval})
+}
+
+fn doc(rules: Vec<Value>) -> Value {
+    json!({"protocol": "aml-action-policy/1", "rules": rules})
+}
+
+#[test]
+fn exact_match_has_no_wildcards_prefixes_or_case_folding() {
+    let p = Policy::from_value(&doc(vec![
+        rule("send_message", "send", "team@example.test", true),
+        rule("fetch_record", "read", "record:42", false),
+    ]));
+    assert_eq!(p.decide("fetch_record", Effect::Read, "record:42"), (Decision::Allow, PlanReason::ExactRule));
+    for (tool, effect, resource) in [
+        ("send_message", Effect::Send, "team@example.test "),
+        ("send_message", Effect::Send, "TEAM@example.test"),
+        ("send_message", Effect::Write, "team@example.test"),
+        ("send_message", Effect::Send, "team@"),
+        ("send_messag", Effect::Send, "team@example.test"),
+        ("fetch_record", Effect::Read, "*"),
+    ] {
+        assert_eq!(p.decide(tool, effect, resource), (Decision::Deny, PlanReason::NoExactRule));
+    }
+}
+
+#[test]
+fn ambiguity_is_only_about_the_proposals_own_tuple() {
+    let p = Policy::from_value(&doc(vec![
+        rule("send_message", "send", "team@example.test", true),
+        rule("send_message", "send", "team@example.test", true),
+        rule("send_message", "send", "other@example.test", false),
+    ]));
+    assert_eq!(
+        p.decide("send_message", Effect::Send, "team@example.test"),
+        (Decision::Deny, PlanReason::AmbiguousPolicy)
+    );
+    assert_eq!(
+        p.decide("send_message", Effect::Send, "other@example.test"),
+        (Decision::Allow, PlanReason::ExactRule)
+    );
+}
+
+#[test]
+fn any_malformed_rule_makes_the_whole_policy_invalid() {
+    let good = rule("a", "read", "r", false);
+    let bad_rules = [
+        json!({"tool": "a", "effect": "read", "resource": "r"}),
+        json!({"tool": "a", "effect": "read", "resource": "r", "requires_approval": "yes"}),
+        json!({"tool": "a", "effect": "exec", "resource": "r", "requires_approval": false}),
+        json!({"tool": " ", "effect": "read", "resource": "r", "requires_approval": false}),
+        json!({"tool": "a", "effect": "read", "resource": "\u{feff}", "requires_approval": false}),
+        json!({"tool": "a", "effect": "read", "resource": "r", "requires_approval": false, "x": 1}),
+        json!("rule"),
+    ];
+    for bad in bad_rules {
+        let p = Policy::from_value(&doc(vec![good.clone(), bad.clone()]));
+        assert!(p.error().is_some(), "{bad}");
+        assert_eq!(p.decide("a", Effect::Read, "r"), (Decision::Deny, PlanReason::InvalidPolicy));
+        assert!(Policy::try_from_value(&doc(vec![bad])).is_err());
+    }
+    for bad_doc in [
+        json!({"protocol": "aml-action-policy/2", "rules": []}),
+        json!({"rules": []}),
+        json!({"protocol": "aml-action-policy/1", "rules": {}}),
+        json!({"protocol": "aml-action-policy/1", "rules": [], "extra": 1}),
+        json!(null),
+    ] {
+        assert_eq!(Policy::from_value(&bad_doc).decide("a", Effect::Read, "r").1, PlanReason::InvalidPolicy);
+    }
+}
+
+#[test]
+fn documents_round_trip() {
+    let d = doc(vec![rule("a", "pay", "acct:1", true)]);
+    assert_eq!(Policy::try_from_value(&d).unwrap().to_value().unwrap(), d);
+    assert_eq!(Policy::from_value(&json!(1)).to_value(), None);
+}
+
+#[test]
+fn from_rules_refuses_blank_fields() {
+    let blank = Rule { tool: "\t".into(), effect: Effect::Read, resource: "r".into(), requires_approval: false };
+    assert!(Policy::from_rules([blank]).is_err());
+}
+
+#[test]
+fn live_policy_revocation_is_seen_by_later_reads() {
+    let live = LivePolicy::new(Policy::from_value(&doc(vec![rule("a", "read", "r", true)])));
+    let before = live.current();
+    assert!(live.revoke("a", Effect::Read, "r"));
+    assert!(!live.revoke("a", Effect::Read, "r"));
+    assert_eq!(before.decide("a", Effect::Read, "r").0, Decision::RequiresApproval);
+    assert_eq!(live.current().decide("a", Effect::Read, "r").0, Decision::Deny);
+    live.replace(Policy::from_value(&json!("broken")));
+    assert_eq!(live.current().decide("a", Effect::Read, "r").1, PlanReason::InvalidPolicy);
+}
+
+#[test]
+fn a_thousand_rules_index_exactly() {
+    let rules: Vec<Value> = (0..1000).map(|i| rule("send_message", "send", &format!("user{i}@example.test"), i % 2 == 0)).collect();
+    let p = Policy::from_value(&doc(rules));
+    assert_eq!(p.rules().len(), 1000);
+    assert_eq!(p.decide("send_message", Effect::Send, "user998@example.test").0, Decision::RequiresApproval);
+    assert_eq!(p.decide("send_message", Effect::Send, "user999@example.test").0, Decision::Allow);
+    assert_eq!(p.decide("send_message", Effect::Send, "user1000@example.test").0, Decision::Deny);
+}

@@ -1,0 +1,295 @@
+//! Proposals (`aml-proposed-action/1`): validation and freezing.
+//!
+//! A [`FrozenProposal`] is built only by freezing: its canonical bytes and their digest are
+//! computed together and never change afterwards, so what is approved, claimed and
+//! dispatched is the same bytes.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::canonical::{write_canonical_map, write_string};
+use crate::reason::PlanReason;
+use crate::{Effect, Sha256Digest};
+
+/// The proposal protocol string.
+pub const PROPOSAL_PROTOCOL: &str = "aml-proposed-action/1";
+/// Longest `tool`, `resource` or `purpose`, in UTF-16 code units.
+pub const MAX_FIELD_UTF16: usize = 256;
+/// Largest canonical proposal, in bytes of UTF-8.
+pub const MAX_PROPOSAL_BYTES: usize = 65_536;
+
+/// Why a proposal could not be frozen. The plan reports it as `deny` with a `null` digest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {detail}")]
+pub struct ProposalRefusal {
+    reason: PlanReason,
+    detail: String,
+}
+
+impl ProposalRefusal {
+    fn invalid(detail: impl Into<String>) -> Self {
+        ProposalRefusal {
+            reason: PlanReason::InvalidProposal,
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn invalid_arguments() -> Self {
+        Self::invalid("arguments must be a JSON object")
+    }
+
+    /// [`PlanReason::InvalidProposal`] or [`PlanReason::ProposalTooLarge`].
+    pub fn reason(&self) -> PlanReason {
+        self.reason
+    }
+
+    /// What exactly was wrong.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+/// The host-owned parts of a proposal plus the captured arguments, before freezing.
+#[derive(Debug, Clone, Copy)]
+pub struct ProposalParts<'a> {
+    /// Tool identity, owned by the host.
+    pub tool: &'a str,
+    /// Declared effect.
+    pub effect: Effect,
+    /// The real destination the host mapped the arguments to.
+    pub resource: &'a str,
+    /// Host-written purpose text.
+    pub purpose: &'a str,
+    /// The captured arguments.
+    pub arguments: &'a Map<String, Value>,
+}
+
+/// A validated proposal whose canonical bytes and SHA-256 digest are fixed.
+///
+/// Cloning is cheap (the contents are shared).
+///
+/// ```
+/// use aml_core::FrozenProposal;
+/// let p = FrozenProposal::from_value(&serde_json::json!({
+///     "protocol": "aml-proposed-action/1", "tool": "send_message", "effect": "send",
+///     "resource": "team@example.test", "purpose": "Send a status update",
+///     "arguments": {"to": "team@example.test", "body": "Build passed."}
+/// })).unwrap();
+/// assert_eq!(p.arguments_json(), r#"{"body":"Build passed.","to":"team@example.test"}"#);
+/// assert_eq!(
+///     p.digest().to_string(),
+///     "f416748534da5982a029d03d6db48adf00b4138e0785d38857f0b1734923776c"
+/// );
+/// ```
+#[derive(Clone)]
+pub struct FrozenProposal(Arc<Frozen>);
+
+struct Frozen {
+    canonical: String,
+    digest: Sha256Digest,
+    arguments: Range<usize>,
+    effect: Effect,
+    tool: Box<str>,
+    resource: Box<str>,
+    purpose: Box<str>,
+}
+
+impl core::fmt::Debug for FrozenProposal {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("FrozenProposal")
+            .field("digest", &self.0.digest)
+            .field("canonical", &self.0.canonical)
+            .finish()
+    }
+}
+
+impl FrozenProposal {
+    /// Validates a proposal object exactly as the reference does and freezes it.
+    ///
+    /// The object must have exactly the six keys `protocol`, `tool`, `effect`, `resource`,
+    /// `purpose` and `arguments`.
+    pub fn from_value(value: &Value) -> Result<Self, ProposalRefusal> {
+        let obj = value
+            .as_object()
+            .ok_or_else(|| ProposalRefusal::invalid("a proposal must be a JSON object"))?;
+        if obj.len() != 6 {
+            return Err(ProposalRefusal::invalid(format!(
+                "a proposal has exactly six keys, found {}",
+                obj.len()
+            )));
+        }
+        let text = |key: &str| match obj.get(key) {
+            Some(Value::String(s)) => Ok(s.as_str()),
+            Some(_) => Err(ProposalRefusal::invalid(format!("{key} must be a string"))),
+            None => Err(ProposalRefusal::invalid(format!("{key} is missing"))),
+        };
+        if text("protocol")? != PROPOSAL_PROTOCOL {
+            return Err(ProposalRefusal::invalid(format!("protocol must be {PROPOSAL_PROTOCOL}")));
+        }
+        let tool = text("tool")?;
+        let effect_text = text("effect")?;
+        let resource = text("resource")?;
+        let purpose = text("purpose")?;
+        let arguments = match obj.get("arguments") {
+            Some(Value::Object(map)) => map,
+            Some(_) => return Err(ProposalRefusal::invalid("arguments must be a JSON object")),
+            None => return Err(ProposalRefusal::invalid("arguments is missing")),
+        };
+        check_field("tool", tool)?;
+        let effect: Effect = effect_text
+            .parse()
+            .map_err(|_| ProposalRefusal::invalid(format!("unknown effect {effect_text:?}")))?;
+        check_field("resource", resource)?;
+        check_field("purpose", purpose)?;
+        Self::freeze_checked(ProposalParts {
+            tool,
+            effect,
+            resource,
+            purpose,
+            arguments,
+        })
+    }
+
+    /// Validates host-built parts and freezes them.
+    pub fn freeze(parts: ProposalParts<'_>) -> Result<Self, ProposalRefusal> {
+        check_field("tool", parts.tool)?;
+        check_field("resource", parts.resource)?;
+        check_field("purpose", parts.purpose)?;
+        Self::freeze_checked(parts)
+    }
+
+    fn freeze_checked(parts: ProposalParts<'_>) -> Result<Self, ProposalRefusal> {
+        // Keys in canonical order: arguments, effect, protocol, purpose, resource, tool.
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(b"{\"arguments\":");
+        let start = out.len();
+        write_canonical_map(parts.arguments, &mut out)
+            .map_err(|e| ProposalRefusal::invalid(format!("arguments: {e}")))?;
+        let arguments = start..out.len();
+        out.extend_from_slice(b",\"effect\":\"");
+        out.extend_from_slice(parts.effect.as_str().as_bytes());
+        out.extend_from_slice(b"\",\"protocol\":\"");
+        out.extend_from_slice(PROPOSAL_PROTOCOL.as_bytes());
+        out.extend_from_slice(b"\",\"purpose\":");
+        write_string(parts.purpose, &mut out);
+        out.extend_from_slice(b",\"resource\":");
+        write_string(parts.resource, &mut out);
+        out.extend_from_slice(b",\"tool\":");
+        write_string(parts.tool, &mut out);
+        out.push(b'}');
+        if out.len() > MAX_PROPOSAL_BYTES {
+            return Err(ProposalRefusal {
+                reason: PlanReason::ProposalTooLarge,
+                detail: format!(
+                    "canonical proposal is {} bytes, more than {MAX_PROPOSAL_BYTES}",
+                    out.len()
+                ),
+            });
+        }
+        let digest = Sha256Digest::of(&out);
+        let canonical = String::from_utf8(out)
+            .map_err(|_| ProposalRefusal::invalid("canonical proposal is not utf-8"))?;
+        Ok(FrozenProposal(Arc::new(Frozen {
+            canonical,
+            digest,
+            arguments,
+            effect: parts.effect,
+            tool: parts.tool.into(),
+            resource: parts.resource.into(),
+            purpose: parts.purpose.into(),
+        })))
+    }
+
+    /// SHA-256 of [`canonical_json`](Self::canonical_json).
+    pub fn digest(&self) -> Sha256Digest {
+        self.0.digest
+    }
+    /// The canonical proposal text that was hashed.
+    pub fn canonical_json(&self) -> &str {
+        &self.0.canonical
+    }
+    /// The canonical text of the arguments alone (a slice of the hashed bytes).
+    pub fn arguments_json(&self) -> &str {
+        &self.0.canonical[self.0.arguments.clone()]
+    }
+    /// A fresh copy of the frozen arguments, parsed from the hashed bytes.
+    pub fn arguments(&self) -> Map<String, Value> {
+        match crate::strict::parse_str(self.arguments_json()) {
+            Ok(Value::Object(map)) => map,
+            // The canonical writer produced this object; it always parses back.
+            _ => Map::new(),
+        }
+    }
+    /// A fresh copy of the whole frozen proposal object.
+    pub fn to_value(&self) -> Value {
+        crate::strict::parse_str(self.canonical_json()).unwrap_or(Value::Null)
+    }
+    /// Tool identity.
+    pub fn tool(&self) -> &str {
+        &self.0.tool
+    }
+    /// Declared effect.
+    pub fn effect(&self) -> Effect {
+        self.0.effect
+    }
+    /// Mapped destination.
+    pub fn resource(&self) -> &str {
+        &self.0.resource
+    }
+    /// Host purpose text.
+    pub fn purpose(&self) -> &str {
+        &self.0.purpose
+    }
+}
+
+impl PartialEq for FrozenProposal {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.canonical == other.0.canonical
+    }
+}
+impl Eq for FrozenProposal {}
+
+fn check_field(name: &str, value: &str) -> Result<(), ProposalRefusal> {
+    if is_blank(value) {
+        return Err(ProposalRefusal::invalid(format!("{name} is blank")));
+    }
+    let units = utf16_len(value);
+    if units > MAX_FIELD_UTF16 {
+        return Err(ProposalRefusal::invalid(format!(
+            "{name} is {units} UTF-16 code units, more than {MAX_FIELD_UTF16}"
+        )));
+    }
+    Ok(())
+}
+
+fn utf16_len(s: &str) -> usize {
+    // ASCII fast path: one code unit per byte.
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().map(char::len_utf16).sum()
+    }
+}
+
+/// Whether ECMAScript `s.trim()` would leave nothing.
+pub fn is_blank(s: &str) -> bool {
+    s.chars().all(is_ecmascript_whitespace)
+}
+
+/// ECMAScript *WhiteSpace* or *LineTerminator*: what `String.prototype.trim` strips.
+///
+/// Unlike [`char::is_whitespace`], this includes U+FEFF and excludes U+0085.
+pub fn is_ecmascript_whitespace(c: char) -> bool {
+    matches!(
+        c,
+        '\u{9}' | '\u{a}' | '\u{b}' | '\u{c}' | '\u{d}' | ' ' | '\u{a0}' | '\u{1680}'
+            | '\u{2000}'..='\u{200a}'
+            | '\u{2028}' | '\u{2029}' | '\u{202f}' | '\u{205f}' | '\u{3000}' | '\u{feff}'
+    )
+}
+
+#[cfg(test)]
+#[path = "proposal_tests.rs"]
+mod tests;

@@ -1,0 +1,229 @@
+//! Reasons: why a plan decided what it did, and why a receipt ended where it did.
+
+use crate::wire::wire_enum;
+
+wire_enum! {
+    /// Why a plan reached its decision (`aml-action-plan/1` `reason`).
+    pub enum PlanReason {
+        /// `"exact_rule"`: exactly one host rule matches `(tool, effect, resource)`.
+        ExactRule = "exact_rule",
+        /// `"no_exact_rule"`: no host rule matches; the proposal is denied.
+        NoExactRule = "no_exact_rule",
+        /// `"ambiguous_policy"`: two or more rules match this proposal's own tuple.
+        AmbiguousPolicy = "ambiguous_policy",
+        /// `"invalid_policy"`: the host policy document is malformed; everything is denied.
+        InvalidPolicy = "invalid_policy",
+        /// `"invalid_proposal"`: the proposal breaks the `aml-proposed-action/1` rules.
+        InvalidProposal = "invalid_proposal",
+        /// `"proposal_too_large"`: the canonical proposal exceeds 65,536 bytes.
+        ProposalTooLarge = "proposal_too_large",
+    }
+}
+
+impl PlanReason {
+    /// Whether a plan with this reason carries a proposal digest.
+    ///
+    /// Invalid, oversized, ambiguous and invalid-policy plans carry `null`, as the reference does.
+    pub const fn carries_digest(self) -> bool {
+        matches!(self, PlanReason::ExactRule | PlanReason::NoExactRule)
+    }
+}
+
+wire_enum! {
+    /// Stable codes for JSON the boundary refuses to capture or parse.
+    ///
+    /// The two `AML_CANONICAL_JSON_*` codes are the reference's; the `AML_JSON_*` codes
+    /// belong to this workspace's strict wire parser ([`crate::strict`]).
+    pub enum JsonErrorCode {
+        /// `"AML_CANONICAL_JSON_NON_FINITE_NUMBER"`: NaN or an infinity.
+        NonFiniteNumber = "AML_CANONICAL_JSON_NON_FINITE_NUMBER",
+        /// `"AML_CANONICAL_JSON_UNSUPPORTED_VALUE"`: a value JSON cannot carry (a non-string
+        /// map key, bytes that are not UTF-8, an integer wider than 64 bits, …).
+        UnsupportedValue = "AML_CANONICAL_JSON_UNSUPPORTED_VALUE",
+        /// `"AML_JSON_SYNTAX"`: the text is not JSON.
+        Syntax = "AML_JSON_SYNTAX",
+        /// `"AML_JSON_INVALID_UTF8"`: the bytes are not UTF-8.
+        InvalidUtf8 = "AML_JSON_INVALID_UTF8",
+        /// `"AML_JSON_DUPLICATE_KEY"`: an object names the same key twice.
+        DuplicateKey = "AML_JSON_DUPLICATE_KEY",
+        /// `"AML_JSON_LONE_SURROGATE"`: a `\u` escape leaves a surrogate unpaired.
+        LoneSurrogate = "AML_JSON_LONE_SURROGATE",
+        /// `"AML_JSON_NUMBER_OVERFLOW"`: a number literal is beyond the range of a double.
+        NumberOverflow = "AML_JSON_NUMBER_OVERFLOW",
+        /// `"AML_JSON_TOO_DEEP"`: arrays and objects nest deeper than the limit.
+        TooDeep = "AML_JSON_TOO_DEEP",
+        /// `"AML_JSON_TOO_LARGE"`: the input is longer than the byte limit.
+        TooLarge = "AML_JSON_TOO_LARGE",
+    }
+}
+
+wire_enum! {
+    /// Why a receipt ended where it did (`aml-action-dispatch/1` `reason`).
+    ///
+    /// Blocked plans carry their plan reason; arguments refused at capture carry the
+    /// [`JsonErrorCode`] string.
+    pub enum ReceiptReason {
+        /// `"no_exact_rule"`
+        NoExactRule = "no_exact_rule",
+        /// `"ambiguous_policy"`
+        AmbiguousPolicy = "ambiguous_policy",
+        /// `"invalid_policy"`
+        InvalidPolicy = "invalid_policy",
+        /// `"invalid_proposal"`
+        InvalidProposal = "invalid_proposal",
+        /// `"proposal_too_large"`
+        ProposalTooLarge = "proposal_too_large",
+        /// `"missing_host_dispatch"`: the host registered no tool callback.
+        MissingHostDispatch = "missing_host_dispatch",
+        /// `"approval_unavailable"`: approval is required and the host has no approval hook.
+        ApprovalUnavailable = "approval_unavailable",
+        /// `"approval_error"`: the approval hook failed (or panicked).
+        ApprovalError = "approval_error",
+        /// `"approval_missing_or_mismatched"`: not approved, or approved for another digest.
+        ApprovalMissingOrMismatched = "approval_missing_or_mismatched",
+        /// `"policy_changed"`: a policy re-check after approval or after the claim disagrees.
+        PolicyChanged = "policy_changed",
+        /// `"approval_consume_error"`: the one-use claim failed; the grant may be spent.
+        ApprovalConsumeError = "approval_consume_error",
+        /// `"approval_reused_or_expired"`: the one-use grant was already spent or expired.
+        ApprovalReusedOrExpired = "approval_reused_or_expired",
+        /// `"host_dispatch_returned"`: the tool callback returned.
+        HostDispatchReturned = "host_dispatch_returned",
+        /// `"host_dispatch_error"`: the tool callback failed after entry; outcome unknown.
+        HostDispatchError = "host_dispatch_error",
+        /// `"AML_CANONICAL_JSON_NON_FINITE_NUMBER"`
+        NonFiniteNumber = "AML_CANONICAL_JSON_NON_FINITE_NUMBER",
+        /// `"AML_CANONICAL_JSON_UNSUPPORTED_VALUE"`
+        UnsupportedValue = "AML_CANONICAL_JSON_UNSUPPORTED_VALUE",
+        /// `"AML_JSON_SYNTAX"`
+        JsonSyntax = "AML_JSON_SYNTAX",
+        /// `"AML_JSON_INVALID_UTF8"`
+        JsonInvalidUtf8 = "AML_JSON_INVALID_UTF8",
+        /// `"AML_JSON_DUPLICATE_KEY"`
+        JsonDuplicateKey = "AML_JSON_DUPLICATE_KEY",
+        /// `"AML_JSON_LONE_SURROGATE"`
+        JsonLoneSurrogate = "AML_JSON_LONE_SURROGATE",
+        /// `"AML_JSON_NUMBER_OVERFLOW"`
+        JsonNumberOverflow = "AML_JSON_NUMBER_OVERFLOW",
+        /// `"AML_JSON_TOO_DEEP"`
+        JsonTooDeep = "AML_JSON_TOO_DEEP",
+        /// `"AML_JSON_TOO_LARGE"`
+        JsonTooLarge = "AML_JSON_TOO_LARGE",
+    }
+}
+
+impl ReceiptReason {
+    /// The execution status a receipt with this reason must have.
+    pub const fn execution_status(self) -> crate::ExecutionStatus {
+        use crate::ExecutionStatus::*;
+        match self {
+            ReceiptReason::HostDispatchReturned => Dispatched,
+            ReceiptReason::HostDispatchError => Unknown,
+            _ => Blocked,
+        }
+    }
+}
+
+impl From<JsonErrorCode> for ReceiptReason {
+    fn from(code: JsonErrorCode) -> Self {
+        match code {
+            JsonErrorCode::NonFiniteNumber => ReceiptReason::NonFiniteNumber,
+            JsonErrorCode::UnsupportedValue => ReceiptReason::UnsupportedValue,
+            JsonErrorCode::Syntax => ReceiptReason::JsonSyntax,
+            JsonErrorCode::InvalidUtf8 => ReceiptReason::JsonInvalidUtf8,
+            JsonErrorCode::DuplicateKey => ReceiptReason::JsonDuplicateKey,
+            JsonErrorCode::LoneSurrogate => ReceiptReason::JsonLoneSurrogate,
+            JsonErrorCode::NumberOverflow => ReceiptReason::JsonNumberOverflow,
+            JsonErrorCode::TooDeep => ReceiptReason::JsonTooDeep,
+            JsonErrorCode::TooLarge => ReceiptReason::JsonTooLarge,
+        }
+    }
+}
+
+/// The receipt reason for a plan that blocks, or `None` for `exact_rule`
+/// (an exact rule does not block by itself).
+pub(crate) const fn blocking_reason(plan: PlanReason) -> Option<ReceiptReason> {
+    match plan {
+        PlanReason::ExactRule => None,
+        PlanReason::NoExactRule => Some(ReceiptReason::NoExactRule),
+        PlanReason::AmbiguousPolicy => Some(ReceiptReason::AmbiguousPolicy),
+        PlanReason::InvalidPolicy => Some(ReceiptReason::InvalidPolicy),
+        PlanReason::InvalidProposal => Some(ReceiptReason::InvalidProposal),
+        PlanReason::ProposalTooLarge => Some(ReceiptReason::ProposalTooLarge),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reason strings of DESIGN.md §2 and §4, copied from the contract.
+    const DESIGN_RECEIPT_REASONS: &[&str] = &[
+        "no_exact_rule",
+        "ambiguous_policy",
+        "invalid_policy",
+        "invalid_proposal",
+        "proposal_too_large",
+        "missing_host_dispatch",
+        "approval_unavailable",
+        "approval_error",
+        "approval_missing_or_mismatched",
+        "policy_changed",
+        "approval_consume_error",
+        "approval_reused_or_expired",
+        "host_dispatch_returned",
+        "host_dispatch_error",
+        "AML_CANONICAL_JSON_NON_FINITE_NUMBER",
+        "AML_CANONICAL_JSON_UNSUPPORTED_VALUE",
+    ];
+
+    #[test]
+    fn every_design_reason_parses_and_serializes_identically() {
+        for s in DESIGN_RECEIPT_REASONS {
+            let r: ReceiptReason = s.parse().unwrap();
+            assert_eq!(r.as_str(), *s);
+            assert_eq!(serde_json::to_value(r).unwrap(), serde_json::json!(s));
+        }
+    }
+
+    #[test]
+    fn serde_form_equals_as_str_for_every_value() {
+        for r in ReceiptReason::ALL {
+            let back: ReceiptReason = serde_json::from_value(serde_json::to_value(r).unwrap()).unwrap();
+            assert_eq!(back, *r);
+        }
+        for r in PlanReason::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), serde_json::json!(r.as_str()));
+        }
+    }
+
+    #[test]
+    fn every_json_code_has_a_receipt_reason_with_the_same_string() {
+        for code in JsonErrorCode::ALL {
+            assert_eq!(ReceiptReason::from(*code).as_str(), code.as_str());
+        }
+    }
+
+    #[test]
+    fn only_the_two_dispatch_reasons_are_not_blocked() {
+        use crate::ExecutionStatus::*;
+        for r in ReceiptReason::ALL {
+            let expected = match r.as_str() {
+                "host_dispatch_returned" => Dispatched,
+                "host_dispatch_error" => Unknown,
+                _ => Blocked,
+            };
+            assert_eq!(r.execution_status(), expected, "{r}");
+        }
+    }
+
+    #[test]
+    fn blocking_plan_reasons_keep_their_string_in_the_receipt() {
+        for p in PlanReason::ALL {
+            match blocking_reason(*p) {
+                None => assert_eq!(*p, PlanReason::ExactRule),
+                Some(r) => assert_eq!(r.as_str(), p.as_str()),
+            }
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! A strict JSON parser for text that arrives from agents.
+//!
+//! It refuses everything that would let two parsers disagree about what was approved:
+//!
+//! | input | code |
+//! |---|---|
+//! | longer than [`Limits::max_bytes`] (checked before parsing) | `AML_JSON_TOO_LARGE` |
+//! | bytes that are not UTF-8 | `AML_JSON_INVALID_UTF8` |
+//! | not JSON (RFC 8259), or trailing text | `AML_JSON_SYNTAX` |
+//! | an object naming one key twice (serde_json keeps the last) | `AML_JSON_DUPLICATE_KEY` |
+//! | a `\u` escape that leaves a surrogate unpaired | `AML_JSON_LONE_SURROGATE` |
+//! | a number beyond the range of a double (`1e400`) | `AML_JSON_NUMBER_OVERFLOW` |
+//! | arrays and objects nested deeper than [`Limits::max_depth`] | `AML_JSON_TOO_DEEP` |
+//!
+//! ```
+//! use aml_core::{strict, JsonErrorCode};
+//! assert_eq!(strict::parse_str(r#"{"to":"a","n":1}"#).unwrap()["n"], 1);
+//! let err = strict::parse_str(r#"{"to":"a","to":"b"}"#).unwrap_err();
+//! assert_eq!(err.code(), JsonErrorCode::DuplicateKey);
+//! assert_eq!(err.offset(), 10);
+//! ```
+
+use serde_json::{Map, Number, Value};
+
+use crate::canonical::MAX_DEPTH;
+use crate::reason::JsonErrorCode;
+
+/// Default input limit: 1 MiB.
+pub const DEFAULT_MAX_BYTES: usize = 1 << 20;
+
+/// Size and nesting limits for [`parse_slice_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest accepted input, in bytes.
+    pub max_bytes: usize,
+    /// Deepest accepted nesting of arrays and objects (at most [`MAX_DEPTH`], which is what
+    /// the canonical writer accepts).
+    pub max_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bytes: DEFAULT_MAX_BYTES,
+            max_depth: MAX_DEPTH,
+        }
+    }
+}
+
+/// Why the strict parser refused its input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code} at byte {offset}: {detail}")]
+pub struct ParseError {
+    code: JsonErrorCode,
+    offset: usize,
+    detail: &'static str,
+}
+
+impl ParseError {
+    /// The stable code.
+    pub fn code(&self) -> JsonErrorCode {
+        self.code
+    }
+    /// Byte offset into the input where the problem was found.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    /// A short description.
+    pub fn detail(&self) -> &'static str {
+        self.detail
+    }
+}
+
+/// Parses `text` with the default [`Limits`].
+pub fn parse_str(text: &str) -> Result<Value, ParseError> {
+    parse_slice_with(text.as_bytes(), Limits::default())
+}
+
+/// Parses `bytes` with the default [`Limits`].
+pub fn parse_slice(bytes: &[u8]) -> Result<Value, ParseError> {
+    parse_slice_with(bytes, Limits::default())
+}
+
+/// Parses `bytes` with explicit limits.
+pub fn parse_slice_with(bytes: &[u8], limits: Limits) -> Result<Value, ParseError> {
+    if bytes.len() > limits.max_bytes {
+        return Err(err(JsonErrorCode::TooLarge, limits.max_bytes, "input longer than the byte limit"));
+    }
+    if let Err(e) = core::str::from_utf8(bytes) {
+        return Err(err(JsonErrorCode::InvalidUtf8, e.valid_up_to(), "input is not utf-8"));
+    }
+    let mut p = Parser {
+        bytes,
+        pos: 0,
+        max_depth: limits.max_depth.min(MAX_DEPTH),
+    };
+    p.skip_ws();
+    let value = p.value(0)?;
+    p.skip_ws();
+    if p.pos != bytes.len() {
+        return Err(p.fail(JsonErrorCode::Syntax, "unexpected text after the value"));
+    }
+    Ok(value)
+}
+
+fn err(code: JsonErrorCode, offset: usize, detail: &'static str) -> ParseError {
+    ParseError { code, offset, detail }
+}
+
+struct Parser<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    max_depth: usize,
+}
+
+impl Parser<'_> {
+    fn fail(&self, code: JsonErrorCode, detail: &'static str) -> ParseError {
+        err(code, self.pos, detail)
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    fn expect(&mut self, b: u8, detail: &'static str) -> Result<(), ParseError> {
+        if self.peek() == Some(b) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(self.fail(JsonErrorCode::Syntax, detail))
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, ParseError> {
+        match self.peek() {
+            Some(b'{') => self.object(depth),
+            Some(b'[') => self.array(depth),
+            Some(b'"') => Ok(Value::String(self.string()?)),
+            Some(b't') => self.literal(b"true", Value::Bool(true)),
+            Some(b'f') => self.literal(b"false", Value::Bool(false)),
+            Some(b'n') => self.literal(b"null", Value::Null),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(_) => Err(self.fail(JsonErrorCode::Syntax, "expected a value")),
+            None => Err(self.fail(JsonErrorCode::Syntax, "unexpected end of input")),
+        }
+    }
+
+    fn literal(&mut self, word: &[u8], value: Value) -> Result<Value, ParseError> {
+        if self.bytes[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Ok(value)
+        } else {
+            Err(self.fail(JsonErrorCode::Syntax, "invalid literal"))
+        }
+    }
+
+    fn enter(&self, depth: usize) -> Result<usize, ParseError> {
+        if depth >= self.max_depth {
+            return Err(self.fail(JsonErrorCode::TooDeep, "nesting deeper than the limit"));
+        }
+        Ok(depth + 1)
+    }
+
+    fn array(&mut self, depth: usize) -> Result<Value, ParseError> {
+        let depth = self.enter(depth)?;
+        self.pos += 1;
+        let mut items = Vec::new();
+        self.skip_ws();
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            return Ok(Value::Array(items));
+        }
+        loop {
+            self.skip_ws();
+            items.push(self.value(depth)?);
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    return Ok(Value::Array(items));
+                }
+                _ => return Err(self.fail(JsonErrorCode::Syntax, "expected ',' or ']'")),
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Value, ParseError> {
+        let depth = self.enter(depth)?;
+        self.pos += 1;
+        let mut map = Map::new();
+        self.skip_ws();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            return Ok(Value::Object(map));
+        }
+        loop {
+            self.skip_ws();
+            if self.peek() != Some(b'"') {
+                return Err(self.fail(JsonErrorCode::Syntax, "expected a string key"));
+            }
+            let key_at = self.pos;
+            let key = self.string()?;
+            self.skip_ws();
+            self.expect(b':', "expected ':'")?;
+            self.skip_ws();
+            let value = self.value(depth)?;
+            if map.insert(key, value).is_some() {
+                return Err(err(JsonErrorCode::DuplicateKey, key_at, "duplicate object key"));
+            }
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Ok(Value::Object(map));
+                }
+                _ => return Err(self.fail(JsonErrorCode::Syntax, "expected ',' or '}'")),
+            }
+        }
+    }
+
+    fn string(&mut self) -> Result<String, ParseError> {
+        self.pos += 1; // opening quote
+        let mut out = String::new();
+        let mut run = self.pos;
+        loop {
+            let Some(b) = self.peek() else {
+                return Err(self.fail(JsonErrorCode::Syntax, "unterminated string"));
+            };
+            match b {
+                b'"' => {
+                    out.push_str(self.text(run));
+                    self.pos += 1;
+                    return Ok(out);
+                }
+                b'\\' => {
+                    out.push_str(self.text(run));
+                    self.pos += 1;
+                    self.escape(&mut out)?;
+                    run = self.pos;
+                }
+                0x00..=0x1f => return Err(self.fail(JsonErrorCode::Syntax, "control character in string")),
+                _ => self.pos += 1,
+            }
+        }
+    }
+
+    /// The input from `start` to the cursor; both sit on UTF-8 boundaries (ASCII bytes).
+    fn text(&self, start: usize) -> &str {
+        core::str::from_utf8(&self.bytes[start..self.pos]).unwrap_or_default()
+    }
+
+    fn escape(&mut self, out: &mut String) -> Result<(), ParseError> {
+        let Some(b) = self.peek() else {
+            return Err(self.fail(JsonErrorCode::Syntax, "unterminated escape"));
+        };
+        self.pos += 1;
+        let c = match b {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => return self.unicode_escape(out),
+            _ => return Err(err(JsonErrorCode::Syntax, self.pos - 1, "invalid escape")),
+        };
+        out.push(c);
+        Ok(())
+    }
+
+    fn unicode_escape(&mut self, out: &mut String) -> Result<(), ParseError> {
+        let at = self.pos - 2;
+        let first = self.hex4()?;
+        let code = match first {
+            0xD800..=0xDBFF => {
+                if !self.bytes[self.pos..].starts_with(b"\\u") {
+                    return Err(err(JsonErrorCode::LoneSurrogate, at, "high surrogate without a low surrogate"));
+                }
+                self.pos += 2;
+                let second = self.hex4()?;
+                if !(0xDC00..=0xDFFF).contains(&second) {
+                    return Err(err(JsonErrorCode::LoneSurrogate, at, "high surrogate without a low surrogate"));
+                }
+                0x10000 + ((u32::from(first) - 0xD800) << 10) + (u32::from(second) - 0xDC00)
+            }
+            0xDC00..=0xDFFF => {
+                return Err(err(JsonErrorCode::LoneSurrogate, at, "low surrogate without a high surrogate"))
+            }
+            other => u32::from(other),
+        };
+        match char::from_u32(code) {
+            Some(c) => {
+                out.push(c);
+                Ok(())
+            }
+            None => Err(err(JsonErrorCode::LoneSurrogate, at, "invalid code point")),
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u16, ParseError> {
+        let digits = self.bytes.get(self.pos..self.pos + 4);
+        let parsed = digits
+            .filter(|d| d.iter().all(u8::is_ascii_hexdigit))
+            .and_then(|d| core::str::from_utf8(d).ok())
+            .and_then(|d| u16::from_str_radix(d, 16).ok());
+        match parsed {
+            Some(v) => {
+                self.pos += 4;
+                Ok(v)
+            }
+            None => Err(self.fail(JsonErrorCode::Syntax, "\\u needs four hex digits")),
+        }
+    }
+
+    fn number(&mut self) -> Result<Value, ParseError> {
+        let start = self.pos;
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+        }
+        match self.peek() {
+            Some(b'0') => self.pos += 1,
+            Some(b'1'..=b'9') => self.digits(),
+            _ => return Err(self.fail(JsonErrorCode::Syntax, "expected a digit")),
+        }
+        let mut integral = true;
+        if self.peek() == Some(b'.') {
+            integral = false;
+            self.pos += 1;
+            self.require_digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            integral = false;
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            self.require_digits()?;
+        }
+        let text = self.text(start);
+        if integral {
+            if let Ok(v) = text.parse::<u64>() {
+                return Ok(Value::Number(v.into()));
+            }
+            if let Ok(v) = text.parse::<i64>() {
+                return Ok(Value::Number(v.into()));
+            }
+        }
+        let x: f64 = text
+            .parse()
+            .map_err(|_| err(JsonErrorCode::Syntax, start, "invalid number"))?;
+        Number::from_f64(x)
+            .map(Value::Number)
+            .ok_or_else(|| err(JsonErrorCode::NumberOverflow, start, "number beyond the range of a double"))
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    fn require_digits(&mut self) -> Result<(), ParseError> {
+        let before = self.pos;
+        self.digits();
+        if self.pos == before {
+            return Err(self.fail(JsonErrorCode::Syntax, "expected a digit"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "strict_tests.rs"]
+mod tests;

@@ -1,0 +1,99 @@
+use super::*;
+use serde_json::json;
+
+fn code(text: &str) -> JsonErrorCode {
+    parse_str(text).unwrap_err().code()
+}
+
+#[test]
+fn accepts_what_rfc_8259_allows() {
+    let v = parse_str(" {\"a\" : [1, -0, 2.5e3, true, false, null, \"\\u00e9\\ud83d\\ude00\\/\"]} ").unwrap();
+    assert_eq!(v, json!({"a": [1, 0, 2500.0, true, false, null, "é😀/"]}));
+    assert_eq!(parse_str("18446744073709551615").unwrap(), json!(u64::MAX));
+    assert_eq!(parse_str("-9223372036854775808").unwrap(), json!(i64::MIN));
+    assert_eq!(parse_str("18446744073709551616").unwrap(), json!(18446744073709551616.0));
+}
+
+#[test]
+fn refuses_duplicate_keys_even_nested() {
+    assert_eq!(code(r#"{"a":1,"a":1}"#), JsonErrorCode::DuplicateKey);
+    assert_eq!(code(r#"[{"x":{"k":1,"k":2}}]"#), JsonErrorCode::DuplicateKey);
+    // Escapes are decoded before comparing: "\u0061" is "a".
+    assert_eq!(code(r#"{"a":1,"\u0061":1}"#), JsonErrorCode::DuplicateKey);
+}
+
+#[test]
+fn refuses_lone_surrogates() {
+    assert_eq!(code(r#""\ud800""#), JsonErrorCode::LoneSurrogate);
+    assert_eq!(code(r#""\ud800x""#), JsonErrorCode::LoneSurrogate);
+    assert_eq!(code(r#""\udc00""#), JsonErrorCode::LoneSurrogate);
+    assert_eq!(code(r#""\ud800\u0041""#), JsonErrorCode::LoneSurrogate);
+    assert_eq!(code(r#"{"\udfff":1}"#), JsonErrorCode::LoneSurrogate);
+}
+
+#[test]
+fn refuses_numbers_beyond_a_double() {
+    assert_eq!(code("1e400"), JsonErrorCode::NumberOverflow);
+    assert_eq!(code("-1e309"), JsonErrorCode::NumberOverflow);
+    assert_eq!(code("[1.7976931348623159e308]"), JsonErrorCode::NumberOverflow);
+    // Underflow rounds to zero, as in JSON.parse.
+    assert_eq!(parse_str("1e-400").unwrap(), json!(0.0));
+}
+
+#[test]
+fn refuses_nesting_past_the_limit() {
+    let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+    assert!(parse_str(&ok).is_ok());
+    let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+    assert_eq!(code(&deep), JsonErrorCode::TooDeep);
+    // Far past serde_json's own 128 and without exhausting the stack.
+    assert_eq!(code(&"{\"a\":".repeat(100_000)), JsonErrorCode::TooDeep);
+}
+
+#[test]
+fn refuses_oversized_input_before_parsing() {
+    let limits = Limits { max_bytes: 8, max_depth: 4 };
+    let e = parse_slice_with(b"[1,2,3,4,5]", limits).unwrap_err();
+    assert_eq!((e.code(), e.offset()), (JsonErrorCode::TooLarge, 8));
+    // Not JSON, but too large is reported first: nothing was parsed.
+    assert_eq!(parse_slice_with(b"not json at all", limits).unwrap_err().code(), JsonErrorCode::TooLarge);
+}
+
+#[test]
+fn refuses_invalid_utf8_and_syntax_errors() {
+    assert_eq!(parse_slice(b"\"\xff\"").unwrap_err().code(), JsonErrorCode::InvalidUtf8);
+    for bad in [
+        "", "{", "[1,]", "{\"a\"}", "01", "1.", ".5", "+1", "1e", "tru", "nul", "\"\t\"", "\"\\x\"",
+        "{'a':1}", "[1] [2]", "NaN", "Infinity", "\"\\u12\"", "{\"a\":1,}",
+    ] {
+        assert_eq!(code(bad), JsonErrorCode::Syntax, "{bad:?}");
+    }
+}
+
+#[test]
+fn errors_name_code_and_offset() {
+    let e = parse_str("[1, 2, x]").unwrap_err();
+    assert_eq!(e.offset(), 7);
+    assert_eq!(e.to_string(), "AML_JSON_SYNTAX at byte 7: expected a value");
+}
+
+mod agreement {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// On any text serde_json accepts without duplicates, deep nesting or overflow, the
+        /// strict parser produces the same value.
+        #[test]
+        fn agrees_with_serde_json_on_its_own_output(s in any::<String>(), n in any::<i64>(), x in any::<f64>()) {
+            let doc = json!({"s": s, "n": n, "x": if x.is_finite() { json!(x) } else { Value::Null }, "a": [s, n]});
+            let text = serde_json::to_string(&doc).unwrap();
+            prop_assert_eq!(parse_str(&text).unwrap(), serde_json::from_str::<Value>(&text).unwrap());
+        }
+
+        #[test]
+        fn never_panics_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            let _ = parse_slice(&bytes);
+        }
+    }
+}

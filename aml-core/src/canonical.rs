@@ -58,48 +58,46 @@ impl CanonicalError {
 /// Appends the canonical form of `value` to `out`.
 ///
 /// On error `out` may hold a partial write; callers discard it.
-pub fn write_canonical(value: &Value, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
+pub fn write_canonical(value: &Value, out: &mut String) -> Result<(), CanonicalError> {
     write_value(value, out, 0)
+}
+
+/// Appends the canonical form of the object `map` to `out`.
+pub fn write_canonical_map(map: &Map<String, Value>, out: &mut String) -> Result<(), CanonicalError> {
+    write_object(map, out, 0)
 }
 
 /// The canonical form of `value` as a string.
 pub fn to_canonical_string(value: &Value) -> Result<String, CanonicalError> {
-    let mut out = Vec::with_capacity(128);
+    let mut out = String::with_capacity(256);
     write_canonical(value, &mut out)?;
-    // The writer only emits valid UTF-8: input strings are `str` and escapes are ASCII.
-    String::from_utf8(out).map_err(|_| CanonicalError::new(JsonErrorCode::UnsupportedValue, "non-utf-8 output"))
+    Ok(out)
 }
 
 /// The canonical bytes of `value` and their SHA-256 digest.
-pub fn canonical_digest(value: &Value) -> Result<(Vec<u8>, Sha256Digest), CanonicalError> {
-    let mut out = Vec::with_capacity(128);
-    write_canonical(value, &mut out)?;
-    let digest = Sha256Digest::of(&out);
+pub fn canonical_digest(value: &Value) -> Result<(String, Sha256Digest), CanonicalError> {
+    let out = to_canonical_string(value)?;
+    let digest = Sha256Digest::of(out.as_bytes());
     Ok((out, digest))
 }
 
-/// Appends the canonical form of the object `map` to `out`.
-pub fn write_canonical_map(map: &Map<String, Value>, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
-    write_object(map, out, 0)
-}
-
-fn write_value(value: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), CanonicalError> {
+fn write_value(value: &Value, out: &mut String, depth: usize) -> Result<(), CanonicalError> {
     match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(true) => out.extend_from_slice(b"true"),
-        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
         Value::Number(n) => write_number(n, out)?,
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
             check_depth(depth)?;
-            out.push(b'[');
+            out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    out.push(',');
                 }
                 write_value(item, out, depth + 1)?;
             }
-            out.push(b']');
+            out.push(']');
         }
         Value::Object(map) => {
             check_depth(depth)?;
@@ -119,8 +117,8 @@ fn check_depth(depth: usize) -> Result<(), CanonicalError> {
     Ok(())
 }
 
-fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>, depth: usize) -> Result<(), CanonicalError> {
-    out.push(b'{');
+fn write_object(map: &Map<String, Value>, out: &mut String, depth: usize) -> Result<(), CanonicalError> {
+    out.push('{');
     if iteration_order_is_canonical(map) {
         for (i, (k, v)) in map.iter().enumerate() {
             write_member(i, k, v, out, depth)?;
@@ -132,16 +130,22 @@ fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>, depth: usize) -> Re
             write_member(i, k, v, out, depth)?;
         }
     }
-    out.push(b'}');
+    out.push('}');
     Ok(())
 }
 
-fn write_member(i: usize, key: &str, value: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), CanonicalError> {
+fn write_member(
+    i: usize,
+    key: &str,
+    value: &Value,
+    out: &mut String,
+    depth: usize,
+) -> Result<(), CanonicalError> {
     if i > 0 {
-        out.push(b',');
+        out.push(',');
     }
     write_string(key, out);
-    out.push(b':');
+    out.push(':');
     write_value(value, out, depth + 1)
 }
 
@@ -197,15 +201,49 @@ pub fn array_index(key: &str) -> Option<u32> {
     (n <= 4_294_967_294).then_some(n as u32)
 }
 
-fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
+fn write_number(n: &serde_json::Number, out: &mut String) -> Result<(), CanonicalError> {
+    if let Some(u) = n.as_u64() {
+        if u <= MAX_SAFE_INTEGER {
+            write_integer(u, out);
+            return Ok(());
+        }
+    } else if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() <= MAX_SAFE_INTEGER {
+            out.push('-');
+            write_integer(i.unsigned_abs(), out);
+            return Ok(());
+        }
+    }
     let x = n.as_f64().ok_or_else(|| {
-        CanonicalError::new(JsonErrorCode::UnsupportedValue, format!("number {n} has no double value"))
+        CanonicalError::new(
+            JsonErrorCode::UnsupportedValue,
+            format!("number {n} has no double value"),
+        )
     })?;
     write_f64(x, out)
 }
 
+/// 2^53: every integer up to here is exact in a double and written as plain digits.
+const MAX_SAFE_INTEGER: u64 = 1 << 53;
+
+fn write_integer(mut u: u64, out: &mut String) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (u % 10) as u8;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
+}
+
 /// Writes `x` as ECMAScript `Number.prototype.toString` does; `-0` is written `0`.
-pub(crate) fn write_f64(x: f64, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
+pub(crate) fn write_f64(x: f64, out: &mut String) -> Result<(), CanonicalError> {
     if !x.is_finite() {
         return Err(CanonicalError::new(
             JsonErrorCode::NonFiniteNumber,
@@ -213,43 +251,58 @@ pub(crate) fn write_f64(x: f64, out: &mut Vec<u8>) -> Result<(), CanonicalError>
         ));
     }
     if x == 0.0 {
-        out.push(b'0');
+        out.push('0');
         return Ok(());
     }
     let mut buf = ryu_js::Buffer::new();
-    out.extend_from_slice(buf.format_finite(x).as_bytes());
+    out.push_str(buf.format_finite(x));
     Ok(())
 }
 
+/// Bytes that `JSON.stringify` escapes: `"`, `\` and U+0000–U+001F.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
 /// Writes `s` as `JSON.stringify` does: escape `"`, `\` and U+0000–U+001F only.
-pub(crate) fn write_string(s: &str, out: &mut Vec<u8>) {
+pub(crate) fn write_string(s: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
-    out.push(b'"');
+    out.push('"');
     let bytes = s.as_bytes();
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
-        let escape: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0x08 => b"\\b",
-            0x0c => b"\\f",
-            0x00..=0x1f => &[],
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        if escape.is_empty() {
-            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize], HEX[(b & 0xf) as usize]]);
-        } else {
-            out.extend_from_slice(escape);
+        if !NEEDS_ESCAPE[b as usize] {
+            continue;
+        }
+        // Escaped bytes are ASCII, so `start..i` lies on character boundaries.
+        out.push_str(&s[start..i]);
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            _ => {
+                out.push_str("\\u00");
+                out.push(char::from(HEX[(b >> 4) as usize]));
+                out.push(char::from(HEX[(b & 0xf) as usize]));
+            }
         }
         start = i + 1;
     }
-    out.extend_from_slice(&bytes[start..]);
-    out.push(b'"');
+    out.push_str(&s[start..]);
+    out.push('"');
 }
 
 /// Displays a value in canonical form, or `<CODE>` when it cannot be written.

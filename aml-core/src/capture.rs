@@ -29,7 +29,8 @@ pub fn capture<T: Serialize + ?Sized>(value: &T) -> Result<Value, CanonicalError
     value
         .serialize(FiniteCheck { depth: 0 })
         .map_err(|e| CanonicalError::new(e.code, e.detail))?;
-    serde_json::to_value(value).map_err(|e| CanonicalError::new(JsonErrorCode::UnsupportedValue, e.to_string()))
+    serde_json::to_value(value)
+        .map_err(|e| CanonicalError::new(JsonErrorCode::UnsupportedValue, e.to_string()))
 }
 
 #[derive(Debug)]
@@ -69,7 +70,9 @@ impl FiniteCheck {
                 detail: format!("nesting deeper than {MAX_DEPTH}"),
             });
         }
-        Ok(FiniteCheck { depth: self.depth + 1 })
+        Ok(FiniteCheck {
+            depth: self.depth + 1,
+        })
     }
 
     fn float(x: f64) -> Result<(), CheckError> {
@@ -102,16 +105,28 @@ impl ser::Serializer for FiniteCheck {
     type SerializeStructVariant = Self;
 
     accept!(
-        serialize_bool(bool), serialize_i8(i8), serialize_i16(i16), serialize_i32(i32),
-        serialize_i64(i64), serialize_u8(u8), serialize_u16(u16), serialize_u32(u32),
-        serialize_u64(u64), serialize_char(char), serialize_str(&str), serialize_bytes(&[u8]),
+        serialize_bool(bool),
+        serialize_i8(i8),
+        serialize_i16(i16),
+        serialize_i32(i32),
+        serialize_i64(i64),
+        serialize_u8(u8),
+        serialize_u16(u16),
+        serialize_u32(u32),
+        serialize_u64(u64),
+        serialize_char(char),
+        serialize_str(&str),
+        serialize_bytes(&[u8]),
     );
 
     fn serialize_i128(self, v: i128) -> Result<(), CheckError> {
-        i64::try_from(v).map(drop).or_else(|_| u64::try_from(v).map(drop)).map_err(|_| CheckError {
-            code: JsonErrorCode::UnsupportedValue,
-            detail: format!("integer {v} is wider than 64 bits"),
-        })
+        i64::try_from(v)
+            .map(drop)
+            .or_else(|_| u64::try_from(v).map(drop))
+            .map_err(|_| CheckError {
+                code: JsonErrorCode::UnsupportedValue,
+                detail: format!("integer {v} is wider than 64 bits"),
+            })
     }
     fn serialize_u128(self, v: u128) -> Result<(), CheckError> {
         u64::try_from(v).map(drop).map_err(|_| CheckError {
@@ -140,7 +155,11 @@ impl ser::Serializer for FiniteCheck {
     fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> Result<(), CheckError> {
         Ok(())
     }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, v: &T) -> Result<(), CheckError> {
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<(), CheckError> {
         v.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -161,7 +180,13 @@ impl ser::Serializer for FiniteCheck {
     fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self, CheckError> {
         self.nested()
     }
-    fn serialize_tuple_variant(self, _: &'static str, _: u32, _: &'static str, _: usize) -> Result<Self, CheckError> {
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self, CheckError> {
         self.nested()?.nested()
     }
     fn serialize_map(self, _: Option<usize>) -> Result<Self, CheckError> {
@@ -170,7 +195,13 @@ impl ser::Serializer for FiniteCheck {
     fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, CheckError> {
         self.nested()
     }
-    fn serialize_struct_variant(self, _: &'static str, _: u32, _: &'static str, _: usize) -> Result<Self, CheckError> {
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self, CheckError> {
         self.nested()?.nested()
     }
 }
@@ -200,7 +231,11 @@ macro_rules! forward_seq_like {
         }
     )*};
 }
-forward_seq_like!(SerializeTuple::serialize_element, SerializeTupleStruct::serialize_field, SerializeTupleVariant::serialize_field);
+forward_seq_like!(
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
 impl ser::SerializeMap for FiniteCheck {
     type Ok = ();
@@ -242,14 +277,23 @@ mod tests {
     fn infinities_inside_collections_are_refused() {
         let v = vec![BTreeMap::from([("x", vec![1.0, f64::INFINITY])])];
         assert_eq!(capture(&v).unwrap_err().code(), JsonErrorCode::NonFiniteNumber);
-        assert_eq!(capture(&Some(f32::NEG_INFINITY)).unwrap_err().code(), JsonErrorCode::NonFiniteNumber);
+        assert_eq!(
+            capture(&Some(f32::NEG_INFINITY)).unwrap_err().code(),
+            JsonErrorCode::NonFiniteNumber
+        );
     }
 
     #[test]
     fn what_serde_json_cannot_carry_is_unsupported() {
         let by_tuple_key = BTreeMap::from([((1, 2), "v")]);
-        assert_eq!(capture(&by_tuple_key).unwrap_err().code(), JsonErrorCode::UnsupportedValue);
-        assert_eq!(capture(&u128::MAX).unwrap_err().code(), JsonErrorCode::UnsupportedValue);
+        assert_eq!(
+            capture(&by_tuple_key).unwrap_err().code(),
+            JsonErrorCode::UnsupportedValue
+        );
+        assert_eq!(
+            capture(&u128::MAX).unwrap_err().code(),
+            JsonErrorCode::UnsupportedValue
+        );
         assert_eq!(capture(&(u64::MAX as u128)).unwrap(), serde_json::json!(u64::MAX));
     }
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::hooks::{
-    ApprovalHook, ApprovalRequest, ClaimStatus, ClaimedGrant, GrantRef, GrantStore, InMemoryGrantStore, ToolCall,
-    ToolExecutor,
+    ApprovalHook, ApprovalRequest, ClaimStatus, ClaimedGrant, GrantRef, GrantStore, InMemoryGrantStore,
+    ToolCall, ToolExecutor,
 };
 use crate::plan::{plan_frozen, Plan, Planned};
 use crate::proposal::FrozenProposal;
@@ -201,7 +201,11 @@ impl ActionBoundary {
         };
         match guarded(|| executor.execute(call)).await {
             Ok(Ok(output)) => DispatchOutcome {
-                receipt: Receipt::new(plan.proposal_sha256(), plan.decision(), ReceiptReason::HostDispatchReturned),
+                receipt: Receipt::new(
+                    plan.proposal_sha256(),
+                    plan.decision(),
+                    ReceiptReason::HostDispatchReturned,
+                ),
                 plan,
                 output: Some(output),
                 detail: None,

@@ -183,7 +183,9 @@ pub struct GuardedToolBuilder {
 
 impl core::fmt::Debug for GuardedToolBuilder {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("GuardedToolBuilder").field("tool", &self.tool).finish_non_exhaustive()
+        f.debug_struct("GuardedToolBuilder")
+            .field("tool", &self.tool)
+            .finish_non_exhaustive()
     }
 }
 
@@ -296,7 +298,10 @@ impl GuardedTool {
     }
 
     /// Calls the tool with arguments given as JSON text from an agent, parsed strictly.
-    pub fn call_json(&self, text: &str) -> impl Future<Output = Result<DispatchOutcome, GuardedToolError>> + Send + '_ {
+    pub fn call_json(
+        &self,
+        text: &str,
+    ) -> impl Future<Output = Result<DispatchOutcome, GuardedToolError>> + Send + '_ {
         let prepared = match crate::strict::parse_str(text) {
             Ok(value) => self.prepare(value),
             Err(e) => Ok(capture_refused(e.code(), e.to_string())),
@@ -304,7 +309,10 @@ impl GuardedTool {
         self.finish(prepared)
     }
 
-    async fn finish(&self, prepared: Result<Prepared, GuardedToolError>) -> Result<DispatchOutcome, GuardedToolError> {
+    async fn finish(
+        &self,
+        prepared: Result<Prepared, GuardedToolError>,
+    ) -> Result<DispatchOutcome, GuardedToolError> {
         match prepared? {
             Prepared::Ended(outcome) => Ok(outcome),
             Prepared::Planned(planned) => Ok(self.boundary.dispatch(planned).await),
@@ -338,7 +346,11 @@ impl GuardedTool {
 
 fn capture_refused(code: JsonErrorCode, detail: String) -> Prepared {
     let plan = Plan::denied(PlanReason::InvalidProposal);
-    Prepared::Ended(DispatchOutcome::ended(plan, ReceiptReason::from(code), Some(detail)))
+    Prepared::Ended(DispatchOutcome::ended(
+        plan,
+        ReceiptReason::from(code),
+        Some(detail),
+    ))
 }
 
 #[cfg(test)]

@@ -19,11 +19,13 @@ mod wire;
 pub use digest::{HexDigest, InvalidDigest, Sha256Digest};
 pub use dispatch::{ActionBoundary, ActionBoundaryBuilder, DispatchOutcome};
 pub use guarded::{
-    ArgumentSnapshot, ConfigError, GuardedTool, GuardedToolBuilder, GuardedToolError, MapperError, ResourceMapper,
+    ArgumentSnapshot, ConfigError, GuardedTool, GuardedToolBuilder, GuardedToolError, MapperError,
+    ResourceMapper,
 };
 pub use hooks::{
-    approval_fn, async_trait, tool_fn, Approval, ApprovalError, ApprovalFn, ApprovalHook, ApprovalRequest, ClaimError,
-    ClaimStatus, ClaimedGrant, GrantRef, GrantStore, InMemoryGrantStore, ToolCall, ToolError, ToolExecutor, ToolFn,
+    approval_fn, async_trait, tool_fn, Approval, ApprovalError, ApprovalFn, ApprovalHook, ApprovalRequest,
+    ClaimError, ClaimStatus, ClaimedGrant, GrantRef, GrantStore, InMemoryGrantStore, ToolCall, ToolError,
+    ToolExecutor, ToolFn,
 };
 pub use plan::{plan, plan_frozen, Plan, Planned, PLAN_PROTOCOL};
 pub use policy::{LivePolicy, Policy, PolicyError, PolicySource, Rule};

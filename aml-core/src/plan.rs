@@ -172,17 +172,40 @@ mod tests {
                          "resource": "r", "purpose": "p", "arguments": {"x": "y".repeat(70_000)}});
         let invalid = Policy::from_value(&json!({}));
         let cases = [
-            (plan(&proposal("r"), &policy), PlanReason::ExactRule, Decision::Allow),
-            (plan(&proposal("x"), &policy), PlanReason::NoExactRule, Decision::Deny),
-            (plan(&proposal("dup"), &policy), PlanReason::AmbiguousPolicy, Decision::Deny),
-            (plan(&proposal("r"), &invalid), PlanReason::InvalidPolicy, Decision::Deny),
-            (plan(&proposal(""), &policy), PlanReason::InvalidProposal, Decision::Deny),
+            (
+                plan(&proposal("r"), &policy),
+                PlanReason::ExactRule,
+                Decision::Allow,
+            ),
+            (
+                plan(&proposal("x"), &policy),
+                PlanReason::NoExactRule,
+                Decision::Deny,
+            ),
+            (
+                plan(&proposal("dup"), &policy),
+                PlanReason::AmbiguousPolicy,
+                Decision::Deny,
+            ),
+            (
+                plan(&proposal("r"), &invalid),
+                PlanReason::InvalidPolicy,
+                Decision::Deny,
+            ),
+            (
+                plan(&proposal(""), &policy),
+                PlanReason::InvalidProposal,
+                Decision::Deny,
+            ),
             (plan(&big, &policy), PlanReason::ProposalTooLarge, Decision::Deny),
         ];
         for (planned, reason, decision) in cases {
             assert_eq!(planned.plan().reason(), reason);
             assert_eq!(planned.plan().decision(), decision);
-            assert_eq!(planned.plan().proposal_sha256().is_some(), reason.carries_digest());
+            assert_eq!(
+                planned.plan().proposal_sha256().is_some(),
+                reason.carries_digest()
+            );
         }
         let covered: Vec<_> = PlanReason::ALL.to_vec();
         assert_eq!(covered.len(), 6);
@@ -191,7 +214,10 @@ mod tests {
     #[test]
     fn proposal_errors_come_before_policy_errors() {
         let invalid = Policy::from_value(&json!({}));
-        assert_eq!(plan(&proposal(" "), &invalid).plan().reason(), PlanReason::InvalidProposal);
+        assert_eq!(
+            plan(&proposal(" "), &invalid).plan().reason(),
+            PlanReason::InvalidProposal
+        );
     }
 
     #[test]
@@ -199,7 +225,10 @@ mod tests {
         let planned = plan(&proposal("x"), &Policy::empty());
         let wire = planned.plan().to_value();
         assert_eq!(wire["protocol"], "aml-action-plan/1");
-        assert_eq!(serde_json::from_value::<Plan>(wire.clone()).unwrap(), *planned.plan());
+        assert_eq!(
+            serde_json::from_value::<Plan>(wire.clone()).unwrap(),
+            *planned.plan()
+        );
         let mut forged = wire.clone();
         forged["decision"] = json!("allow");
         assert!(serde_json::from_value::<Plan>(forged).is_err());

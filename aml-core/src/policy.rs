@@ -222,9 +222,7 @@ fn parse_rule(rule: &Value) -> Result<Rule, String> {
     };
     let tool = text("tool")?;
     let resource = text("resource")?;
-    let effect = text("effect")?
-        .parse::<Effect>()
-        .map_err(|e| e.to_string())?;
+    let effect = text("effect")?.parse::<Effect>().map_err(|e| e.to_string())?;
     let requires_approval = obj
         .get("requires_approval")
         .and_then(Value::as_bool)

@@ -14,7 +14,10 @@ fn exact_match_has_no_wildcards_prefixes_or_case_folding() {
         rule("send_message", "send", "team@example.test", true),
         rule("fetch_record", "read", "record:42", false),
     ]));
-    assert_eq!(p.decide("fetch_record", Effect::Read, "record:42"), (Decision::Allow, PlanReason::ExactRule));
+    assert_eq!(
+        p.decide("fetch_record", Effect::Read, "record:42"),
+        (Decision::Allow, PlanReason::ExactRule)
+    );
     for (tool, effect, resource) in [
         ("send_message", Effect::Send, "team@example.test "),
         ("send_message", Effect::Send, "TEAM@example.test"),
@@ -23,7 +26,10 @@ fn exact_match_has_no_wildcards_prefixes_or_case_folding() {
         ("send_messag", Effect::Send, "team@example.test"),
         ("fetch_record", Effect::Read, "*"),
     ] {
-        assert_eq!(p.decide(tool, effect, resource), (Decision::Deny, PlanReason::NoExactRule));
+        assert_eq!(
+            p.decide(tool, effect, resource),
+            (Decision::Deny, PlanReason::NoExactRule)
+        );
     }
 }
 
@@ -59,7 +65,10 @@ fn any_malformed_rule_makes_the_whole_policy_invalid() {
     for bad in bad_rules {
         let p = Policy::from_value(&doc(vec![good.clone(), bad.clone()]));
         assert!(p.error().is_some(), "{bad}");
-        assert_eq!(p.decide("a", Effect::Read, "r"), (Decision::Deny, PlanReason::InvalidPolicy));
+        assert_eq!(
+            p.decide("a", Effect::Read, "r"),
+            (Decision::Deny, PlanReason::InvalidPolicy)
+        );
         assert!(Policy::try_from_value(&doc(vec![bad])).is_err());
     }
     for bad_doc in [
@@ -69,7 +78,10 @@ fn any_malformed_rule_makes_the_whole_policy_invalid() {
         json!({"protocol": "aml-action-policy/1", "rules": [], "extra": 1}),
         json!(null),
     ] {
-        assert_eq!(Policy::from_value(&bad_doc).decide("a", Effect::Read, "r").1, PlanReason::InvalidPolicy);
+        assert_eq!(
+            Policy::from_value(&bad_doc).decide("a", Effect::Read, "r").1,
+            PlanReason::InvalidPolicy
+        );
     }
 }
 
@@ -82,7 +94,12 @@ fn documents_round_trip() {
 
 #[test]
 fn from_rules_refuses_blank_fields() {
-    let blank = Rule { tool: "\t".into(), effect: Effect::Read, resource: "r".into(), requires_approval: false };
+    let blank = Rule {
+        tool: "\t".into(),
+        effect: Effect::Read,
+        resource: "r".into(),
+        requires_approval: false,
+    };
     assert!(Policy::from_rules([blank]).is_err());
 }
 
@@ -92,18 +109,42 @@ fn live_policy_revocation_is_seen_by_later_reads() {
     let before = live.current();
     assert!(live.revoke("a", Effect::Read, "r"));
     assert!(!live.revoke("a", Effect::Read, "r"));
-    assert_eq!(before.decide("a", Effect::Read, "r").0, Decision::RequiresApproval);
+    assert_eq!(
+        before.decide("a", Effect::Read, "r").0,
+        Decision::RequiresApproval
+    );
     assert_eq!(live.current().decide("a", Effect::Read, "r").0, Decision::Deny);
     live.replace(Policy::from_value(&json!("broken")));
-    assert_eq!(live.current().decide("a", Effect::Read, "r").1, PlanReason::InvalidPolicy);
+    assert_eq!(
+        live.current().decide("a", Effect::Read, "r").1,
+        PlanReason::InvalidPolicy
+    );
 }
 
 #[test]
 fn a_thousand_rules_index_exactly() {
-    let rules: Vec<Value> = (0..1000).map(|i| rule("send_message", "send", &format!("user{i}@example.test"), i % 2 == 0)).collect();
+    let rules: Vec<Value> = (0..1000)
+        .map(|i| {
+            rule(
+                "send_message",
+                "send",
+                &format!("user{i}@example.test"),
+                i % 2 == 0,
+            )
+        })
+        .collect();
     let p = Policy::from_value(&doc(rules));
     assert_eq!(p.rules().len(), 1000);
-    assert_eq!(p.decide("send_message", Effect::Send, "user998@example.test").0, Decision::RequiresApproval);
-    assert_eq!(p.decide("send_message", Effect::Send, "user999@example.test").0, Decision::Allow);
-    assert_eq!(p.decide("send_message", Effect::Send, "user1000@example.test").0, Decision::Deny);
+    assert_eq!(
+        p.decide("send_message", Effect::Send, "user998@example.test").0,
+        Decision::RequiresApproval
+    );
+    assert_eq!(
+        p.decide("send_message", Effect::Send, "user999@example.test").0,
+        Decision::Allow
+    );
+    assert_eq!(
+        p.decide("send_message", Effect::Send, "user1000@example.test").0,
+        Decision::Deny
+    );
 }

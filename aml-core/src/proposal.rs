@@ -126,7 +126,9 @@ impl FrozenProposal {
             None => Err(ProposalRefusal::invalid(format!("{key} is missing"))),
         };
         if text("protocol")? != PROPOSAL_PROTOCOL {
-            return Err(ProposalRefusal::invalid(format!("protocol must be {PROPOSAL_PROTOCOL}")));
+            return Err(ProposalRefusal::invalid(format!(
+                "protocol must be {PROPOSAL_PROTOCOL}"
+            )));
         }
         let tool = text("tool")?;
         let effect_text = text("effect")?;
@@ -162,23 +164,23 @@ impl FrozenProposal {
 
     fn freeze_checked(parts: ProposalParts<'_>) -> Result<Self, ProposalRefusal> {
         // Keys in canonical order: arguments, effect, protocol, purpose, resource, tool.
-        let mut out = Vec::with_capacity(256);
-        out.extend_from_slice(b"{\"arguments\":");
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"arguments\":");
         let start = out.len();
         write_canonical_map(parts.arguments, &mut out)
             .map_err(|e| ProposalRefusal::invalid(format!("arguments: {e}")))?;
         let arguments = start..out.len();
-        out.extend_from_slice(b",\"effect\":\"");
-        out.extend_from_slice(parts.effect.as_str().as_bytes());
-        out.extend_from_slice(b"\",\"protocol\":\"");
-        out.extend_from_slice(PROPOSAL_PROTOCOL.as_bytes());
-        out.extend_from_slice(b"\",\"purpose\":");
+        out.push_str(",\"effect\":\"");
+        out.push_str(parts.effect.as_str());
+        out.push_str("\",\"protocol\":\"");
+        out.push_str(PROPOSAL_PROTOCOL);
+        out.push_str("\",\"purpose\":");
         write_string(parts.purpose, &mut out);
-        out.extend_from_slice(b",\"resource\":");
+        out.push_str(",\"resource\":");
         write_string(parts.resource, &mut out);
-        out.extend_from_slice(b",\"tool\":");
+        out.push_str(",\"tool\":");
         write_string(parts.tool, &mut out);
-        out.push(b'}');
+        out.push('}');
         if out.len() > MAX_PROPOSAL_BYTES {
             return Err(ProposalRefusal {
                 reason: PlanReason::ProposalTooLarge,
@@ -188,9 +190,8 @@ impl FrozenProposal {
                 ),
             });
         }
-        let digest = Sha256Digest::of(&out);
-        let canonical = String::from_utf8(out)
-            .map_err(|_| ProposalRefusal::invalid("canonical proposal is not utf-8"))?;
+        let digest = Sha256Digest::of(out.as_bytes());
+        let canonical = out;
         Ok(FrozenProposal(Arc::new(Frozen {
             canonical,
             digest,
@@ -284,9 +285,8 @@ pub fn is_blank(s: &str) -> bool {
 pub fn is_ecmascript_whitespace(c: char) -> bool {
     matches!(
         c,
-        '\u{9}' | '\u{a}' | '\u{b}' | '\u{c}' | '\u{d}' | ' ' | '\u{a0}' | '\u{1680}'
-            | '\u{2000}'..='\u{200a}'
-            | '\u{2028}' | '\u{2029}' | '\u{202f}' | '\u{205f}' | '\u{3000}' | '\u{feff}'
+        '\u{9}' | '\u{a}' | '\u{b}' | '\u{c}' | '\u{d}' | ' ' | '\u{a0}' | '\u{1680}' | '\u{2000}'
+            ..='\u{200a}' | '\u{2028}' | '\u{2029}' | '\u{202f}' | '\u{205f}' | '\u{3000}' | '\u{feff}'
     )
 }
 

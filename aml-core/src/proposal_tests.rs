@@ -2,7 +2,10 @@ use super::*;
 use serde_json::json;
 
 fn vectors() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/upstream-conformance/vectors.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/upstream-conformance/vectors.json"
+    );
     crate::strict::parse_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -31,7 +34,10 @@ fn all_six_upstream_vectors_hash_to_the_published_digest() {
             "{}",
             case["name"]
         );
-        assert_eq!(Sha256Digest::of(frozen.canonical_json().as_bytes()), frozen.digest());
+        assert_eq!(
+            Sha256Digest::of(frozen.canonical_json().as_bytes()),
+            frozen.digest()
+        );
     }
 }
 
@@ -50,7 +56,10 @@ fn freeze_from_parts_equals_freeze_from_value() {
     assert_eq!(a, b);
     assert_eq!(a.to_value(), base());
     assert_eq!(Value::Object(a.arguments()), base()["arguments"]);
-    assert_eq!((a.tool(), a.effect(), a.resource()), ("send_message", Effect::Send, "team@example.test"));
+    assert_eq!(
+        (a.tool(), a.effect(), a.resource()),
+        ("send_message", Effect::Send, "team@example.test")
+    );
 }
 
 #[test]
@@ -87,7 +96,14 @@ fn wrong_types_protocol_and_effect_are_invalid() {
 
 #[test]
 fn blank_means_blank_after_ecmascript_trim() {
-    for blank in ["", " ", "\t\n\r", "\u{feff}", "\u{a0}\u{2028}\u{3000}", "\u{b}\u{c}"] {
+    for blank in [
+        "",
+        " ",
+        "\t\n\r",
+        "\u{feff}",
+        "\u{a0}\u{2028}\u{3000}",
+        "\u{b}\u{c}",
+    ] {
         let mut v = base();
         v["tool"] = json!(blank);
         assert_eq!(refusal(&v), PlanReason::InvalidProposal, "{blank:?}");
@@ -123,7 +139,10 @@ fn canonical_size_limit_is_65536_bytes() {
     };
     let mut v = base();
     v["arguments"] = json!({"b": "x".repeat(MAX_PROPOSAL_BYTES - empty)});
-    assert_eq!(FrozenProposal::from_value(&v).unwrap().canonical_json().len(), MAX_PROPOSAL_BYTES);
+    assert_eq!(
+        FrozenProposal::from_value(&v).unwrap().canonical_json().len(),
+        MAX_PROPOSAL_BYTES
+    );
     v["arguments"] = json!({"b": "x".repeat(MAX_PROPOSAL_BYTES - empty + 1)});
     assert_eq!(refusal(&v), PlanReason::ProposalTooLarge);
     // Validation errors come before the size check.

@@ -80,7 +80,11 @@ impl TryFrom<WireReceipt> for Receipt {
 }
 
 impl Receipt {
-    pub(crate) fn new(proposal_sha256: Option<Sha256Digest>, policy_decision: Decision, reason: ReceiptReason) -> Self {
+    pub(crate) fn new(
+        proposal_sha256: Option<Sha256Digest>,
+        policy_decision: Decision,
+        reason: ReceiptReason,
+    ) -> Self {
         Receipt {
             proposal_sha256,
             policy_decision,

@@ -84,10 +84,18 @@ pub fn parse_slice(bytes: &[u8]) -> Result<Value, ParseError> {
 /// Parses `bytes` with explicit limits.
 pub fn parse_slice_with(bytes: &[u8], limits: Limits) -> Result<Value, ParseError> {
     if bytes.len() > limits.max_bytes {
-        return Err(err(JsonErrorCode::TooLarge, limits.max_bytes, "input longer than the byte limit"));
+        return Err(err(
+            JsonErrorCode::TooLarge,
+            limits.max_bytes,
+            "input longer than the byte limit",
+        ));
     }
     if let Err(e) = core::str::from_utf8(bytes) {
-        return Err(err(JsonErrorCode::InvalidUtf8, e.valid_up_to(), "input is not utf-8"));
+        return Err(err(
+            JsonErrorCode::InvalidUtf8,
+            e.valid_up_to(),
+            "input is not utf-8",
+        ));
     }
     let mut p = Parser {
         bytes,
@@ -284,17 +292,29 @@ impl Parser<'_> {
         let code = match first {
             0xD800..=0xDBFF => {
                 if !self.bytes[self.pos..].starts_with(b"\\u") {
-                    return Err(err(JsonErrorCode::LoneSurrogate, at, "high surrogate without a low surrogate"));
+                    return Err(err(
+                        JsonErrorCode::LoneSurrogate,
+                        at,
+                        "high surrogate without a low surrogate",
+                    ));
                 }
                 self.pos += 2;
                 let second = self.hex4()?;
                 if !(0xDC00..=0xDFFF).contains(&second) {
-                    return Err(err(JsonErrorCode::LoneSurrogate, at, "high surrogate without a low surrogate"));
+                    return Err(err(
+                        JsonErrorCode::LoneSurrogate,
+                        at,
+                        "high surrogate without a low surrogate",
+                    ));
                 }
                 0x10000 + ((u32::from(first) - 0xD800) << 10) + (u32::from(second) - 0xDC00)
             }
             0xDC00..=0xDFFF => {
-                return Err(err(JsonErrorCode::LoneSurrogate, at, "low surrogate without a high surrogate"))
+                return Err(err(
+                    JsonErrorCode::LoneSurrogate,
+                    at,
+                    "low surrogate without a high surrogate",
+                ))
             }
             other => u32::from(other),
         };
@@ -358,9 +378,13 @@ impl Parser<'_> {
         let x: f64 = text
             .parse()
             .map_err(|_| err(JsonErrorCode::Syntax, start, "invalid number"))?;
-        Number::from_f64(x)
-            .map(Value::Number)
-            .ok_or_else(|| err(JsonErrorCode::NumberOverflow, start, "number beyond the range of a double"))
+        Number::from_f64(x).map(Value::Number).ok_or_else(|| {
+            err(
+                JsonErrorCode::NumberOverflow,
+                start,
+                "number beyond the range of a double",
+            )
+        })
     }
 
     fn digits(&mut self) {

@@ -11,7 +11,10 @@ fn accepts_what_rfc_8259_allows() {
     assert_eq!(v, json!({"a": [1, 0, 2500.0, true, false, null, "é😀/"]}));
     assert_eq!(parse_str("18446744073709551615").unwrap(), json!(u64::MAX));
     assert_eq!(parse_str("-9223372036854775808").unwrap(), json!(i64::MIN));
-    assert_eq!(parse_str("18446744073709551616").unwrap(), json!(18446744073709551616.0));
+    assert_eq!(
+        parse_str("18446744073709551616").unwrap(),
+        json!(18446744073709551616.0)
+    );
 }
 
 #[test]
@@ -52,19 +55,45 @@ fn refuses_nesting_past_the_limit() {
 
 #[test]
 fn refuses_oversized_input_before_parsing() {
-    let limits = Limits { max_bytes: 8, max_depth: 4 };
+    let limits = Limits {
+        max_bytes: 8,
+        max_depth: 4,
+    };
     let e = parse_slice_with(b"[1,2,3,4,5]", limits).unwrap_err();
     assert_eq!((e.code(), e.offset()), (JsonErrorCode::TooLarge, 8));
     // Not JSON, but too large is reported first: nothing was parsed.
-    assert_eq!(parse_slice_with(b"not json at all", limits).unwrap_err().code(), JsonErrorCode::TooLarge);
+    assert_eq!(
+        parse_slice_with(b"not json at all", limits).unwrap_err().code(),
+        JsonErrorCode::TooLarge
+    );
 }
 
 #[test]
 fn refuses_invalid_utf8_and_syntax_errors() {
-    assert_eq!(parse_slice(b"\"\xff\"").unwrap_err().code(), JsonErrorCode::InvalidUtf8);
+    assert_eq!(
+        parse_slice(b"\"\xff\"").unwrap_err().code(),
+        JsonErrorCode::InvalidUtf8
+    );
     for bad in [
-        "", "{", "[1,]", "{\"a\"}", "01", "1.", ".5", "+1", "1e", "tru", "nul", "\"\t\"", "\"\\x\"",
-        "{'a':1}", "[1] [2]", "NaN", "Infinity", "\"\\u12\"", "{\"a\":1,}",
+        "",
+        "{",
+        "[1,]",
+        "{\"a\"}",
+        "01",
+        "1.",
+        ".5",
+        "+1",
+        "1e",
+        "tru",
+        "nul",
+        "\"\t\"",
+        "\"\\x\"",
+        "{'a':1}",
+        "[1] [2]",
+        "NaN",
+        "Infinity",
+        "\"\\u12\"",
+        "{\"a\":1,}",
     ] {
         assert_eq!(code(bad), JsonErrorCode::Syntax, "{bad:?}");
     }

@@ -26,7 +26,10 @@ impl<T> Future for CatchPanic<'_, T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Some(fut) = self.0.as_mut() else {
-            let message = self.1.take().unwrap_or_else(|| "polled after completion".to_owned());
+            let message = self
+                .1
+                .take()
+                .unwrap_or_else(|| "polled after completion".to_owned());
             return Poll::Ready(Err(message));
         };
         match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {

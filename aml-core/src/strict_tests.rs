@@ -121,8 +121,11 @@ mod agreement {
         }
 
         #[test]
-        fn never_panics_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
-            let _ = parse_slice(&bytes);
+        fn arbitrary_bytes_give_a_value_or_an_in_bounds_error(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            match parse_slice(&bytes) {
+                Ok(v) => prop_assert_eq!(parse_str(&v.to_string()).unwrap(), v),
+                Err(e) => prop_assert!(e.offset() <= bytes.len()),
+            }
         }
     }
 }

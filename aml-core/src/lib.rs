@@ -33,3 +33,8 @@ pub use proposal::{FrozenProposal, ProposalParts, ProposalRefusal};
 pub use reason::{JsonErrorCode, PlanReason, ReceiptReason};
 pub use receipt::{Receipt, RECEIPT_PROTOCOL};
 pub use wire::{Decision, Effect, ExecutionStatus, UnknownWireValue};
+
+/// The workspace README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct WorkspaceReadme;

@@ -1,1 +1,27 @@
-//! placeholder
+//! The testkit of the AML action boundary.
+//!
+//! This crate provides:
+//!
+//! - **fixture hooks** ([`fixtures`]) that stand in for a host's approval channel, one-use
+//!   grant store, tool and resource mapper, recording host events with the documented strings
+//!   and counters in a [`HostLog`];
+//! - the **documented cases**: the 17-case guarded-tool rehearsal ([`rehearsal`]) and the
+//!   reference's 13-case black-box challenge ([`challenge`]);
+//! - the [`Harness`] trait an adapter implements so those cases run through its wire path,
+//!   and a [`matrix`] runner that plays every case through every adapter and compares the
+//!   results with `fixtures/` ([`compare`]);
+//! - the `aml-testkit` command line (`rehearse`, `case`, `canonicalize`).
+#![forbid(unsafe_code)]
+
+mod args;
+pub mod challenge;
+pub mod compare;
+pub mod fixtures;
+mod harness;
+mod log;
+pub mod matrix;
+pub mod rehearsal;
+
+pub use args::{CallerArguments, MessageArgs};
+pub use harness::{Attempt, CoreHarness, Harness, HarnessError, UnavailableHarness};
+pub use log::{Counters, HostLog};

@@ -1,0 +1,149 @@
+//! Comparing computed reports with the documented ones in `fixtures/`, as parsed JSON.
+
+use serde_json::Value;
+
+use crate::rehearsal::STATICALLY_RULED_OUT;
+
+/// Report-level keys that describe who produced a report rather than what happened; they
+/// are ours, not the reference's, and are not compared.
+pub const UNCOMPARED_REPORT_KEYS: &[&str] = &["provenance", "scope"];
+
+/// How one documented case compared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every field equals the documented case.
+    Pass,
+    /// Equal except the one documented substitution: an attempt Rust's types rule out
+    /// (see `fixtures/README.md`).
+    PassStatic,
+    /// The differences, as JSON paths.
+    Fail(Vec<String>),
+}
+
+impl Verdict {
+    /// Whether the case holds.
+    pub fn passed(&self) -> bool {
+        !matches!(self, Verdict::Fail(_))
+    }
+}
+
+/// Paths at which `actual` differs from `expected`.
+pub fn differences(expected: &Value, actual: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    diff(expected, actual, "$", &mut out);
+    out
+}
+
+fn diff(expected: &Value, actual: &Value, path: &str, out: &mut Vec<String>) {
+    match (expected, actual) {
+        (Value::Object(e), Value::Object(a)) => {
+            for (k, ev) in e {
+                match a.get(k) {
+                    Some(av) => diff(ev, av, &format!("{path}.{k}"), out),
+                    None => out.push(format!("{path}.{k}: missing")),
+                }
+            }
+            for k in a.keys().filter(|k| !e.contains_key(*k)) {
+                out.push(format!("{path}.{k}: unexpected"));
+            }
+        }
+        (Value::Array(e), Value::Array(a)) if e.len() == a.len() => {
+            for (i, (ev, av)) in e.iter().zip(a).enumerate() {
+                diff(ev, av, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ if expected == actual => {}
+        _ => out.push(format!("{path}: expected {expected}, got {actual}")),
+    }
+}
+
+/// Compares one case. The only accepted substitution: a documented JavaScript
+/// `adapter_error` attempt that Rust rules out at compile time, reported as exactly
+/// `{"statically_ruled_out": STATICALLY_RULED_OUT, "host_hook_events": []}`.
+pub fn compare_case(expected: &Value, actual: &Value) -> Verdict {
+    let direct = differences(expected, actual);
+    if direct.is_empty() {
+        return Verdict::Pass;
+    }
+    let static_attempt =
+        serde_json::json!([{"statically_ruled_out": STATICALLY_RULED_OUT, "host_hook_events": []}]);
+    let documented_runtime_error = expected["attempts"]
+        .as_array()
+        .is_some_and(|a| a.len() == 1 && a[0]["adapter_error"].is_string());
+    if actual["attempts"] == static_attempt && documented_runtime_error {
+        let mut substituted = expected.clone();
+        substituted["attempts"] = static_attempt;
+        if differences(&substituted, actual).is_empty() {
+            return Verdict::PassStatic;
+        }
+    }
+    Verdict::Fail(direct)
+}
+
+/// Compares a whole report: its protocol and every case, by id and in order.
+pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, Verdict)> {
+    let mut verdicts = Vec::new();
+    if expected["protocol"] != actual["protocol"] {
+        verdicts.push((
+            "protocol".to_owned(),
+            Verdict::Fail(vec![format!(
+                "expected {}, got {}",
+                expected["protocol"], actual["protocol"]
+            )]),
+        ));
+    }
+    let empty = Vec::new();
+    let expected_cases = expected["cases"].as_array().unwrap_or(&empty);
+    let actual_cases = actual["cases"].as_array().unwrap_or(&empty);
+    for (i, e) in expected_cases.iter().enumerate() {
+        let id = e["id"].as_str().unwrap_or("?").to_owned();
+        let verdict = match actual_cases.get(i) {
+            Some(a) => compare_case(e, a),
+            None => Verdict::Fail(vec!["case missing".to_owned()]),
+        };
+        verdicts.push((id, verdict));
+    }
+    for extra in actual_cases.iter().skip(expected_cases.len()) {
+        verdicts.push((
+            extra["id"].as_str().unwrap_or("?").to_owned(),
+            Verdict::Fail(vec!["case not documented".to_owned()]),
+        ));
+    }
+    verdicts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn differences_name_the_paths() {
+        let e = json!({"a": [1, {"b": 2}], "c": 3});
+        let a = json!({"a": [1, {"b": 4}], "d": 3});
+        assert_eq!(
+            differences(&e, &a),
+            ["$.a[1].b: expected 2, got 4", "$.c: missing", "$.d: unexpected"]
+        );
+        assert!(differences(&e, &e).is_empty());
+    }
+
+    #[test]
+    fn static_substitution_is_accepted_only_in_its_exact_form() {
+        let expected =
+            json!({"id": "m", "attempts": [{"adapter_error": "x", "host_hook_events": ["e"]}], "n": 0});
+        let mut actual = expected.clone();
+        actual["attempts"] = json!([{"statically_ruled_out": STATICALLY_RULED_OUT, "host_hook_events": []}]);
+        assert_eq!(compare_case(&expected, &actual), Verdict::PassStatic);
+        actual["n"] = json!(1);
+        assert!(!compare_case(&expected, &actual).passed());
+        actual["n"] = json!(0);
+        actual["attempts"][0]["statically_ruled_out"] = json!("something else");
+        assert!(!compare_case(&expected, &actual).passed());
+        // A case documented as a receipt cannot be passed off as statically ruled out.
+        let receipt_case = json!({"id": "r", "attempts": [{"reason": "no_exact_rule"}], "n": 0});
+        let mut claimed = receipt_case.clone();
+        claimed["attempts"] = json!([{"statically_ruled_out": STATICALLY_RULED_OUT, "host_hook_events": []}]);
+        assert!(!compare_case(&receipt_case, &claimed).passed());
+    }
+}

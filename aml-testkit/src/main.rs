@@ -1,0 +1,134 @@
+//! `aml-testkit`: run the documented cases, the black-box challenge, and canonicalization.
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+
+use aml_core::canonical::to_canonical_string;
+use aml_core::Sha256Digest;
+use aml_testkit::compare::{compare_report, Verdict};
+use aml_testkit::matrix::{self, fixture, harness_for, GUARDED_TOOL_FIXTURE};
+use aml_testkit::{challenge, rehearsal};
+
+const USAGE: &str = "\
+usage:
+  aml-testkit rehearse                         every documented case x every adapter, as a table
+  aml-testkit rehearse guarded-tool [--adapter core|mcp|a2ui|grpc]
+                                               the 17-case guarded-tool report (JSON)
+  aml-testkit rehearse a2ui | mcp              the A2UI or MCP report (JSON)
+  aml-testkit case <case.json>                 one aml-action-challenge-case/1 -> result JSON
+  aml-testkit canonicalize                     JSON lines on stdin -> '<sha256> <canonical>' or 'error <CODE>'
+
+exit status: 0 success; 1 a report deviates from fixtures/; 2 bad usage or input";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(2, &format!("cannot start the async runtime: {e}")),
+    };
+    match args.as_slice() {
+        ["rehearse"] => {
+            let (table, ok) = matrix::render(&runtime.block_on(matrix::matrix()));
+            print!("{table}");
+            ExitCode::from(if ok { 0 } else { 1 })
+        }
+        ["rehearse", "guarded-tool"] => guarded_tool(&runtime, "core"),
+        ["rehearse", "guarded-tool", "--adapter", adapter] => guarded_tool(&runtime, adapter),
+        ["rehearse", report @ ("a2ui" | "mcp")] => fail(
+            1,
+            &format!(
+                "the {report} report cannot be produced: the aml-{report} adapter is not implemented yet"
+            ),
+        ),
+        ["case", path] => case(&runtime, path),
+        ["canonicalize"] => canonicalize(),
+        ["--help" | "-h" | "help"] => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        _ => fail(2, USAGE),
+    }
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("aml-testkit: {message}");
+    ExitCode::from(code)
+}
+
+fn print_json(value: &serde_json::Value) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(e) => eprintln!("aml-testkit: cannot write JSON: {e}"),
+    }
+}
+
+fn guarded_tool(runtime: &tokio::runtime::Runtime, adapter: &str) -> ExitCode {
+    let Some(harness) = harness_for(adapter) else {
+        return fail(
+            2,
+            &format!("unknown adapter {adapter:?}; expected core, mcp, a2ui or grpc"),
+        );
+    };
+    let report = match runtime.block_on(rehearsal::rehearse(harness.as_ref())) {
+        Ok(report) => report,
+        Err(e) => return fail(1, &format!("adapter {adapter}: {e}")),
+    };
+    print_json(&report);
+    let mut deviates = false;
+    for (id, verdict) in compare_report(&fixture(GUARDED_TOOL_FIXTURE), &report) {
+        if let Verdict::Fail(diffs) = verdict {
+            deviates = true;
+            eprintln!("aml-testkit: case {id} deviates from fixtures/guarded-tool-rehearsal.json:");
+            for d in diffs {
+                eprintln!("  {d}");
+            }
+        }
+    }
+    ExitCode::from(if deviates { 1 } else { 0 })
+}
+
+fn case(runtime: &tokio::runtime::Runtime, path: &str) -> ExitCode {
+    let text = match std::fs::read(path) {
+        Ok(t) => t,
+        Err(e) => return fail(2, &format!("cannot read {path}: {e}")),
+    };
+    let value = match aml_core::strict::parse_slice(&text) {
+        Ok(v) => v,
+        Err(e) => return fail(2, &format!("{path}: {e}")),
+    };
+    match runtime.block_on(challenge::run_case(&value)) {
+        Ok(result) => {
+            print_json(&result);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(2, &format!("{path}: {e}")),
+    }
+}
+
+fn canonicalize() -> ExitCode {
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for (n, line) in stdin.lock().split(b'\n').enumerate() {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => return fail(2, &format!("reading line {}: {e}", n + 1)),
+        };
+        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        let written = match aml_core::strict::parse_slice(line) {
+            Ok(value) => match to_canonical_string(&value) {
+                Ok(canonical) => writeln!(out, "{} {canonical}", Sha256Digest::of(canonical.as_bytes())),
+                Err(e) => writeln!(out, "error {}", e.code()),
+            },
+            Err(e) => writeln!(out, "error {}", e.code()),
+        };
+        if let Err(e) = written {
+            return fail(2, &format!("writing output: {e}"));
+        }
+    }
+    match out.flush() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(2, &format!("writing output: {e}")),
+    }
+}

@@ -1,0 +1,182 @@
+//! Every documented case × every adapter: the testkit's main job.
+
+use serde_json::Value;
+
+use crate::compare::{compare_report, Verdict};
+use crate::harness::{CoreHarness, Harness, UnavailableHarness};
+use crate::rehearsal::rehearse;
+
+/// The documented guarded-tool report (`fixtures/guarded-tool-rehearsal.json`).
+pub const GUARDED_TOOL_FIXTURE: &str = include_str!("../../fixtures/guarded-tool-rehearsal.json");
+/// The documented A2UI report (`fixtures/a2ui-function-report.json`).
+pub const A2UI_FIXTURE: &str = include_str!("../../fixtures/a2ui-function-report.json");
+/// The documented MCP report (`fixtures/mcp-connected-pilot.json`).
+pub const MCP_FIXTURE: &str = include_str!("../../fixtures/mcp-connected-pilot.json");
+
+/// The adapter columns, in order.
+pub const ADAPTERS: &[&str] = &["core", "mcp", "a2ui", "grpc"];
+
+/// Parses an embedded fixture.
+pub fn fixture(text: &str) -> Value {
+    aml_core::strict::parse_str(text).unwrap_or(Value::Null)
+}
+
+/// The harness that carries guarded-tool calls through `adapter`, if it is known.
+pub fn harness_for(adapter: &str) -> Option<Box<dyn Harness>> {
+    Some(match adapter {
+        "core" => Box::new(CoreHarness),
+        "mcp" => Box::new(UnavailableHarness::new(
+            "mcp",
+            "the aml-mcp adapter is not implemented yet (issue #5)",
+        )),
+        "a2ui" => Box::new(UnavailableHarness::new(
+            "a2ui",
+            "the aml-a2ui adapter is not implemented yet (issue #4)",
+        )),
+        "grpc" => Box::new(UnavailableHarness::new(
+            "grpc",
+            "the aml-grpc adapter is not implemented yet (issue #6)",
+        )),
+        _ => return None,
+    })
+}
+
+/// One documented case and its verdict per adapter (`None`: not applicable).
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// The documented report the case belongs to.
+    pub report: &'static str,
+    /// Case id.
+    pub case: String,
+    /// Verdict per column of [`ADAPTERS`].
+    pub cells: Vec<Option<Verdict>>,
+}
+
+/// Runs the guarded-tool rehearsal through one harness and compares it with the fixture.
+pub async fn guarded_tool_verdicts(harness: &dyn Harness) -> Vec<(String, Verdict)> {
+    let expected = fixture(GUARDED_TOOL_FIXTURE);
+    match rehearse(harness).await {
+        Ok(report) => compare_report(&expected, &report),
+        Err(e) => case_ids(&expected)
+            .into_iter()
+            .map(|id| (id, Verdict::Fail(vec![e.to_string()])))
+            .collect(),
+    }
+}
+
+fn case_ids(report: &Value) -> Vec<String> {
+    report["cases"]
+        .as_array()
+        .map(|cases| {
+            cases
+                .iter()
+                .map(|c| c["id"].as_str().unwrap_or("?").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runs every documented case through every adapter.
+pub async fn matrix() -> Vec<Row> {
+    let mut rows: Vec<Row> = case_ids(&fixture(GUARDED_TOOL_FIXTURE))
+        .into_iter()
+        .map(|case| Row {
+            report: "guarded-tool",
+            case,
+            cells: vec![None; ADAPTERS.len()],
+        })
+        .collect();
+    for (col, adapter) in ADAPTERS.iter().enumerate() {
+        let Some(harness) = harness_for(adapter) else {
+            continue;
+        };
+        for (i, (_, verdict)) in guarded_tool_verdicts(harness.as_ref())
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(row) = rows.get_mut(i) {
+                row.cells[col] = Some(verdict);
+            }
+        }
+    }
+    for (report, text, adapter, why) in [
+        (
+            "a2ui",
+            A2UI_FIXTURE,
+            "a2ui",
+            "the aml-a2ui adapter is not implemented yet (issue #4)",
+        ),
+        (
+            "mcp",
+            MCP_FIXTURE,
+            "mcp",
+            "the aml-mcp adapter is not implemented yet (issue #5)",
+        ),
+    ] {
+        let col = ADAPTERS.iter().position(|a| *a == adapter).unwrap_or(0);
+        for case in case_ids(&fixture(text)) {
+            let mut cells = vec![None; ADAPTERS.len()];
+            cells[col] = Some(Verdict::Fail(vec![why.to_owned()]));
+            rows.push(Row { report, case, cells });
+        }
+    }
+    rows
+}
+
+/// The matrix as a readable table, with totals; and whether every cell passed.
+pub fn render(rows: &[Row]) -> (String, bool) {
+    let width = rows
+        .iter()
+        .map(|r| r.report.len() + r.case.len() + 1)
+        .max()
+        .unwrap_or(10)
+        .max(10);
+    let mut out = format!("{:width$}", "case");
+    for a in ADAPTERS {
+        out.push_str(&format!("  {a:>5}"));
+    }
+    out.push('\n');
+    let (mut passed, mut total) = (0, 0);
+    let mut failures = Vec::new();
+    for row in rows {
+        out.push_str(&format!("{:width$}", format!("{}/{}", row.report, row.case)));
+        for (col, cell) in row.cells.iter().enumerate() {
+            let mark = match cell {
+                None => "-",
+                Some(Verdict::Pass) => "pass",
+                Some(Verdict::PassStatic) => "pass*",
+                Some(Verdict::Fail(why)) => {
+                    failures.push(format!(
+                        "{}/{} [{}]: {}",
+                        row.report,
+                        row.case,
+                        ADAPTERS[col],
+                        why.join("; ")
+                    ));
+                    "FAIL"
+                }
+            };
+            if let Some(v) = cell {
+                total += 1;
+                passed += usize::from(v.passed());
+            }
+            out.push_str(&format!("  {mark:>5}"));
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\n{passed} passed, {} failed\n\
+         pass* = documented deviation: statically ruled out by Rust's types (fixtures/README.md)\n",
+        total - passed
+    ));
+    let mut seen = std::collections::BTreeSet::new();
+    for f in &failures {
+        // Unavailable adapters fail every case with one reason; list each reason once.
+        let reason = f.split_once("]: ").map(|(_, r)| r).unwrap_or(f);
+        if seen.insert(reason.to_owned()) {
+            out.push_str(&format!("FAIL {f}\n"));
+        }
+    }
+    (out, passed == total)
+}

@@ -1,0 +1,133 @@
+//! The 17 documented guarded-tool cases, compared with `fixtures/` as parsed JSON.
+
+use std::process::Command;
+
+use aml_testkit::compare::{compare_report, differences, Verdict};
+use aml_testkit::matrix::{fixture, harness_for, GUARDED_TOOL_FIXTURE};
+use aml_testkit::rehearsal::rehearse;
+use aml_testkit::CoreHarness;
+use serde_json::Value;
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+#[test]
+fn core_adapter_reproduces_every_documented_case() {
+    let report = block_on(rehearse(&CoreHarness)).unwrap();
+    let verdicts = compare_report(&fixture(GUARDED_TOOL_FIXTURE), &report);
+    assert_eq!(verdicts.len(), 17);
+    for (id, verdict) in &verdicts {
+        match id.as_str() {
+            "mapper_mutated" => assert_eq!(*verdict, Verdict::PassStatic, "{id}"),
+            _ => assert_eq!(*verdict, Verdict::Pass, "{id}"),
+        }
+    }
+}
+
+#[test]
+fn the_report_equals_the_fixture_case_by_case_as_parsed_json() {
+    let report = block_on(rehearse(&CoreHarness)).unwrap();
+    let expected = fixture(GUARDED_TOOL_FIXTURE);
+    assert_eq!(report["protocol"], expected["protocol"]);
+    let (ours, theirs) = (
+        report["cases"].as_array().unwrap(),
+        expected["cases"].as_array().unwrap(),
+    );
+    assert_eq!(ours.len(), theirs.len());
+    for (a, e) in ours.iter().zip(theirs) {
+        if a["id"] == "mapper_mutated" {
+            // Only the attempt differs; its replacement says why in words.
+            let diffs = differences(e, a);
+            assert!(diffs.iter().all(|d| d.starts_with("$.attempts[0]")), "{diffs:?}");
+            assert!(a["attempts"][0]["statically_ruled_out"]
+                .as_str()
+                .unwrap()
+                .contains("does not compile"));
+        } else {
+            assert_eq!(a, e);
+        }
+    }
+}
+
+#[test]
+fn a_wrong_digest_or_event_would_be_caught() {
+    let mut report = block_on(rehearse(&CoreHarness)).unwrap();
+    report["cases"][1]["attempts"][0]["host_hook_events"][2] = Value::from("One-use claim refused");
+    report["cases"][2]["attempts"][0]["proposal_sha256"] = Value::from("0".repeat(64));
+    let verdicts = compare_report(&fixture(GUARDED_TOOL_FIXTURE), &report);
+    assert!(!verdicts[1].1.passed());
+    assert!(!verdicts[2].1.passed());
+    assert!(verdicts[0].1.passed());
+}
+
+#[test]
+fn adapters_that_do_not_exist_yet_fail_honestly() {
+    for adapter in ["mcp", "a2ui", "grpc"] {
+        let harness = harness_for(adapter).unwrap();
+        let err = block_on(rehearse(harness.as_ref())).unwrap_err();
+        assert!(err.to_string().contains("not implemented"), "{adapter}");
+    }
+    assert!(harness_for("carrier-pigeon").is_none());
+}
+
+#[test]
+fn command_line_prints_the_report_and_exits_by_the_comparison() {
+    let bin = env!("CARGO_BIN_EXE_aml-testkit");
+    let out = Command::new(bin)
+        .args(["rehearse", "guarded-tool", "--adapter", "core"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["protocol"], "aml-guarded-tool-rehearsal/2");
+    assert_eq!(printed["cases"].as_array().unwrap().len(), 17);
+
+    let out = Command::new(bin)
+        .args(["rehearse", "guarded-tool", "--adapter", "grpc"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let out = Command::new(bin)
+        .args(["rehearse", "guarded-tool", "--adapter", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(bin).arg("bogus").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("usage"));
+}
+
+#[test]
+fn the_table_shows_every_case_and_adapter_with_a_total() {
+    let out = Command::new(env!("CARGO_BIN_EXE_aml-testkit"))
+        .arg("rehearse")
+        .output()
+        .unwrap();
+    let table = String::from_utf8(out.stdout).unwrap();
+    for id in [
+        "guarded-tool/host_allow",
+        "guarded-tool/unknown_then_replay",
+        "a2ui/approved_exact",
+        "mcp/tool_error",
+    ] {
+        assert!(table.contains(id), "{id}");
+    }
+    let core_passes = table
+        .lines()
+        .filter(|l| l.starts_with("guarded-tool/"))
+        .filter(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            cells[1].starts_with("pass")
+        });
+    assert_eq!(core_passes.count(), 17);
+    assert!(table
+        .lines()
+        .any(|l| l.ends_with(" failed") && l.contains(" passed, ")));
+    // Until every adapter exists, the table deviates and says so in its exit status.
+    assert_eq!(out.status.code(), Some(1));
+}

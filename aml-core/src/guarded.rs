@@ -297,12 +297,13 @@ impl GuardedTool {
         self.finish(prepared)
     }
 
-    /// Calls the tool with arguments given as JSON text from an agent, parsed strictly.
+    /// Calls the tool with arguments given as JSON text from an agent, parsed strictly
+    /// ([`crate::strict`]); text the parser refuses blocks with its `AML_JSON_*` code.
     pub fn call_json(
         &self,
-        text: &str,
+        text: impl AsRef<[u8]>,
     ) -> impl Future<Output = Result<DispatchOutcome, GuardedToolError>> + Send + '_ {
-        let prepared = match crate::strict::parse_str(text) {
+        let prepared = match crate::strict::parse_slice(text.as_ref()) {
             Ok(value) => self.prepare(value),
             Err(e) => Ok(capture_refused(e.code(), e.to_string())),
         };

@@ -35,7 +35,9 @@ wire_enum! {
     /// The two `AML_CANONICAL_JSON_*` codes are the reference's; the `AML_JSON_*` codes
     /// belong to this workspace's strict wire parser ([`crate::strict`]).
     pub enum JsonErrorCode {
-        /// `"AML_CANONICAL_JSON_NON_FINITE_NUMBER"`: NaN or an infinity.
+        /// `"AML_CANONICAL_JSON_NON_FINITE_NUMBER"`: NaN or an infinity, including a number
+        /// literal beyond the range of a double (`1e999`), which `JSON.parse` turns into an
+        /// infinity that the reference then refuses with this code.
         NonFiniteNumber = "AML_CANONICAL_JSON_NON_FINITE_NUMBER",
         /// `"AML_CANONICAL_JSON_UNSUPPORTED_VALUE"`: a value JSON cannot carry (a non-string
         /// map key, bytes that are not UTF-8, an integer wider than 64 bits, …).
@@ -48,8 +50,6 @@ wire_enum! {
         DuplicateKey = "AML_JSON_DUPLICATE_KEY",
         /// `"AML_JSON_LONE_SURROGATE"`: a `\u` escape leaves a surrogate unpaired.
         LoneSurrogate = "AML_JSON_LONE_SURROGATE",
-        /// `"AML_JSON_NUMBER_OVERFLOW"`: a number literal is beyond the range of a double.
-        NumberOverflow = "AML_JSON_NUMBER_OVERFLOW",
         /// `"AML_JSON_TOO_DEEP"`: arrays and objects nest deeper than the limit.
         TooDeep = "AML_JSON_TOO_DEEP",
         /// `"AML_JSON_TOO_LARGE"`: the input is longer than the byte limit.
@@ -103,8 +103,6 @@ wire_enum! {
         JsonDuplicateKey = "AML_JSON_DUPLICATE_KEY",
         /// `"AML_JSON_LONE_SURROGATE"`
         JsonLoneSurrogate = "AML_JSON_LONE_SURROGATE",
-        /// `"AML_JSON_NUMBER_OVERFLOW"`
-        JsonNumberOverflow = "AML_JSON_NUMBER_OVERFLOW",
         /// `"AML_JSON_TOO_DEEP"`
         JsonTooDeep = "AML_JSON_TOO_DEEP",
         /// `"AML_JSON_TOO_LARGE"`
@@ -133,7 +131,6 @@ impl From<JsonErrorCode> for ReceiptReason {
             JsonErrorCode::InvalidUtf8 => ReceiptReason::JsonInvalidUtf8,
             JsonErrorCode::DuplicateKey => ReceiptReason::JsonDuplicateKey,
             JsonErrorCode::LoneSurrogate => ReceiptReason::JsonLoneSurrogate,
-            JsonErrorCode::NumberOverflow => ReceiptReason::JsonNumberOverflow,
             JsonErrorCode::TooDeep => ReceiptReason::JsonTooDeep,
             JsonErrorCode::TooLarge => ReceiptReason::JsonTooLarge,
         }

@@ -9,7 +9,7 @@
 //! | not JSON (RFC 8259), or trailing text | `AML_JSON_SYNTAX` |
 //! | an object naming one key twice (serde_json keeps the last) | `AML_JSON_DUPLICATE_KEY` |
 //! | a `\u` escape that leaves a surrogate unpaired | `AML_JSON_LONE_SURROGATE` |
-//! | a number beyond the range of a double (`1e400`) | `AML_JSON_NUMBER_OVERFLOW` |
+//! | a number beyond the range of a double (`1e400`): `JSON.parse` makes it an infinity, which the reference refuses with this same code | `AML_CANONICAL_JSON_NON_FINITE_NUMBER` |
 //! | arrays and objects nested deeper than [`Limits::max_depth`] | `AML_JSON_TOO_DEEP` |
 //!
 //! ```
@@ -380,7 +380,7 @@ impl Parser<'_> {
             .map_err(|_| err(JsonErrorCode::Syntax, start, "invalid number"))?;
         Number::from_f64(x).map(Value::Number).ok_or_else(|| {
             err(
-                JsonErrorCode::NumberOverflow,
+                JsonErrorCode::NonFiniteNumber,
                 start,
                 "number beyond the range of a double",
             )

@@ -94,7 +94,7 @@ fn host(id: &str) -> Host {
     let mut args = MessageArgs::new(TEAM, BODY);
     match id {
         "changed_destination" => args.to = OTHER.to_owned(),
-        "invalid_arguments" => args.priority = Some(f64::NAN),
+        "invalid_arguments" => args.priority = Some(f64::INFINITY),
         _ => {}
     }
     let args = CallerArguments::new(args);

@@ -65,7 +65,7 @@ fn refused_lines_get_their_code_and_the_rest_go_on() {
     expect_ok(&lines[0], r#"{"a":2,"b":1}"#);
     assert_eq!(lines[1], "error AML_JSON_DUPLICATE_KEY");
     assert_eq!(lines[2], "error AML_JSON_LONE_SURROGATE");
-    assert_eq!(lines[3], "error AML_JSON_NUMBER_OVERFLOW");
+    assert_eq!(lines[3], "error AML_CANONICAL_JSON_NON_FINITE_NUMBER");
     assert_eq!(lines[4], "error AML_JSON_SYNTAX");
     assert_eq!(lines[5], "error AML_JSON_SYNTAX");
     expect_ok(&lines[6], r#"{"9":[1e+21,0],"10":0}"#);

@@ -17,6 +17,28 @@ pub struct MessageArgs {
 }
 
 impl MessageArgs {
+    /// The JSON text an agent on a wire would send. A non-finite number has no JSON form;
+    /// it is written as an overflowing literal (`1e999`), which `JSON.parse` reads as an
+    /// infinity — the closest a wire can carry, and refused by the strict parser.
+    pub fn agent_json(&self) -> String {
+        let mut text = format!(
+            "{{\"to\":{},\"body\":{}",
+            serde_json::Value::from(self.to.as_str()),
+            serde_json::Value::from(self.body.as_str())
+        );
+        if let Some(p) = self.priority {
+            let number = match p {
+                p if p.is_finite() => serde_json::Value::from(p).to_string(),
+                p if p > 0.0 => "1e999".to_owned(),
+                p if p < 0.0 => "-1e999".to_owned(),
+                _ => "null".to_owned(),
+            };
+            text.push_str(&format!(",\"priority\":{number}"));
+        }
+        text.push('}');
+        text
+    }
+
     /// `{to, body}`.
     pub fn new(to: &str, body: &str) -> Self {
         MessageArgs {

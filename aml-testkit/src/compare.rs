@@ -6,7 +6,9 @@ use crate::rehearsal::STATICALLY_RULED_OUT;
 
 /// Report-level keys that describe who produced a report rather than what happened; they
 /// are ours, not the reference's, and are not compared.
-pub const UNCOMPARED_REPORT_KEYS: &[&str] = &["provenance", "scope"];
+pub const UNCOMPARED_REPORT_KEYS: &[&str] = &["provenance", "scope", "source"];
+/// Report-level keys our reports add (the A2UI host catalogs); allowed, not compared.
+pub const ADDED_REPORT_KEYS: &[&str] = &["host_catalog", "host_catalog_variants"];
 
 /// How one documented case compared.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,14 +85,26 @@ pub fn compare_case(expected: &Value, actual: &Value) -> Verdict {
 /// Compares a whole report: its protocol and every case, by id and in order.
 pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, Verdict)> {
     let mut verdicts = Vec::new();
-    if expected["protocol"] != actual["protocol"] {
-        verdicts.push((
-            "protocol".to_owned(),
-            Verdict::Fail(vec![format!(
-                "expected {}, got {}",
-                expected["protocol"], actual["protocol"]
-            )]),
-        ));
+    let empty_map = serde_json::Map::new();
+    let e_top = expected.as_object().unwrap_or(&empty_map);
+    let a_top = actual.as_object().unwrap_or(&empty_map);
+    for (key, value) in e_top {
+        if key != "cases" && !UNCOMPARED_REPORT_KEYS.contains(&key.as_str()) && a_top.get(key) != Some(value)
+        {
+            let got = a_top.get(key).map_or("nothing".to_owned(), Value::to_string);
+            verdicts.push((
+                key.clone(),
+                Verdict::Fail(vec![format!("expected {value}, got {got}")]),
+            ));
+        }
+    }
+    for key in a_top.keys() {
+        if !e_top.contains_key(key) && !ADDED_REPORT_KEYS.contains(&key.as_str()) {
+            verdicts.push((
+                key.clone(),
+                Verdict::Fail(vec!["unexpected report key".to_owned()]),
+            ));
+        }
     }
     let empty = Vec::new();
     let expected_cases = expected["cases"].as_array().unwrap_or(&empty);

@@ -53,6 +53,19 @@ pub enum ApprovalBehavior {
     /// Changes the caller's `to` while pending, then approves:
     /// "Caller arguments changed after snapshot".
     MutateCaller(CallerArguments, String),
+    /// Runs the caller's own change while pending, then approves:
+    /// "Caller arguments changed after snapshot".
+    CallerChange(CallerChange),
+}
+
+/// A change the caller makes to its own copy of the request while approval is pending.
+#[derive(Clone)]
+pub struct CallerChange(pub std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl core::fmt::Debug for CallerChange {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("CallerChange")
+    }
 }
 
 /// An approval hook fixture.
@@ -95,6 +108,10 @@ impl ApprovalHook for FixtureApproval {
             }
             ApprovalBehavior::MutateCaller(args, to) => {
                 args.update(|a| a.to = to.clone());
+                self.log.event("Caller arguments changed after snapshot");
+            }
+            ApprovalBehavior::CallerChange(change) => {
+                (change.0)();
                 self.log.event("Caller arguments changed after snapshot");
             }
             ApprovalBehavior::Matching | ApprovalBehavior::Fixed(_) => {}
@@ -236,5 +253,47 @@ impl ResourceMapper for FailingMapper {
         self.log.marker("In-memory mapper fixture marker written");
         self.log.event("Host mapper threw");
         Err(MapperError::new("simulated_mapper_error"))
+    }
+}
+
+/// A tool that records the arguments it receives and returns `{"simulated": true, "to": <to>}`
+/// (or fails after entry), for the A2UI and MCP reports' `observed_arguments`.
+#[derive(Debug, Clone, Default)]
+pub struct ObservingTool {
+    observed: std::sync::Arc<Mutex<Vec<Value>>>,
+    fails: bool,
+}
+
+impl ObservingTool {
+    /// A tool that returns.
+    pub fn returning() -> Self {
+        Self::default()
+    }
+    /// A tool that fails after entry.
+    pub fn failing() -> Self {
+        ObservingTool {
+            fails: true,
+            ..Self::default()
+        }
+    }
+    /// Every argument object received, in order.
+    pub fn observed(&self) -> Vec<Value> {
+        self.observed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[async_trait]
+impl ToolExecutor for ObservingTool {
+    async fn execute(&self, call: ToolCall) -> Result<Value, ToolError> {
+        let args = call.arguments().clone();
+        let to = args.get("to").cloned().unwrap_or(Value::Null);
+        self.observed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Value::Object(args));
+        if self.fails {
+            return Err(ToolError::new("simulated_callback_error"));
+        }
+        Ok(json!({"simulated": true, "to": to}))
     }
 }

@@ -13,6 +13,7 @@
 //! - the `aml-testkit` command line (`rehearse`, `case`, `canonicalize`).
 #![forbid(unsafe_code)]
 
+pub mod a2ui;
 mod args;
 pub mod challenge;
 pub mod compare;

@@ -35,11 +35,14 @@ fn main() -> ExitCode {
         }
         ["rehearse", "guarded-tool"] => guarded_tool(&runtime, "core"),
         ["rehearse", "guarded-tool", "--adapter", adapter] => guarded_tool(&runtime, adapter),
-        ["rehearse", report @ ("a2ui" | "mcp")] => fail(
+        ["rehearse", "a2ui"] => print_and_compare(
+            runtime.block_on(aml_testkit::a2ui::report()),
+            matrix::A2UI_FIXTURE,
+            "fixtures/a2ui-function-report.json",
+        ),
+        ["rehearse", "mcp"] => fail(
             1,
-            &format!(
-                "the {report} report cannot be produced: the aml-{report} adapter is not implemented yet"
-            ),
+            "the mcp report cannot be produced: the aml-mcp adapter is not implemented yet (issue #5)",
         ),
         ["case", path] => case(&runtime, path),
         ["canonicalize"] => canonicalize(),
@@ -70,16 +73,29 @@ fn guarded_tool(runtime: &tokio::runtime::Runtime, adapter: &str) -> ExitCode {
             &format!("unknown adapter {adapter:?}; expected core, mcp, a2ui or grpc"),
         );
     };
-    let report = match runtime.block_on(rehearsal::rehearse(harness.as_ref())) {
+    print_and_compare(
+        runtime.block_on(rehearsal::rehearse(harness.as_ref())),
+        GUARDED_TOOL_FIXTURE,
+        "fixtures/guarded-tool-rehearsal.json",
+    )
+}
+
+/// Prints a computed report and exits non-zero if it deviates from its fixture.
+fn print_and_compare(
+    report: Result<serde_json::Value, aml_testkit::HarnessError>,
+    fixture_text: &str,
+    fixture_name: &str,
+) -> ExitCode {
+    let report = match report {
         Ok(report) => report,
-        Err(e) => return fail(1, &format!("adapter {adapter}: {e}")),
+        Err(e) => return fail(1, &e.to_string()),
     };
     print_json(&report);
     let mut deviates = false;
-    for (id, verdict) in compare_report(&fixture(GUARDED_TOOL_FIXTURE), &report) {
+    for (id, verdict) in compare_report(&fixture(fixture_text), &report) {
         if let Verdict::Fail(diffs) = verdict {
             deviates = true;
-            eprintln!("aml-testkit: case {id} deviates from fixtures/guarded-tool-rehearsal.json:");
+            eprintln!("aml-testkit: {id} deviates from {fixture_name}:");
             for d in diffs {
                 eprintln!("  {d}");
             }

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use crate::compare::{compare_report, Verdict};
-use crate::harness::{CoreHarness, Harness, UnavailableHarness};
+use crate::harness::{CoreHarness, Harness, HarnessError, UnavailableHarness};
 use crate::rehearsal::rehearse;
 
 /// The documented guarded-tool report (`fixtures/guarded-tool-rehearsal.json`).
@@ -25,21 +25,15 @@ pub fn fixture(text: &str) -> Value {
 pub fn harness_for(adapter: &str) -> Option<Box<dyn Harness>> {
     Some(match adapter {
         "core" => Box::new(CoreHarness),
-        "mcp" => Box::new(UnavailableHarness::new(
-            "mcp",
-            "the aml-mcp adapter is not implemented yet (issue #5)",
-        )),
-        "a2ui" => Box::new(UnavailableHarness::new(
-            "a2ui",
-            "the aml-a2ui adapter is not implemented yet (issue #4)",
-        )),
-        "grpc" => Box::new(UnavailableHarness::new(
-            "grpc",
-            "the aml-grpc adapter is not implemented yet (issue #6)",
-        )),
+        "mcp" => Box::new(UnavailableHarness::new("mcp", MCP_MISSING)),
+        "a2ui" => Box::new(crate::a2ui::A2uiHarness::default()),
+        "grpc" => Box::new(UnavailableHarness::new("grpc", GRPC_MISSING)),
         _ => return None,
     })
 }
+
+const MCP_MISSING: &str = "the aml-mcp adapter is not implemented yet (issue #5)";
+const GRPC_MISSING: &str = "the aml-grpc adapter is not implemented yet (issue #6)";
 
 /// One documented case and its verdict per adapter (`None`: not applicable).
 #[derive(Debug, Clone)]
@@ -52,16 +46,21 @@ pub struct Row {
     pub cells: Vec<Option<Verdict>>,
 }
 
-/// Runs the guarded-tool rehearsal through one harness and compares it with the fixture.
-pub async fn guarded_tool_verdicts(harness: &dyn Harness) -> Vec<(String, Verdict)> {
-    let expected = fixture(GUARDED_TOOL_FIXTURE);
-    match rehearse(harness).await {
+/// Compares a computed report (or the error that stopped it) with an embedded fixture.
+pub fn report_verdicts(fixture_text: &str, report: Result<Value, HarnessError>) -> Vec<(String, Verdict)> {
+    let expected = fixture(fixture_text);
+    match report {
         Ok(report) => compare_report(&expected, &report),
         Err(e) => case_ids(&expected)
             .into_iter()
             .map(|id| (id, Verdict::Fail(vec![e.to_string()])))
             .collect(),
     }
+}
+
+/// Runs the guarded-tool rehearsal through one harness and compares it with the fixture.
+pub async fn guarded_tool_verdicts(harness: &dyn Harness) -> Vec<(String, Verdict)> {
+    report_verdicts(GUARDED_TOOL_FIXTURE, rehearse(harness).await)
 }
 
 fn case_ids(report: &Value) -> Vec<String> {
@@ -74,6 +73,18 @@ fn case_ids(report: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+fn single_column(report: &'static str, adapter: &str, verdicts: Vec<(String, Verdict)>) -> Vec<Row> {
+    let col = ADAPTERS.iter().position(|a| *a == adapter).unwrap_or(0);
+    verdicts
+        .into_iter()
+        .map(|(case, verdict)| {
+            let mut cells = vec![None; ADAPTERS.len()];
+            cells[col] = Some(verdict);
+            Row { report, case, cells }
+        })
+        .collect()
 }
 
 /// Runs every documented case through every adapter.
@@ -100,27 +111,17 @@ pub async fn matrix() -> Vec<Row> {
             }
         }
     }
-    for (report, text, adapter, why) in [
-        (
-            "a2ui",
-            A2UI_FIXTURE,
-            "a2ui",
-            "the aml-a2ui adapter is not implemented yet (issue #4)",
-        ),
-        (
-            "mcp",
-            MCP_FIXTURE,
-            "mcp",
-            "the aml-mcp adapter is not implemented yet (issue #5)",
-        ),
-    ] {
-        let col = ADAPTERS.iter().position(|a| *a == adapter).unwrap_or(0);
-        for case in case_ids(&fixture(text)) {
-            let mut cells = vec![None; ADAPTERS.len()];
-            cells[col] = Some(Verdict::Fail(vec![why.to_owned()]));
-            rows.push(Row { report, case, cells });
-        }
-    }
+    rows.extend(single_column(
+        "a2ui",
+        "a2ui",
+        report_verdicts(A2UI_FIXTURE, crate::a2ui::report().await),
+    ));
+    let mcp_missing = Err(HarnessError(MCP_MISSING.to_owned()));
+    rows.extend(single_column(
+        "mcp",
+        "mcp",
+        report_verdicts(MCP_FIXTURE, mcp_missing),
+    ));
     rows
 }
 

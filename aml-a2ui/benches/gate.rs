@@ -1,0 +1,61 @@
+//! One gated `callRendererFunction`: bytes in → parse → schema → plan → dispatch → bytes out.
+#![allow(missing_docs)]
+
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use aml_a2ui::{FunctionGate, FunctionRegistry, HostCatalog, HostFunction};
+use aml_core::{tool_fn, ArgumentSnapshot, Effect, GuardedTool, MapperError, Policy};
+use criterion::{criterion_group, criterion_main, Criterion};
+use serde_json::json;
+
+fn ready<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("an in-memory hook waited"),
+    }
+}
+
+fn bench_gate(c: &mut Criterion) {
+    let policy = Arc::new(Policy::from_value(
+        &json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "send_message", "effect": "send", "resource": "team@example.test", "requires_approval": false}]}),
+    ));
+    let tool = GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy)
+        .resource_for(|a: &ArgumentSnapshot| {
+            a.str("to")
+                .map(str::to_owned)
+                .ok_or_else(|| MapperError::new("no to"))
+        })
+        .executor(tool_fn(|_| async { Ok(json!({"simulated": true})) }))
+        .build()
+        .unwrap();
+    let schema = json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+                        "required": ["to", "body"], "additionalProperties": false});
+    let catalog = HostCatalog::new("https://example.test/catalog/action.json", "bench")
+        .with_function(HostFunction::agent_callable("sendMessage", "Send", schema, Arc::new(tool)).unwrap());
+    let gate = FunctionGate::new(Arc::new(FunctionRegistry::new().with_catalog(catalog)));
+    let mut n = 0u64;
+    c.bench_function("a2ui/gated_call_renderer_function", |b| {
+        b.iter(|| {
+            n += 1;
+            // Each call needs a fresh id: the gate never takes one up twice.
+            let message = format!(
+                r#"{{"version":"v1.0","callRendererFunction":{{"functionCallId":"c{n}","callFunction":{{"call":"sendMessage","catalogId":"https://example.test/catalog/action.json","args":{{"to":"team@example.test","body":"Build passed."}}}}}}}}"#
+            );
+            let outcome = ready(gate.handle(black_box(message.as_bytes()))).unwrap();
+            black_box(outcome.response.to_bytes())
+        })
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(std::time::Duration::from_secs(3));
+    targets = bench_gate
+}
+criterion_main!(benches);

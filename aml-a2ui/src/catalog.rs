@@ -1,0 +1,280 @@
+//! The host's function catalogs: which functions exist, who may call them, their argument
+//! schemas, and the guarded tool behind each agent-callable one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aml_core::GuardedTool;
+use serde_json::{json, Map, Value};
+
+/// Who may invoke a catalog function (`allowedCallers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum AllowedCallers {
+    /// `"rendererOnly"` (the spec's default): agents may not call it.
+    #[default]
+    RendererOnly,
+    /// `"agentOnly"`.
+    AgentOnly,
+    /// `"rendererOrAgent"`.
+    RendererOrAgent,
+}
+
+impl AllowedCallers {
+    /// The wire string.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AllowedCallers::RendererOnly => "rendererOnly",
+            AllowedCallers::AgentOnly => "agentOnly",
+            AllowedCallers::RendererOrAgent => "rendererOrAgent",
+        }
+    }
+
+    /// Whether an agent may invoke the function.
+    pub const fn agent_may_call(self) -> bool {
+        !matches!(self, AllowedCallers::RendererOnly)
+    }
+}
+
+/// A catalog or function definition the host cannot use.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CatalogError {
+    /// The argument schema does not compile (draft 2020-12, no remote references).
+    #[error("function {function}: argument schema is invalid: {detail}")]
+    InvalidSchema {
+        /// The function.
+        function: String,
+        /// Why.
+        detail: String,
+    },
+    /// An agent-callable function has no guarded tool, or a renderer-only one has one.
+    #[error("function {0}: agent-callable functions need a guarded tool, and only they may have one")]
+    ToolBinding(String),
+    /// `requiresUserActivation` forces `rendererOnly`.
+    #[error("function {0}: a function that requires user activation can only be renderer-only")]
+    UserActivation(String),
+}
+
+/// One catalog function.
+pub struct HostFunction {
+    name: String,
+    description: String,
+    args_schema: Value,
+    validator: jsonschema::Validator,
+    allowed_callers: AllowedCallers,
+    requires_user_activation: bool,
+    return_type: &'static str,
+    tool: Option<Arc<GuardedTool>>,
+}
+
+impl core::fmt::Debug for HostFunction {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HostFunction")
+            .field("name", &self.name)
+            .field("allowed_callers", &self.allowed_callers)
+            .field("tool", &self.tool)
+            .finish_non_exhaustive()
+    }
+}
+
+fn compile(name: &str, schema: &Value) -> Result<jsonschema::Validator, CatalogError> {
+    jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(schema)
+        .map_err(|e| CatalogError::InvalidSchema {
+            function: name.to_owned(),
+            detail: e.to_string(),
+        })
+}
+
+impl HostFunction {
+    /// A function agents may call (`agentOnly`), gated by `tool`.
+    pub fn agent_callable(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        args_schema: Value,
+        tool: Arc<GuardedTool>,
+    ) -> Result<Self, CatalogError> {
+        Self::new(
+            name.into(),
+            description.into(),
+            args_schema,
+            AllowedCallers::AgentOnly,
+            Some(tool),
+        )
+    }
+
+    /// A function only the renderer may call; an agent's call to it is refused.
+    pub fn renderer_only(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        args_schema: Value,
+    ) -> Result<Self, CatalogError> {
+        Self::new(
+            name.into(),
+            description.into(),
+            args_schema,
+            AllowedCallers::RendererOnly,
+            None,
+        )
+    }
+
+    /// Any combination, checked: agent-callable functions must have a tool, others none.
+    pub fn new(
+        name: String,
+        description: String,
+        args_schema: Value,
+        allowed_callers: AllowedCallers,
+        tool: Option<Arc<GuardedTool>>,
+    ) -> Result<Self, CatalogError> {
+        if allowed_callers.agent_may_call() != tool.is_some() {
+            return Err(CatalogError::ToolBinding(name));
+        }
+        let validator = compile(&name, &args_schema)?;
+        Ok(HostFunction {
+            name,
+            description,
+            args_schema,
+            validator,
+            allowed_callers,
+            requires_user_activation: false,
+            return_type: "any",
+            tool,
+        })
+    }
+
+    /// Marks the function as needing user activation; only renderer-only functions may.
+    pub fn requiring_user_activation(mut self) -> Result<Self, CatalogError> {
+        if self.allowed_callers.agent_may_call() {
+            return Err(CatalogError::UserActivation(self.name));
+        }
+        self.requires_user_activation = true;
+        Ok(self)
+    }
+
+    /// The function name (`call`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Who may call it.
+    pub fn allowed_callers(&self) -> AllowedCallers {
+        self.allowed_callers
+    }
+    /// The guarded tool behind an agent-callable function.
+    pub fn tool(&self) -> Option<&Arc<GuardedTool>> {
+        self.tool.as_ref()
+    }
+    /// Whether `args` match the argument schema.
+    pub fn accepts(&self, args: &Value) -> bool {
+        self.validator.is_valid(args)
+    }
+
+    /// The catalog `FunctionDefinition` (`catalog_definition.json`).
+    pub fn definition(&self) -> Value {
+        json!({
+            "type": "object",
+            "description": self.description,
+            "returnType": self.return_type,
+            "allowedCallers": self.allowed_callers.as_str(),
+            // Stated explicitly: the catalog schema treats an absent value as `true` here.
+            "requiresUserActivation": self.requires_user_activation,
+            "allOf": [
+                {"$ref": "common_types.json#/$defs/FunctionCommon"},
+                {
+                    "type": "object",
+                    "properties": {"call": {"const": self.name}, "args": self.args_schema},
+                    "required": ["call", "args"],
+                },
+            ],
+            "unevaluatedProperties": false,
+        })
+    }
+}
+
+/// One host catalog, identified by its `catalogId`.
+#[derive(Debug)]
+pub struct HostCatalog {
+    catalog_id: String,
+    title: String,
+    functions: BTreeMap<String, HostFunction>,
+}
+
+impl HostCatalog {
+    /// An empty catalog.
+    pub fn new(catalog_id: impl Into<String>, title: impl Into<String>) -> Self {
+        HostCatalog {
+            catalog_id: catalog_id.into(),
+            title: title.into(),
+            functions: BTreeMap::new(),
+        }
+    }
+
+    /// Adds (or replaces) a function.
+    pub fn with_function(mut self, function: HostFunction) -> Self {
+        self.functions.insert(function.name.clone(), function);
+        self
+    }
+
+    /// The `catalogId`.
+    pub fn catalog_id(&self) -> &str {
+        &self.catalog_id
+    }
+
+    /// A function by name.
+    pub fn function(&self, name: &str) -> Option<&HostFunction> {
+        self.functions.get(name)
+    }
+
+    /// The catalog document (`catalog_definition.json`).
+    pub fn definition(&self) -> Value {
+        let functions: Map<String, Value> = self
+            .functions
+            .values()
+            .map(|f| (f.name.clone(), f.definition()))
+            .collect();
+        let any_function: Vec<Value> = self
+            .functions
+            .keys()
+            .map(|name| json!({"$ref": format!("#/functions/{name}")}))
+            .collect();
+        json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "protocolVersion": "1.0",
+            "title": self.title,
+            "catalogId": self.catalog_id,
+            "components": {},
+            "functions": functions,
+            "$defs": {"anyComponent": false, "anyFunction": {"oneOf": any_function}},
+        })
+    }
+}
+
+/// The catalogs a renderer host serves, by `catalogId`.
+#[derive(Debug, Default)]
+pub struct FunctionRegistry {
+    catalogs: BTreeMap<String, HostCatalog>,
+}
+
+impl FunctionRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds (or replaces) a catalog.
+    pub fn with_catalog(mut self, catalog: HostCatalog) -> Self {
+        self.catalogs.insert(catalog.catalog_id.clone(), catalog);
+        self
+    }
+
+    /// A function, if the catalog and the function both exist.
+    pub fn lookup(&self, catalog_id: &str, function: &str) -> Option<&HostFunction> {
+        self.catalogs.get(catalog_id)?.function(function)
+    }
+
+    /// A catalog.
+    pub fn catalog(&self, catalog_id: &str) -> Option<&HostCatalog> {
+        self.catalogs.get(catalog_id)
+    }
+}

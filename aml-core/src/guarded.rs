@@ -195,6 +195,11 @@ impl GuardedToolBuilder {
         self.mapper = Some(Arc::new(mapper));
         self
     }
+    /// Like [`resource_for`](Self::resource_for), for a shared mapper.
+    pub fn resource_for_arc(mut self, mapper: Arc<dyn ResourceMapper>) -> Self {
+        self.mapper = Some(mapper);
+        self
+    }
     /// See [`ActionBoundaryBuilder::approval`].
     pub fn approval(mut self, hook: impl ApprovalHook + 'static) -> Self {
         self.boundary = self.boundary.approval(hook);

@@ -6,7 +6,7 @@ use crate::rehearsal::STATICALLY_RULED_OUT;
 
 /// Report-level keys that describe who produced a report rather than what happened; they
 /// are ours, not the reference's, and are not compared.
-pub const UNCOMPARED_REPORT_KEYS: &[&str] = &["provenance", "scope", "source"];
+pub const UNCOMPARED_REPORT_KEYS: &[&str] = &["provenance", "scope", "source", "sdk", "limits"];
 /// Report-level keys our reports add (the A2UI host catalogs); allowed, not compared.
 pub const ADDED_REPORT_KEYS: &[&str] = &["host_catalog", "host_catalog_variants"];
 
@@ -18,6 +18,9 @@ pub enum Verdict {
     /// Equal except the one documented substitution: an attempt Rust's types rule out
     /// (see `fixtures/README.md`).
     PassStatic,
+    /// Equal except that the adapter's wire could not carry the documented input at all,
+    /// so no request was sent and no hook ran (see `fixtures/README.md`).
+    PassWireRefused,
     /// The differences, as JSON paths.
     Fail(Vec<String>),
 }
@@ -79,7 +82,55 @@ pub fn compare_case(expected: &Value, actual: &Value) -> Verdict {
             return Verdict::PassStatic;
         }
     }
+    if wire_refusal_stands_for_input_refusal(expected, actual) {
+        let mut substituted = expected.clone();
+        substituted["attempts"] = actual["attempts"].clone();
+        if differences(&substituted, actual).is_empty() {
+            return Verdict::PassWireRefused;
+        }
+    }
     Verdict::Fail(direct)
+}
+
+/// A documented input refusal (one blocked attempt, no digest, an `AML_*` code, no hook
+/// events) may be matched by a wire that refused to carry the input: exactly one
+/// `{"wire_refused": "<why>", "host_hook_events": []}` attempt.
+fn wire_refusal_stands_for_input_refusal(expected: &Value, actual: &Value) -> bool {
+    let (Some([e]), Some([a])) = (
+        expected["attempts"].as_array().map(Vec::as_slice),
+        actual["attempts"].as_array().map(Vec::as_slice),
+    ) else {
+        return false;
+    };
+    let documented_input_refusal = e["proposal_sha256"].is_null()
+        && e["execution_status"] == "blocked"
+        && e["reason"].as_str().is_some_and(|r| r.starts_with("AML_"))
+        && e["host_hook_events"] == serde_json::json!([]);
+    let wire_refused = a.as_object().is_some_and(|o| o.len() == 2)
+        && a["wire_refused"].is_string()
+        && a["host_hook_events"] == serde_json::json!([]);
+    documented_input_refusal && wire_refused
+}
+
+/// Replaces every `proposal_sha256` string with a placeholder, for reports whose digests
+/// come from a host configuration the reference did not publish.
+pub fn mask_digests(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let v = if k == "proposal_sha256" && v.is_string() {
+                        Value::from("<sha256>")
+                    } else {
+                        mask_digests(v)
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(mask_digests).collect()),
+        other => other.clone(),
+    }
 }
 
 /// Compares a whole report: its protocol and every case, by id and in order.

@@ -23,6 +23,9 @@ pub enum Attempt {
     },
     /// A host error (a failing resource mapper): no plan, no receipt.
     HostError(String),
+    /// The agent's side of the wire could not carry the arguments at all (JSON-RPC has no
+    /// non-finite numbers): no request was sent, no hook ran.
+    WireRefused(String),
 }
 
 /// The adapter could not carry the call at all (not built, transport down, …).

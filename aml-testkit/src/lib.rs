@@ -21,6 +21,7 @@ pub mod fixtures;
 mod harness;
 mod log;
 pub mod matrix;
+pub mod mcp;
 pub mod rehearsal;
 
 pub use args::{CallerArguments, MessageArgs};

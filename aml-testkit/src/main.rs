@@ -40,9 +40,10 @@ fn main() -> ExitCode {
             matrix::A2UI_FIXTURE,
             "fixtures/a2ui-function-report.json",
         ),
-        ["rehearse", "mcp"] => fail(
-            1,
-            "the mcp report cannot be produced: the aml-mcp adapter is not implemented yet (issue #5)",
+        ["rehearse", "mcp"] => print_and_compare_with(
+            runtime.block_on(aml_testkit::mcp::report()),
+            matrix::mcp_verdicts,
+            "fixtures/mcp-connected-pilot.json (digests masked)",
         ),
         ["case", path] => case(&runtime, path),
         ["canonicalize"] => canonicalize(),
@@ -86,13 +87,27 @@ fn print_and_compare(
     fixture_text: &str,
     fixture_name: &str,
 ) -> ExitCode {
+    let expected = fixture(fixture_text);
+    print_and_compare_with(
+        report,
+        |r| compare_report(&expected, &r.unwrap_or_default()),
+        fixture_name,
+    )
+}
+
+/// Prints a computed report and exits non-zero if `verdicts` finds a deviation.
+fn print_and_compare_with(
+    report: Result<serde_json::Value, aml_testkit::HarnessError>,
+    verdicts: impl FnOnce(Result<serde_json::Value, aml_testkit::HarnessError>) -> Vec<(String, Verdict)>,
+    fixture_name: &str,
+) -> ExitCode {
     let report = match report {
         Ok(report) => report,
         Err(e) => return fail(1, &e.to_string()),
     };
     print_json(&report);
     let mut deviates = false;
-    for (id, verdict) in compare_report(&fixture(fixture_text), &report) {
+    for (id, verdict) in verdicts(Ok(report)) {
         if let Verdict::Fail(diffs) = verdict {
             deviates = true;
             eprintln!("aml-testkit: {id} deviates from {fixture_name}:");

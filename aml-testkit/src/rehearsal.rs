@@ -146,6 +146,7 @@ fn host(id: &str) -> Host {
 fn attempt_json(attempt: Attempt, events: Vec<String>) -> Value {
     match attempt {
         Attempt::HostError(message) => json!({"adapter_error": message, "host_hook_events": events}),
+        Attempt::WireRefused(message) => json!({"wire_refused": message, "host_hook_events": events}),
         Attempt::Completed { receipt, result, .. } => {
             let mut obj = Map::new();
             obj.insert("policy_decision".into(), json!(receipt.policy_decision()));

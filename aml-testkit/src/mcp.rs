@@ -1,0 +1,311 @@
+//! The MCP adapter under test: the 6 documented `aml-connected-mcp-pilot/1` cases against
+//! a real rmcp server fixture in a child process, and the harness that carries the 17
+//! guarded-tool cases over MCP.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use aml_core::{
+    async_trait, Effect, FrozenProposal, GuardedTool, LivePolicy, Plan, Policy, ProposalParts, Receipt, Rule,
+};
+use aml_mcp::{
+    GatedClient, GuardedToolServer, McpGate, RegisteredTool, ResourceRule, ToolRegistry, VERDICT_META_KEY,
+};
+use rmcp::model::{CallToolRequestParams, JsonObject};
+use rmcp::transport::TokioChildProcess;
+use rmcp::ServiceExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::args::CallerArguments;
+use crate::fixtures::{ApprovalBehavior, FixtureApproval};
+use crate::harness::{Attempt, Harness, HarnessError};
+use crate::log::HostLog;
+
+/// The report protocol.
+pub const MCP_PROTOCOL: &str = "aml-connected-mcp-pilot/1";
+/// The fixture server's tool.
+pub const NOTICE_TOOL: &str = "send_notice";
+/// This host's purpose for `send_notice` (the seed's host did not publish its own, so its
+/// digests differ from ours; every other field is compared).
+pub const NOTICE_PURPOSE: &str = "Send a local notice";
+const TEAM: &str = "team@example.test";
+const OUTSIDE: &str = "outside@example.test";
+const BODY: &str = "Build passed.";
+
+fn err(e: impl core::fmt::Display) -> HarnessError {
+    HarnessError(e.to_string())
+}
+
+/// Where the `local-notice-fixture` binary is: `$AML_NOTICE_FIXTURE`, else beside the
+/// running executable (or one directory up, for test binaries in `deps/`).
+pub fn fixture_server_path() -> Result<PathBuf, HarnessError> {
+    if let Some(path) = std::env::var_os("AML_NOTICE_FIXTURE") {
+        return Ok(path.into());
+    }
+    let exe = std::env::current_exe().map_err(err)?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| err("the executable has no directory"))?;
+    [
+        dir.join("local-notice-fixture"),
+        dir.join("../local-notice-fixture"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .ok_or_else(|| {
+        err("local-notice-fixture not found; build it (cargo build -p aml-testkit) or set AML_NOTICE_FIXTURE")
+    })
+}
+
+fn notice_schema() -> Value {
+    json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+           "required": ["to", "body"], "additionalProperties": false})
+}
+
+fn object(v: Value) -> JsonObject {
+    v.as_object().cloned().unwrap_or_default()
+}
+
+/// A running fixture server with its own audit file.
+struct FixtureServer {
+    client: rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    audit: PathBuf,
+    _dir: TempDir,
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+static NEXT_DIR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl FixtureServer {
+    async fn start() -> Result<Self, HarnessError> {
+        let n = NEXT_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("aml-notice-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(err)?;
+        let audit = dir.join("audit.jsonl");
+        let mut command = tokio::process::Command::new(fixture_server_path()?);
+        command.env("AML_NOTICE_AUDIT", &audit);
+        let transport = TokioChildProcess::new(command).map_err(err)?;
+        let client = ().serve(transport).await.map_err(err)?;
+        Ok(FixtureServer {
+            client,
+            audit,
+            _dir: TempDir(dir),
+        })
+    }
+
+    fn audit_lines(&self) -> Vec<Value> {
+        read_audit(&self.audit)
+    }
+}
+
+fn read_audit(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The digest this host computes for the approved `send_notice` call.
+pub fn approved_digest() -> Result<aml_core::Sha256Digest, HarnessError> {
+    let args = object(json!({"to": TEAM, "body": BODY}));
+    FrozenProposal::freeze(ProposalParts {
+        tool: NOTICE_TOOL,
+        effect: Effect::Send,
+        resource: TEAM,
+        purpose: NOTICE_PURPOSE,
+        arguments: &args,
+    })
+    .map(|p| p.digest())
+    .map_err(err)
+}
+
+#[derive(Deserialize)]
+struct CaseText {
+    id: String,
+    title: String,
+}
+
+#[derive(Deserialize)]
+struct Catalogue {
+    cases: Vec<CaseText>,
+}
+
+fn proposed(id: &str) -> (String, Value) {
+    match id {
+        "outside" => (NOTICE_TOOL.into(), json!({"to": OUTSIDE, "body": BODY})),
+        "changed_body" => (NOTICE_TOOL.into(), json!({"to": TEAM, "body": "Changed body"})),
+        "extra_recipient" => (
+            NOTICE_TOOL.into(),
+            json!({"to": TEAM, "body": BODY, "cc": [OUTSIDE]}),
+        ),
+        "wrong_tool" => ("delete_records".into(), json!({"to": TEAM, "body": BODY})),
+        "tool_error" => (NOTICE_TOOL.into(), json!({"to": TEAM, "body": "Return an error"})),
+        _ => (NOTICE_TOOL.into(), json!({"to": TEAM, "body": BODY})),
+    }
+}
+
+async fn run_case(text: &CaseText) -> Result<Value, HarnessError> {
+    let server = FixtureServer::start().await?;
+    let registry = ToolRegistry::new().with_tool(
+        RegisteredTool::new(
+            NOTICE_TOOL,
+            Effect::Send,
+            NOTICE_PURPOSE,
+            ResourceRule::Argument("to".into()),
+            notice_schema(),
+        )
+        .map_err(err)?,
+    );
+    let policy = LivePolicy::new(
+        Policy::from_rules([Rule {
+            tool: NOTICE_TOOL.into(),
+            effect: Effect::Send,
+            resource: TEAM.into(),
+            requires_approval: true,
+        }])
+        .map_err(err)?,
+    );
+    let behavior = if text.id == "changed_body" {
+        ApprovalBehavior::Fixed(approved_digest()?)
+    } else {
+        ApprovalBehavior::Matching
+    };
+    let gate = McpGate::new(registry, policy)
+        .with_approval(Arc::new(FixtureApproval::new(HostLog::new(), behavior)));
+    let client = GatedClient::new(server.client.peer().clone(), gate);
+    let (name, arguments) = proposed(&text.id);
+    let verdict = client
+        .call_tool(CallToolRequestParams::new(name.clone()).with_arguments(object(arguments.clone())))
+        .await;
+    let audit = server.audit_lines();
+    let _ = server.client.cancel().await;
+    Ok(json!({
+        "id": text.id, "title": text.title,
+        "proposed_call": {"name": name, "arguments": arguments},
+        "server_handler_calls": audit.len(), "server_audit": audit,
+        "verdict": verdict.to_value(),
+    }))
+}
+
+/// What happens without the gate: the same outside call goes straight to the server.
+async fn unsafe_comparison() -> Result<(Value, bool), HarnessError> {
+    let server = FixtureServer::start().await?;
+    let tools = server.client.peer().list_all_tools().await.map_err(err)?;
+    let read_only_hint = tools
+        .iter()
+        .find(|t| t.name == NOTICE_TOOL)
+        .and_then(|t| t.annotations.as_ref())
+        .and_then(|a| a.read_only_hint)
+        .unwrap_or(false);
+    let (name, arguments) = proposed("outside");
+    server
+        .client
+        .peer()
+        .call_tool(CallToolRequestParams::new(name.clone()).with_arguments(object(arguments.clone())))
+        .await
+        .map_err(err)?;
+    let audit = server.audit_lines();
+    let _ = server.client.cancel().await;
+    Ok((
+        json!({"proposed_call": {"name": name, "arguments": arguments},
+               "server_handler_calls": audit.len(), "server_audit": audit}),
+        read_only_hint,
+    ))
+}
+
+/// Plays the 6 documented MCP cases and the unsafe comparison; returns the report.
+pub async fn report() -> Result<Value, HarnessError> {
+    let texts = serde_json::from_str::<Catalogue>(include_str!("../cases/mcp.json")).map_err(err)?;
+    let (comparison, read_only_hint) = unsafe_comparison().await?;
+    let mut cases = Vec::new();
+    for text in &texts.cases {
+        cases.push(run_case(text).await?);
+    }
+    Ok(json!({
+        "protocol": MCP_PROTOCOL,
+        "provenance": format!("aml-testkit {} (Rust): aml-mcp GatedClient over rmcp, server in a child process", env!("CARGO_PKG_VERSION")),
+        "sdk": "rmcp 3.11 client + rmcp 3.11 server",
+        "server": "local-notice-fixture",
+        "transport": "stdio child process",
+        "advertised_read_only_hint": read_only_hint,
+        "unsafe_comparison": comparison,
+        "cases": cases,
+        "limits": "The fixture server only appends a temporary local audit line. No notice is sent, no person approves anything; digests come from this host's own purpose text.",
+    }))
+}
+
+/// Carries guarded-tool calls over MCP: the host's tool is served by an rmcp
+/// [`GuardedToolServer`] and called by an rmcp client, over an in-process byte pipe with the
+/// same newline-delimited JSON-RPC framing as stdio (the fixture hooks must share this
+/// process's memory, so the server cannot be a child process here).
+#[derive(Debug, Default)]
+pub struct McpHarness;
+
+#[async_trait]
+impl Harness for McpHarness {
+    fn adapter(&self) -> &str {
+        "mcp"
+    }
+
+    async fn call(&self, tool: Arc<GuardedTool>, args: &CallerArguments) -> Result<Attempt, HarnessError> {
+        // What the agent's MCP SDK can put on the wire, read once now.
+        let arguments = match args.with(aml_core::capture::capture) {
+            Ok(Value::Object(map)) => map,
+            Ok(other) => return Err(err(format!("arguments are not an object: {other}"))),
+            Err(e) => {
+                return Ok(Attempt::WireRefused(format!(
+                    "an MCP client cannot encode these arguments as JSON ({}); no request was sent",
+                    e.code()
+                )))
+            }
+        };
+        let server = GuardedToolServer::new("aml-testkit-host")
+            .with_tool(
+                "send_message",
+                "Send a status update",
+                crate::a2ui::send_message_schema(),
+                tool,
+            )
+            .map_err(err)?;
+        let (server_end, client_end) = tokio::io::duplex(64 * 1024);
+        let serving = tokio::spawn(async move {
+            if let Ok(running) = server.serve(server_end).await {
+                let _ = running.waiting().await;
+            }
+        });
+        let client = ().serve(client_end).await.map_err(err)?;
+        let result = client
+            .peer()
+            .call_tool(CallToolRequestParams::new("send_message").with_arguments(arguments))
+            .await
+            .map_err(err)?;
+        let _ = client.cancel().await;
+        let _ = serving.await;
+        let verdict = result
+            .meta
+            .as_ref()
+            .and_then(|m| m.0.get(VERDICT_META_KEY))
+            .cloned()
+            .ok_or_else(|| err("the result carries no verdict"))?;
+        if let Some(host_error) = verdict["host_error"].as_str() {
+            return Ok(Attempt::HostError(host_error.to_owned()));
+        }
+        let plan: Plan = serde_json::from_value(verdict["plan"].clone()).map_err(err)?;
+        let receipt: Receipt = serde_json::from_value(verdict["receipt"].clone()).map_err(err)?;
+        let result = result.structured_content;
+        Ok(Attempt::Completed {
+            plan,
+            receipt,
+            result,
+        })
+    }
+}

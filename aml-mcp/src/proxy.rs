@@ -2,13 +2,11 @@
 //! and `tools/call` to an MCP server running as a child process. Wrapped in a
 //! [`crate::GatedServer`], every forwarded call has passed the boundary.
 
-use std::future::Future;
-
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams,
     ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{MaybeSendFuture, Peer, RequestContext, RoleClient, RoleServer};
+use rmcp::service::{Peer, RequestContext, RoleClient, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceError};
 
 /// Forwards tool requests to an upstream server.
@@ -40,19 +38,19 @@ impl ServerHandler for Upstream {
         info
     }
 
-    fn list_tools(
+    async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<ListToolsResult, McpError>> + MaybeSendFuture + '_ {
-        async move { self.peer.list_tools(request).await.map_err(upstream_error) }
+    ) -> Result<ListToolsResult, McpError> {
+        self.peer.list_tools(request).await.map_err(upstream_error)
     }
 
-    fn call_tool(
+    async fn call_tool(
         &self,
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<CallToolResponse, McpError>> + MaybeSendFuture + '_ {
-        async move { self.peer.call_tool_once(request).await.map_err(upstream_error) }
+    ) -> Result<CallToolResponse, McpError> {
+        self.peer.call_tool_once(request).await.map_err(upstream_error)
     }
 }

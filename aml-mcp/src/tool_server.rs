@@ -182,11 +182,11 @@ impl ServerHandler for GuardedToolServer {
         std::future::ready(Ok(ListToolsResult::with_all_items(tools)))
     }
 
-    fn call_tool(
+    async fn call_tool(
         &self,
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<CallToolResponse, McpError>> + MaybeSendFuture + '_ {
-        async move { Ok(CallToolResponse::Complete(self.run(request).await)) }
+    ) -> Result<CallToolResponse, McpError> {
+        Ok(CallToolResponse::Complete(self.run(request).await))
     }
 }

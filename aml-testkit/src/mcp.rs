@@ -85,12 +85,12 @@ impl Drop for TempDir {
 static NEXT_DIR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl FixtureServer {
-    async fn start() -> Result<Self, HarnessError> {
+    async fn start(server: &Path) -> Result<Self, HarnessError> {
         let n = NEXT_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("aml-notice-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(err)?;
         let audit = dir.join("audit.jsonl");
-        let mut command = tokio::process::Command::new(fixture_server_path()?);
+        let mut command = tokio::process::Command::new(server);
         command.env("AML_NOTICE_AUDIT", &audit);
         let transport = TokioChildProcess::new(command).map_err(err)?;
         let client = ().serve(transport).await.map_err(err)?;
@@ -153,8 +153,8 @@ fn proposed(id: &str) -> (String, Value) {
     }
 }
 
-async fn run_case(text: &CaseText) -> Result<Value, HarnessError> {
-    let server = FixtureServer::start().await?;
+async fn run_case(text: &CaseText, server: &Path) -> Result<Value, HarnessError> {
+    let server = FixtureServer::start(server).await?;
     let registry = ToolRegistry::new().with_tool(
         RegisteredTool::new(
             NOTICE_TOOL,
@@ -197,8 +197,8 @@ async fn run_case(text: &CaseText) -> Result<Value, HarnessError> {
 }
 
 /// What happens without the gate: the same outside call goes straight to the server.
-async fn unsafe_comparison() -> Result<(Value, bool), HarnessError> {
-    let server = FixtureServer::start().await?;
+async fn unsafe_comparison(server: &Path) -> Result<(Value, bool), HarnessError> {
+    let server = FixtureServer::start(server).await?;
     let tools = server.client.peer().list_all_tools().await.map_err(err)?;
     let read_only_hint = tools
         .iter()
@@ -222,13 +222,19 @@ async fn unsafe_comparison() -> Result<(Value, bool), HarnessError> {
     ))
 }
 
-/// Plays the 6 documented MCP cases and the unsafe comparison; returns the report.
+/// Plays the 6 documented MCP cases and the unsafe comparison against the fixture server
+/// found by [`fixture_server_path`]; returns the report.
 pub async fn report() -> Result<Value, HarnessError> {
+    report_with(&fixture_server_path()?).await
+}
+
+/// Like [`report`], with the `local-notice-fixture` binary at `server`.
+pub async fn report_with(server: &Path) -> Result<Value, HarnessError> {
     let texts = serde_json::from_str::<Catalogue>(include_str!("../cases/mcp.json")).map_err(err)?;
-    let (comparison, read_only_hint) = unsafe_comparison().await?;
+    let (comparison, read_only_hint) = unsafe_comparison(server).await?;
     let mut cases = Vec::new();
     for text in &texts.cases {
-        cases.push(run_case(text).await?);
+        cases.push(run_case(text, server).await?);
     }
     Ok(json!({
         "protocol": MCP_PROTOCOL,

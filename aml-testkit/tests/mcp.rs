@@ -1,0 +1,172 @@
+//! The MCP adapter: the documented report over a real child-process rmcp server, the 17
+//! guarded-tool cases over MCP, and `aml-mcp-gate` in front of the fixture server.
+
+use std::path::PathBuf;
+
+use aml_mcp::VERDICT_META_KEY;
+use aml_testkit::compare::Verdict;
+use aml_testkit::matrix::{guarded_tool_verdicts, mcp_verdicts};
+use aml_testkit::mcp::{approved_digest, report_with, McpHarness};
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::TokioChildProcess;
+use rmcp::ServiceExt;
+use serde_json::{json, Value};
+
+fn setup() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The fixture server is this package's own binary.
+const FIXTURE: &str = env!("CARGO_BIN_EXE_local-notice-fixture");
+
+#[test]
+fn the_six_documented_cases_match_the_fixture_except_digest_values() {
+    let rt = setup();
+    let report = rt.block_on(report_with(std::path::Path::new(FIXTURE))).unwrap();
+    let verdicts = mcp_verdicts(Ok(report.clone()));
+    assert_eq!(verdicts.len(), 6);
+    for (id, v) in verdicts {
+        assert_eq!(v, Verdict::Pass, "{id}");
+    }
+    // Digests are real: plan and receipt agree, and the approved call's is this host's.
+    for case in report["cases"].as_array().unwrap() {
+        let v = &case["verdict"];
+        assert_eq!(v["plan"]["proposal_sha256"], v["receipt"]["proposal_sha256"]);
+    }
+    let approved = &report["cases"][1];
+    assert_eq!(approved["id"], "approved");
+    assert_eq!(
+        approved["verdict"]["plan"]["proposal_sha256"],
+        approved_digest().unwrap().to_string()
+    );
+    // The server lied about being read-only; the gate decided anyway.
+    assert_eq!(report["advertised_read_only_hint"], true);
+}
+
+#[test]
+fn the_seventeen_guarded_tool_cases_run_over_mcp() {
+    let rt = setup();
+    let verdicts = rt.block_on(guarded_tool_verdicts(&McpHarness));
+    assert_eq!(verdicts.len(), 17);
+    for (id, v) in verdicts {
+        match id.as_str() {
+            "mapper_mutated" => assert_eq!(v, Verdict::PassStatic),
+            "invalid_arguments" => assert_eq!(v, Verdict::PassWireRefused),
+            _ => assert_eq!(v, Verdict::Pass, "{id}"),
+        }
+    }
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("aml-mcp-proxy-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn gate_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().unwrap().join("../aml-mcp-gate");
+    assert!(
+        path.is_file(),
+        "aml-mcp-gate not built at {path:?}: run `cargo test --workspace` (or cargo build -p aml-mcp)"
+    );
+    path
+}
+
+fn meta_verdict(result: &rmcp::model::CallToolResult) -> Value {
+    result.meta.as_ref().unwrap().0[VERDICT_META_KEY].clone()
+}
+
+#[test]
+fn aml_mcp_gate_forwards_allowed_calls_and_stops_the_rest() {
+    let rt = setup();
+    let dir = temp_dir("gate");
+    let (policy, tools, receipts, audit) = (
+        dir.join("policy.json"),
+        dir.join("tools.json"),
+        dir.join("receipts.jsonl"),
+        dir.join("audit.jsonl"),
+    );
+    std::fs::write(&policy, json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "send_notice", "effect": "send", "resource": "team@example.test", "requires_approval": false}]}).to_string()).unwrap();
+    std::fs::write(&tools, json!({"tools": [{"name": "send_notice", "effect": "send", "purpose": "Send a local notice",
+        "resource": {"argument": "to"},
+        "input_schema": {"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+                         "required": ["to", "body"], "additionalProperties": false}}]}).to_string()).unwrap();
+
+    rt.block_on(async {
+        let mut command = tokio::process::Command::new(gate_binary());
+        command
+            .arg("--policy")
+            .arg(&policy)
+            .arg("--tools")
+            .arg(&tools)
+            .arg("--receipts")
+            .arg(&receipts)
+            .arg("--")
+            .arg(FIXTURE)
+            // Reaches the fixture only if the gate passes its environment on.
+            .env("AML_NOTICE_AUDIT", &audit);
+        let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+        let tools = client.peer().list_all_tools().await.unwrap();
+        assert_eq!(
+            tools.iter().map(|t| t.name.as_ref()).collect::<Vec<_>>(),
+            ["send_notice"]
+        );
+
+        let call = |name: &str, args: Value| {
+            let peer = client.peer().clone();
+            let params =
+                CallToolRequestParams::new(name.to_owned()).with_arguments(args.as_object().unwrap().clone());
+            async move { peer.call_tool(params).await.unwrap() }
+        };
+        let allowed = call("send_notice", json!({"to": "team@example.test", "body": "hi"})).await;
+        assert_eq!(allowed.is_error, None);
+        assert_eq!(
+            meta_verdict(&allowed)["receipt"]["reason"],
+            "host_dispatch_returned"
+        );
+        let denied = call("send_notice", json!({"to": "outside@example.test", "body": "hi"})).await;
+        assert_eq!(denied.is_error, Some(true));
+        assert_eq!(meta_verdict(&denied)["receipt"]["reason"], "no_exact_rule");
+        let unknown = call("delete_records", json!({})).await;
+        assert_eq!(
+            meta_verdict(&unknown)["rejection"],
+            "invalid_or_unregistered_call"
+        );
+        let extra = call(
+            "send_notice",
+            json!({"to": "team@example.test", "body": "hi", "cc": ["x"]}),
+        )
+        .await;
+        assert_eq!(meta_verdict(&extra)["rejection"], "invalid_arguments");
+        // Still serving after refusals.
+        let again = call("send_notice", json!({"to": "team@example.test", "body": "again"})).await;
+        assert_eq!(meta_verdict(&again)["mcp_result_status"], "returned");
+        let _ = client.cancel().await;
+    });
+
+    let audit: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        audit,
+        [
+            json!({"tool": "send_notice", "to": "team@example.test", "body": "hi"}),
+            json!({"tool": "send_notice", "to": "team@example.test", "body": "again"})
+        ]
+    );
+    let log: Vec<Value> = std::fs::read_to_string(&receipts)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(log.len(), 5);
+    assert_eq!(log[1]["verdict"]["receipt"]["execution_status"], "blocked");
+    assert!(log.iter().all(|l| l["tool"].is_string() && l["time_ms"].is_u64()));
+}

@@ -88,9 +88,16 @@ fn receipt_sink(path: Option<&str>) -> Result<VerdictSink, String> {
             "time_ms": millis as u64, "tool": tool, "verdict": verdict.to_value(),
             "detail": verdict.detail, "host_error": verdict.host_error,
         });
+        // One write per record: formatting straight into the file would issue a write
+        // call per token.
+        let record = format!("{line}\n");
         let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
         // A receipt log that cannot be written is reported on stderr, never on stdout.
-        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+        if out
+            .write_all(record.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
             eprintln!("aml-mcp-gate: cannot write receipt log: {line}");
         }
     }))
@@ -142,7 +149,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("aml-mcp-gate: cannot start the runtime: {e}");

@@ -29,7 +29,7 @@ impl NoticeFixture {
             .create(true)
             .append(true)
             .open(&self.audit)?;
-        writeln!(file, "{line}")
+        file.write_all(format!("{line}\n").as_bytes())
     }
 }
 

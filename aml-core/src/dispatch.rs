@@ -13,6 +13,7 @@ use crate::proposal::FrozenProposal;
 use crate::reason::{blocking_reason, ReceiptReason};
 use crate::receipt::Receipt;
 use crate::unwind::guarded;
+use crate::Deadline;
 use crate::{Decision, PolicySource};
 
 /// The boundary: host policy plus the host's hooks.
@@ -106,6 +107,7 @@ pub struct DispatchOutcome {
     receipt: Receipt,
     output: Option<Value>,
     detail: Option<String>,
+    deadline_passed: bool,
 }
 
 impl DispatchOutcome {
@@ -129,6 +131,10 @@ impl DispatchOutcome {
     pub fn detail(&self) -> Option<&str> {
         self.detail.as_deref()
     }
+    /// Whether the call was blocked because the caller's [`Deadline`] passed.
+    pub fn deadline_passed(&self) -> bool {
+        self.deadline_passed
+    }
 
     pub(crate) fn ended(plan: Plan, reason: ReceiptReason, detail: Option<String>) -> Self {
         let receipt = Receipt::new(plan.proposal_sha256(), plan.decision(), reason);
@@ -137,6 +143,7 @@ impl DispatchOutcome {
             receipt,
             output: None,
             detail,
+            deadline_passed: false,
         }
     }
 }
@@ -176,6 +183,11 @@ impl ActionBoundary {
 
     /// Carries a plan through approval, the one-use claim and the tool, in protocol order.
     pub async fn dispatch(&self, planned: Planned) -> DispatchOutcome {
+        self.dispatch_until(planned, None).await
+    }
+
+    /// Like [`dispatch`](Self::dispatch), waiting for approval only until `deadline`.
+    pub async fn dispatch_until(&self, planned: Planned, mut deadline: Option<Deadline>) -> DispatchOutcome {
         let Planned { plan, proposal, .. } = planned;
         let proposal = match (blocking_reason(plan.reason()), proposal) {
             (None, Some(p)) => p,
@@ -187,9 +199,15 @@ impl ActionBoundary {
         };
         let grant = match plan.decision() {
             Decision::Allow => None,
-            Decision::RequiresApproval => match self.authorize(&plan, &proposal).await {
+            Decision::RequiresApproval => match self.authorize(&plan, &proposal, deadline.as_mut()).await {
                 Ok(grant) => grant,
-                Err((reason, detail)) => return DispatchOutcome::ended(plan, reason, detail),
+                Err(Stop::Blocked(reason, detail)) => return DispatchOutcome::ended(plan, reason, detail),
+                Err(Stop::DeadlinePassed(detail)) => {
+                    let mut outcome =
+                        DispatchOutcome::ended(plan, ReceiptReason::ApprovalError, Some(detail.into()));
+                    outcome.deadline_passed = true;
+                    return outcome;
+                }
             },
             // Every deny carries a blocking reason, handled above; stay closed regardless.
             _ => return DispatchOutcome::ended(plan, ReceiptReason::NoExactRule, None),
@@ -209,6 +227,7 @@ impl ActionBoundary {
                 plan,
                 output: Some(output),
                 detail: None,
+                deadline_passed: false,
             },
             Ok(Err(e)) => DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(e.to_string())),
             Err(panic) => DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(panic)),
@@ -220,22 +239,39 @@ impl ActionBoundary {
         &self,
         plan: &Plan,
         proposal: &FrozenProposal,
-    ) -> Result<Option<ClaimedGrant>, (ReceiptReason, Option<String>)> {
+        deadline: Option<&mut Deadline>,
+    ) -> Result<Option<ClaimedGrant>, Stop> {
         let hook = self
             .approval
             .as_ref()
-            .ok_or((ReceiptReason::ApprovalUnavailable, None))?;
+            .ok_or(Stop::Blocked(ReceiptReason::ApprovalUnavailable, None))?;
         let request = ApprovalRequest {
             proposal: proposal.clone(),
             plan: plan.clone(),
         };
-        let approval = match guarded(|| hook.request_approval(request)).await {
+        let pending = guarded(|| hook.request_approval(request));
+        let answer = match deadline {
+            Some(deadline) => {
+                let answer = deadline.bound(pending).await.ok_or(Stop::DeadlinePassed(
+                    "the deadline passed while approval was pending",
+                ))?;
+                // An approval that arrives after the deadline claims nothing.
+                if deadline.passed() {
+                    return Err(Stop::DeadlinePassed(
+                        "the deadline passed before the one-use claim",
+                    ));
+                }
+                answer
+            }
+            None => pending.await,
+        };
+        let approval = match answer {
             Ok(Ok(approval)) => approval,
-            Ok(Err(e)) => return Err((ReceiptReason::ApprovalError, Some(e.to_string()))),
-            Err(panic) => return Err((ReceiptReason::ApprovalError, Some(panic))),
+            Ok(Err(e)) => return Err(Stop::Blocked(ReceiptReason::ApprovalError, Some(e.to_string()))),
+            Err(panic) => return Err(Stop::Blocked(ReceiptReason::ApprovalError, Some(panic))),
         };
         if !approval.approved || approval.proposal_sha256 != proposal.digest() {
-            return Err((ReceiptReason::ApprovalMissingOrMismatched, None));
+            return Err(Stop::Blocked(ReceiptReason::ApprovalMissingOrMismatched, None));
         }
         self.recheck(plan, proposal)?;
         let Some(store) = &self.grants else {
@@ -247,16 +283,21 @@ impl ActionBoundary {
         };
         let claimed = match guarded(|| store.claim(&grant)).await {
             Ok(Ok(ClaimStatus::Claimed)) => ClaimedGrant::new(grant),
-            Ok(Ok(_)) => return Err((ReceiptReason::ApprovalReusedOrExpired, None)),
-            Ok(Err(e)) => return Err((ReceiptReason::ApprovalConsumeError, Some(e.to_string()))),
-            Err(panic) => return Err((ReceiptReason::ApprovalConsumeError, Some(panic))),
+            Ok(Ok(_)) => return Err(Stop::Blocked(ReceiptReason::ApprovalReusedOrExpired, None)),
+            Ok(Err(e)) => {
+                return Err(Stop::Blocked(
+                    ReceiptReason::ApprovalConsumeError,
+                    Some(e.to_string()),
+                ))
+            }
+            Err(panic) => return Err(Stop::Blocked(ReceiptReason::ApprovalConsumeError, Some(panic))),
         };
         // The grant stays spent if the policy changed meanwhile.
         self.recheck(plan, proposal)?;
         Ok(Some(claimed))
     }
 
-    fn recheck(&self, plan: &Plan, proposal: &FrozenProposal) -> Result<(), (ReceiptReason, Option<String>)> {
+    fn recheck(&self, plan: &Plan, proposal: &FrozenProposal) -> Result<(), Stop> {
         let now = self
             .policy
             .current()
@@ -264,12 +305,18 @@ impl ActionBoundary {
         if now == (plan.decision(), plan.reason()) {
             Ok(())
         } else {
-            Err((
+            Err(Stop::Blocked(
                 ReceiptReason::PolicyChanged,
                 Some(format!("policy now says {}/{}", now.0, now.1)),
             ))
         }
     }
+}
+
+/// Why authorization stopped.
+enum Stop {
+    Blocked(ReceiptReason, Option<String>),
+    DeadlinePassed(&'static str),
 }
 
 #[cfg(test)]

@@ -344,3 +344,39 @@ fn the_tool_receives_the_hashed_bytes_not_the_callers_value() {
     );
     assert_eq!(out.output().unwrap()["value"]["z"], json!(1e21));
 }
+
+#[test]
+fn a_deadline_stops_waiting_for_approval_and_claims_nothing() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let slow = ActionBoundary::builder(policy())
+        .approval(approval_fn(|req| async move {
+            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            Ok(Approval::approve(req.proposal().digest()))
+        }))
+        .executor(counting_tool(Arc::clone(&calls)))
+        .build();
+    let at = std::time::Instant::now() + std::time::Duration::from_millis(20);
+    let deadline = crate::Deadline::new(at, tokio::time::sleep_until(at.into()));
+    let planned = slow.plan(&proposal("send", "send", "team"));
+    let out = rt.block_on(slow.dispatch_until(planned, Some(deadline)));
+    assert_eq!(out.receipt().reason(), ReceiptReason::ApprovalError);
+    assert!(out.deadline_passed());
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+
+    // An approval in time dispatches as usual.
+    let quick = ActionBoundary::builder(policy())
+        .approval(approve())
+        .executor(counting_tool(Arc::clone(&calls)))
+        .build();
+    let at = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = crate::Deadline::new(at, tokio::time::sleep_until(at.into()));
+    let out =
+        rt.block_on(quick.dispatch_until(quick.plan(&proposal("send", "send", "team")), Some(deadline)));
+    assert_eq!(out.receipt().reason(), ReceiptReason::HostDispatchReturned);
+    assert!(!out.deadline_passed());
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}

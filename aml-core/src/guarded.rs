@@ -37,7 +37,7 @@ use crate::plan::{plan_frozen, refused, Plan};
 use crate::proposal::{FrozenProposal, ProposalParts, ProposalRefusal};
 use crate::reason::{PlanReason, ReceiptReason};
 use crate::unwind::panic_message;
-use crate::{ApprovalHook, Effect, GrantStore, JsonErrorCode, PolicySource, ToolExecutor};
+use crate::{ApprovalHook, Deadline, Effect, GrantStore, JsonErrorCode, PolicySource, ToolExecutor};
 
 /// The captured arguments, read-only.
 #[derive(Debug)]
@@ -315,13 +315,35 @@ impl GuardedTool {
         self.finish(prepared)
     }
 
-    async fn finish(
+    /// Like [`call_json`](Self::call_json), waiting for approval only until `deadline`
+    /// (see [`Deadline`]).
+    pub fn call_json_until(
+        &self,
+        text: impl AsRef<[u8]>,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<DispatchOutcome, GuardedToolError>> + Send + '_ {
+        let prepared = match crate::strict::parse_slice(text.as_ref()) {
+            Ok(value) => self.prepare(value),
+            Err(e) => Ok(capture_refused(e.code(), e.to_string())),
+        };
+        self.finish_until(prepared, Some(deadline))
+    }
+
+    fn finish(
         &self,
         prepared: Result<Prepared, GuardedToolError>,
+    ) -> impl Future<Output = Result<DispatchOutcome, GuardedToolError>> + Send + '_ {
+        self.finish_until(prepared, None)
+    }
+
+    async fn finish_until(
+        &self,
+        prepared: Result<Prepared, GuardedToolError>,
+        deadline: Option<Deadline>,
     ) -> Result<DispatchOutcome, GuardedToolError> {
         match prepared? {
             Prepared::Ended(outcome) => Ok(outcome),
-            Prepared::Planned(planned) => Ok(self.boundary.dispatch(planned).await),
+            Prepared::Planned(planned) => Ok(self.boundary.dispatch_until(planned, deadline).await),
         }
     }
 

@@ -3,6 +3,7 @@
 
 pub mod canonical;
 pub mod capture;
+mod deadline;
 mod digest;
 mod dispatch;
 pub mod guarded;
@@ -16,6 +17,7 @@ pub mod strict;
 mod unwind;
 mod wire;
 
+pub use deadline::Deadline;
 pub use digest::{HexDigest, InvalidDigest, Sha256Digest};
 pub use dispatch::{ActionBoundary, ActionBoundaryBuilder, DispatchOutcome};
 pub use guarded::{

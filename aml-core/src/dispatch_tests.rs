@@ -351,6 +351,8 @@ fn a_deadline_stops_waiting_for_approval_and_claims_nothing() {
         .enable_time()
         .build()
         .unwrap();
+    // Timers are created inside the runtime.
+    let _context = rt.enter();
     let calls = Arc::new(AtomicUsize::new(0));
     let slow = ActionBoundary::builder(policy())
         .approval(approval_fn(|req| async move {

@@ -287,6 +287,21 @@ impl GuardedTool {
         &self.boundary
     }
 
+    /// The tool identity in its proposals.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// The declared effect.
+    pub fn effect(&self) -> Effect {
+        self.effect
+    }
+
+    /// The host purpose text.
+    pub fn purpose(&self) -> &str {
+        &self.purpose
+    }
+
     /// Calls the tool with typed arguments.
     ///
     /// Capture, mapping and planning happen now; the returned future does not borrow

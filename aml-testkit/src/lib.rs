@@ -18,6 +18,7 @@ mod args;
 pub mod challenge;
 pub mod compare;
 pub mod fixtures;
+pub mod grpc;
 mod harness;
 mod log;
 pub mod matrix;

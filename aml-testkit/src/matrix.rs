@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use crate::compare::{compare_report, Verdict};
-use crate::harness::{CoreHarness, Harness, HarnessError, UnavailableHarness};
+use crate::harness::{CoreHarness, Harness, HarnessError};
 use crate::rehearsal::rehearse;
 
 /// The documented guarded-tool report (`fixtures/guarded-tool-rehearsal.json`).
@@ -27,12 +27,10 @@ pub fn harness_for(adapter: &str) -> Option<Box<dyn Harness>> {
         "core" => Box::new(CoreHarness),
         "mcp" => Box::new(crate::mcp::McpHarness),
         "a2ui" => Box::new(crate::a2ui::A2uiHarness::default()),
-        "grpc" => Box::new(UnavailableHarness::new("grpc", GRPC_MISSING)),
+        "grpc" => Box::new(crate::grpc::GrpcHarness),
         _ => return None,
     })
 }
-
-const GRPC_MISSING: &str = "the aml-grpc adapter is not implemented yet (issue #6)";
 
 /// One documented case and its verdict per adapter (`None`: not applicable).
 #[derive(Debug, Clone)]

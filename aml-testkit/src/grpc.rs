@@ -1,0 +1,76 @@
+//! The gRPC adapter under test: the harness that carries the 17 guarded-tool cases through
+//! a real tonic server and client on loopback.
+
+use std::sync::Arc;
+
+use aml_core::{async_trait, GuardedTool};
+use aml_grpc::{serve, GatedToolService, ServerLimits, ToolClient};
+
+use crate::args::CallerArguments;
+use crate::harness::{Attempt, Harness, HarnessError};
+
+fn err(e: impl core::fmt::Display) -> HarnessError {
+    HarnessError(e.to_string())
+}
+
+/// Each call starts `aml.v1.ToolService` on `127.0.0.1:0` with the host's tool as
+/// `send_message`, and calls it with the agent's argument text from a tonic client.
+#[derive(Debug, Default)]
+pub struct GrpcHarness;
+
+#[async_trait]
+impl Harness for GrpcHarness {
+    fn adapter(&self) -> &str {
+        "grpc"
+    }
+
+    async fn call(&self, tool: Arc<GuardedTool>, args: &CallerArguments) -> Result<Attempt, HarnessError> {
+        // The agent's argument text, written once from the arguments as they are now.
+        let arguments_json = args.with(|a| a.agent_json());
+        let service = GatedToolService::new()
+            .with_tool(
+                "send_message",
+                "Send a status update",
+                crate::a2ui::send_message_schema(),
+                tool,
+            )
+            .map_err(err)?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(err)?;
+        let address = listener.local_addr().map_err(err)?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, service, ServerLimits::default(), async {
+            let _ = stopped.await;
+        }));
+        let client = ToolClient::connect(format!("http://{address}"))
+            .await
+            .map_err(err)?;
+        let outcome = client.call_tool("send_message", &arguments_json, None).await;
+        let _ = stop.send(());
+        let _ = server.await;
+        match outcome {
+            Ok(done) => Ok(Attempt::Completed {
+                plan: done.plan,
+                receipt: done.receipt,
+                result: Some(done.result),
+            }),
+            Err(refused) => match refused.report {
+                Some(report) if report.reason == "host_error" => {
+                    Ok(Attempt::HostError(report.detail.unwrap_or_default()))
+                }
+                Some(aml_grpc::StatusReport {
+                    plan: Some(plan),
+                    receipt: Some(receipt),
+                    ..
+                }) => Ok(Attempt::Completed {
+                    plan,
+                    receipt,
+                    result: None,
+                }),
+                _ => Err(err(format!(
+                    "the call failed without a receipt: {}",
+                    refused.status
+                ))),
+            },
+        }
+    }
+}

@@ -158,6 +158,10 @@ pub enum ClaimStatus {
     AlreadyClaimed,
     /// The grant expired. Blocks with `approval_reused_or_expired`.
     Expired,
+    /// No such grant was issued for this digest (unknown id, another digest, or an
+    /// approval that names no grant where the store requires one). Blocks with
+    /// `approval_reused_or_expired`.
+    NotIssued,
 }
 
 /// An atomic, one-use grant store: each grant is claimed at most once.

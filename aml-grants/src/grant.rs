@@ -1,0 +1,102 @@
+//! Issuing grants: one grant per approved digest, with an id and an expiry.
+
+use std::time::Duration;
+
+use aml_core::{async_trait, Sha256Digest};
+
+/// A store operation failed. A claim that fails this way blocks with
+/// `approval_consume_error`, and the grant is left spent or unspent as it truly is.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The requested lifetime is longer than the host allows.
+    #[error("grant lifetime {requested:?} exceeds the maximum {max:?}")]
+    TtlTooLong {
+        /// What was asked for.
+        requested: Duration,
+        /// The host's maximum.
+        max: Duration,
+    },
+    /// The database failed.
+    #[error("grant store: {0}")]
+    Database(String),
+    /// No randomness was available for a grant id.
+    #[error("no randomness for a grant id: {0}")]
+    Random(String),
+}
+
+/// Lifetimes of issued grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantLifetimes {
+    /// Used when the issuer asks for none (default 60 s).
+    pub default: Duration,
+    /// The longest the host allows (default 15 min).
+    pub max: Duration,
+}
+
+impl Default for GrantLifetimes {
+    fn default() -> Self {
+        GrantLifetimes {
+            default: Duration::from_secs(60),
+            max: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+impl GrantLifetimes {
+    /// The lifetime to use for a request, or why it is refused.
+    pub fn resolve(&self, requested: Option<Duration>) -> Result<Duration, StoreError> {
+        let ttl = requested.unwrap_or(self.default);
+        if ttl > self.max {
+            return Err(StoreError::TtlTooLong {
+                requested: ttl,
+                max: self.max,
+            });
+        }
+        Ok(ttl)
+    }
+}
+
+/// Issues one-use grants, each bound to one proposal digest.
+///
+/// ```
+/// use std::time::Duration;
+/// use aml_core::{async_trait, Sha256Digest};
+/// use aml_grants::{GrantIssuer, StoreError};
+///
+/// /// An issuer that delegates to another service and prefixes its ids.
+/// #[derive(Debug)]
+/// struct Prefixed<I>(I);
+///
+/// #[async_trait]
+/// impl<I: GrantIssuer> GrantIssuer for Prefixed<I> {
+///     async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError> {
+///         Ok(format!("host-{}", self.0.issue(digest, ttl).await?))
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait GrantIssuer: Send + Sync + core::fmt::Debug {
+    /// Issues a grant for `digest` that expires after `ttl` (or the default); its id.
+    async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError>;
+}
+
+/// A fresh random grant id: 128 bits, lowercase hex.
+pub(crate) fn new_grant_id() -> Result<String, StoreError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| StoreError::Random(e.to_string()))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// How a stored grant answers a claim, from its row.
+pub(crate) fn classify(consumed: bool, expired: bool) -> aml_core::ClaimStatus {
+    if consumed {
+        aml_core::ClaimStatus::AlreadyClaimed
+    } else if expired {
+        aml_core::ClaimStatus::Expired
+    } else {
+        // The row matched but the atomic update did not: another claimant won between the
+        // two statements.
+        aml_core::ClaimStatus::AlreadyClaimed
+    }
+}

@@ -1,0 +1,137 @@
+//! The receipt journal: an *intent* record before the tool is entered, an outcome record
+//! after. An intent with no outcome — the process died inside the tool — is `unknown`: the
+//! host must reconcile it, and nothing retries it.
+
+use std::sync::Arc;
+
+use aml_core::{async_trait, Sha256Digest, ToolCall, ToolError, ToolExecutor};
+use serde_json::Value;
+
+use crate::grant::StoreError;
+
+/// What the journal records before the tool is entered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntentEntry {
+    /// The frozen proposal's digest.
+    pub proposal_sha256: Sha256Digest,
+    /// The spent grant, for approval-required rules.
+    pub grant_id: Option<String>,
+    /// The tool.
+    pub tool: String,
+}
+
+/// How a dispatch ended, as the journal records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecordedOutcome {
+    /// `"dispatched"`: the tool returned.
+    Dispatched,
+    /// `"unknown"`: the tool failed after entry.
+    Unknown,
+}
+
+impl RecordedOutcome {
+    /// The stored string.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RecordedOutcome::Dispatched => "dispatched",
+            RecordedOutcome::Unknown => "unknown",
+        }
+    }
+}
+
+/// An intent with no outcome and no reconciliation: its dispatch is `unknown`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnresolvedIntent {
+    /// Journal id, for [`ReceiptJournal::reconcile`].
+    pub id: i64,
+    /// The proposal digest (hex).
+    pub proposal_sha256: String,
+    /// The spent grant.
+    pub grant_id: Option<String>,
+    /// The tool.
+    pub tool: String,
+    /// When the tool was about to be entered (ms since the epoch).
+    pub intent_at_ms: i64,
+}
+
+/// A durable, append-only record of what the boundary did.
+///
+/// ```
+/// use aml_core::async_trait;
+/// use aml_grants::{IntentEntry, ReceiptJournal, RecordedOutcome, StoreError, UnresolvedIntent};
+///
+/// /// A journal that forgets everything (for a host that keeps no records): every intent
+/// /// it ever returns is immediately resolved.
+/// #[derive(Debug)]
+/// struct Forgetful;
+///
+/// #[async_trait]
+/// impl ReceiptJournal for Forgetful {
+///     async fn intent(&self, _: &IntentEntry) -> Result<i64, StoreError> { Ok(0) }
+///     async fn outcome(&self, _: i64, _: RecordedOutcome, _: Option<&str>) -> Result<(), StoreError> { Ok(()) }
+///     async fn unresolved(&self) -> Result<Vec<UnresolvedIntent>, StoreError> { Ok(vec![]) }
+///     async fn reconcile(&self, _: i64, _: &str) -> Result<bool, StoreError> { Ok(false) }
+/// }
+/// ```
+#[async_trait]
+pub trait ReceiptJournal: Send + Sync + core::fmt::Debug {
+    /// Records that the tool is about to be entered; the record's id.
+    async fn intent(&self, entry: &IntentEntry) -> Result<i64, StoreError>;
+    /// Records how intent `id` ended.
+    async fn outcome(
+        &self,
+        id: i64,
+        outcome: RecordedOutcome,
+        detail: Option<&str>,
+    ) -> Result<(), StoreError>;
+    /// Intents with neither an outcome nor a reconciliation, oldest first.
+    async fn unresolved(&self) -> Result<Vec<UnresolvedIntent>, StoreError>;
+    /// Marks intent `id` reconciled by the host, with a note; whether it was unresolved.
+    async fn reconcile(&self, id: i64, note: &str) -> Result<bool, StoreError>;
+}
+
+/// A tool wrapped so every dispatch is journaled: intent first, then the tool, then the
+/// outcome.
+///
+/// If the intent cannot be written, the tool is not entered, and the call reports a failure
+/// after entry (`unknown`): conservative, and the broken journal needs the host's attention
+/// anyway. If the outcome cannot be written, the intent stays unresolved and is reported as
+/// `unknown` on restart.
+#[derive(Debug, Clone)]
+pub struct JournaledExecutor {
+    inner: Arc<dyn ToolExecutor>,
+    journal: Arc<dyn ReceiptJournal>,
+}
+
+impl JournaledExecutor {
+    /// Journals every call of `inner` in `journal`.
+    pub fn new(inner: Arc<dyn ToolExecutor>, journal: Arc<dyn ReceiptJournal>) -> Self {
+        JournaledExecutor { inner, journal }
+    }
+}
+
+#[async_trait]
+impl ToolExecutor for JournaledExecutor {
+    async fn execute(&self, call: ToolCall) -> Result<Value, ToolError> {
+        let entry = IntentEntry {
+            proposal_sha256: call.proposal().digest(),
+            grant_id: call.grant().and_then(|g| g.grant().approval_id.clone()),
+            tool: call.proposal().tool().to_owned(),
+        };
+        let id = self.journal.intent(&entry).await.map_err(|e| {
+            ToolError::with_source(
+                "the journal refused the intent record; the tool was not entered",
+                e,
+            )
+        })?;
+        let result = self.inner.execute(call).await;
+        let (outcome, detail) = match &result {
+            Ok(_) => (RecordedOutcome::Dispatched, None),
+            Err(e) => (RecordedOutcome::Unknown, Some(e.to_string())),
+        };
+        // Losing this record leaves the intent unresolved, i.e. reported as unknown.
+        let _ = self.journal.outcome(id, outcome, detail.as_deref()).await;
+        result
+    }
+}

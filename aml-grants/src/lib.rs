@@ -1,0 +1,52 @@
+//! Durable one-use grants, approval expiry, and a crash-safe receipt journal for the AML
+//! action boundary.
+//!
+//! This crate provides:
+//!
+//! - grant stores that issue a grant bound to one proposal digest, with an id and an expiry
+//!   ([`GrantLifetimes`]: 60 s by default, a host maximum), and consume it atomically once
+//!   (they implement [`aml_core::GrantStore`]): [`MemoryGrants`], [`SqliteStore`] (feature
+//!   `sqlite`, default) and [`PostgresStore`] (feature `postgres`);
+//! - [`IssuingApproval`], which issues the grant when the host's approval decision approves;
+//! - the receipt journal ([`ReceiptJournal`], implemented by both databases) and
+//!   [`JournaledExecutor`], which writes an intent before the tool is entered and the outcome
+//!   after; an intent left without an outcome is `unknown`, listed by
+//!   [`ReceiptJournal::unresolved`] until the host reconciles it.
+//!
+//! ```no_run
+//! # async fn host() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use aml_core::{approval_fn, tool_fn, Approval, ArgumentSnapshot, Effect, GuardedTool, Policy};
+//! use aml_grants::{IssuingApproval, JournaledExecutor, SqliteStore};
+//!
+//! let store = Arc::new(SqliteStore::open("/var/lib/my-host/boundary.db")?);
+//! let person = Arc::new(approval_fn(|req| async move { Ok(Approval::approve(req.proposal().digest())) }));
+//! let tool = GuardedTool::builder("send_message", Effect::Send, "Send a status update", Arc::new(Policy::empty()))
+//!     .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
+//!     .approval(IssuingApproval::new(person, store.clone()))
+//!     .grants_arc(store.clone())
+//!     .executor(JournaledExecutor::new(Arc::new(tool_fn(|_| async { Ok(serde_json::json!(null)) })), store.clone()))
+//!     .build()?;
+//! # let _ = tool; Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+
+mod clock;
+mod grant;
+mod issuing;
+mod journal;
+mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use grant::{GrantIssuer, GrantLifetimes, StoreError};
+pub use issuing::IssuingApproval;
+pub use journal::{IntentEntry, JournaledExecutor, ReceiptJournal, RecordedOutcome, UnresolvedIntent};
+pub use memory::MemoryGrants;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;

@@ -1,0 +1,100 @@
+//! Shared scenarios: one contract every grant store must keep.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aml_core::{
+    approval_fn, tool_fn, Approval, ArgumentSnapshot, ClaimStatus, Effect, GrantRef, GrantStore, GuardedTool,
+    Policy, ReceiptReason, Sha256Digest,
+};
+use aml_grants::{GrantIssuer, StoreError};
+use serde_json::json;
+
+pub(crate) fn digest(label: &str) -> Sha256Digest {
+    Sha256Digest::of(label.as_bytes())
+}
+
+pub(crate) fn grant(digest: Sha256Digest, id: &str) -> GrantRef {
+    GrantRef {
+        proposal_sha256: digest,
+        approval_id: Some(id.to_owned()),
+    }
+}
+
+/// Issue, claim once, refuse the replay, refuse other digests and unknown ids.
+pub(crate) async fn one_use_contract<S: GrantIssuer + GrantStore>(store: &S, tag: &str) {
+    let d = digest(&format!("{tag}/proposal"));
+    let id = store.issue(d, None).await.unwrap();
+    assert_eq!(
+        store
+            .claim(&grant(digest(&format!("{tag}/other")), &id))
+            .await
+            .unwrap(),
+        ClaimStatus::NotIssued
+    );
+    assert_eq!(store.claim(&grant(d, &id)).await.unwrap(), ClaimStatus::Claimed);
+    assert_eq!(
+        store.claim(&grant(d, &id)).await.unwrap(),
+        ClaimStatus::AlreadyClaimed
+    );
+    assert_eq!(
+        store.claim(&grant(d, "no-such-grant")).await.unwrap(),
+        ClaimStatus::NotIssued
+    );
+    let unnamed = GrantRef {
+        proposal_sha256: d,
+        approval_id: None,
+    };
+    assert_eq!(store.claim(&unnamed).await.unwrap(), ClaimStatus::NotIssued);
+    assert!(matches!(
+        store.issue(d, Some(Duration::from_secs(24 * 3600))).await,
+        Err(StoreError::TtlTooLong { .. })
+    ));
+}
+
+/// A policy with one approval-required rule for `send_message` to `team@example.test`.
+pub(crate) fn policy() -> Arc<Policy> {
+    Arc::new(Policy::from_value(
+        &json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "send_message", "effect": "send", "resource": "team@example.test", "requires_approval": true}]}),
+    ))
+}
+
+/// A guarded tool whose approval always names grant `id`, claimed from `store`, counting
+/// tool entries in `calls`.
+pub(crate) fn tool_with_grant(store: Arc<dyn GrantStore>, id: String, calls: Arc<AtomicUsize>) -> GuardedTool {
+    GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy())
+        .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
+        .approval(approval_fn(move |req| {
+            let id = id.clone();
+            async move { Ok(Approval::approve(req.proposal().digest()).with_id(id)) }
+        }))
+        .grants_arc(store)
+        .executor(tool_fn(move |_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Ok(json!({"sent": true})) }
+        }))
+        .build()
+        .unwrap()
+}
+
+pub(crate) fn args() -> serde_json::Value {
+    json!({"to": "team@example.test", "body": "Build passed."})
+}
+
+/// The digest the tool above computes for [`args`].
+pub(crate) fn args_digest() -> Sha256Digest {
+    let planned = aml_core::plan(
+        &json!({"protocol": "aml-proposed-action/1", "tool": "send_message", "effect": "send",
+                "resource": "team@example.test", "purpose": "Send a status update", "arguments": args()}),
+        &policy(),
+    );
+    planned.plan().proposal_sha256().unwrap()
+}
+
+/// Counts how the attempts ended.
+pub(crate) fn count(reasons: &[ReceiptReason], reason: ReceiptReason) -> usize {
+    reasons.iter().filter(|r| **r == reason).count()
+}

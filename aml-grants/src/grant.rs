@@ -20,6 +20,9 @@ pub enum StoreError {
     /// The database failed.
     #[error("grant store: {0}")]
     Database(String),
+    /// A grant with this id was already issued.
+    #[error("grant {0} was already issued")]
+    Duplicate(String),
     /// No randomness was available for a grant id.
     #[error("no randomness for a grant id: {0}")]
     Random(String),
@@ -79,10 +82,25 @@ impl GrantLifetimes {
 pub trait GrantIssuer: Send + Sync + core::fmt::Debug {
     /// Issues a grant for `digest` that expires after `ttl` (or the default); its id.
     async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError>;
+
+    /// Issues a grant under an id chosen beforehand (e.g. one a signed approval statement
+    /// names). An id that was already issued is refused with [`StoreError::Duplicate`], so a
+    /// replayed statement cannot mint a second grant.
+    async fn issue_named(
+        &self,
+        id: &str,
+        digest: Sha256Digest,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let _ = (id, digest, ttl);
+        Err(StoreError::Database(
+            "this store cannot issue named grants".into(),
+        ))
+    }
 }
 
-/// A fresh random grant id: 128 bits, lowercase hex.
-pub(crate) fn new_grant_id() -> Result<String, StoreError> {
+/// A fresh random grant id: 128 bits from the operating system, lowercase hex.
+pub fn new_grant_id() -> Result<String, StoreError> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| StoreError::Random(e.to_string()))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())

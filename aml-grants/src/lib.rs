@@ -42,7 +42,7 @@ mod postgres;
 mod sqlite;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use grant::{GrantIssuer, GrantLifetimes, StoreError};
+pub use grant::{new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
 pub use issuing::IssuingApproval;
 pub use journal::{IntentEntry, JournaledExecutor, ReceiptJournal, RecordedOutcome, UnresolvedIntent};
 pub use memory::MemoryGrants;

@@ -45,21 +45,35 @@ impl MemoryGrants {
 #[async_trait]
 impl GrantIssuer for MemoryGrants {
     async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError> {
-        let ttl = self.lifetimes.resolve(ttl)?;
         let id = new_grant_id()?;
+        self.issue_named(&id, digest, ttl).await?;
+        Ok(id)
+    }
+
+    async fn issue_named(
+        &self,
+        id: &str,
+        digest: Sha256Digest,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let ttl = self.lifetimes.resolve(ttl)?;
         let expires_at = self
             .clock
             .now_ms()
             .saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-        self.rows.lock().unwrap_or_else(|p| p.into_inner()).insert(
-            id.clone(),
+        let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+        if rows.contains_key(id) {
+            return Err(StoreError::Duplicate(id.to_owned()));
+        }
+        rows.insert(
+            id.to_owned(),
             Row {
                 digest,
                 expires_at,
                 consumed: false,
             },
         );
-        Ok(id)
+        Ok(())
     }
 }
 

@@ -74,17 +74,32 @@ impl PostgresStore {
 #[async_trait]
 impl GrantIssuer for PostgresStore {
     async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError> {
-        let ttl_ms = i64::try_from(self.lifetimes.resolve(ttl)?.as_millis()).unwrap_or(i64::MAX);
         let id = new_grant_id()?;
-        self.client
+        self.issue_named(&id, digest, ttl).await?;
+        Ok(id)
+    }
+
+    async fn issue_named(
+        &self,
+        id: &str,
+        digest: Sha256Digest,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let ttl_ms = i64::try_from(self.lifetimes.resolve(ttl)?.as_millis()).unwrap_or(i64::MAX);
+        let inserted = self
+            .client
             .execute(
                 "INSERT INTO aml_grants (id, digest, expires_at)
-                 VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond')",
+                 VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond')
+                 ON CONFLICT (id) DO NOTHING",
                 &[&id, &digest.to_string(), &ttl_ms],
             )
             .await
             .map_err(db)?;
-        Ok(id)
+        if inserted == 0 {
+            return Err(StoreError::Duplicate(id.to_owned()));
+        }
+        Ok(())
     }
 }
 

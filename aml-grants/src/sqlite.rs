@@ -117,20 +117,34 @@ impl SqliteStore {
 #[async_trait]
 impl GrantIssuer for SqliteStore {
     async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError> {
-        let ttl = i64::try_from(self.lifetimes.resolve(ttl)?.as_millis()).unwrap_or(i64::MAX);
         let id = new_grant_id()?;
-        let now = self.clock.now_ms();
-        let row = (id.clone(), digest.to_string());
-        self.run(move |c| {
-            c.execute(
-                "INSERT INTO aml_grants (id, digest, issued_at, expires_at) VALUES (?1, ?2, ?3, ?4)",
-                params![row.0, row.1, now, now.saturating_add(ttl)],
-            )
-            .map(drop)
-            .map_err(db)
-        })
-        .await?;
+        self.issue_named(&id, digest, ttl).await?;
         Ok(id)
+    }
+
+    async fn issue_named(
+        &self,
+        id: &str,
+        digest: Sha256Digest,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let ttl = i64::try_from(self.lifetimes.resolve(ttl)?.as_millis()).unwrap_or(i64::MAX);
+        let now = self.clock.now_ms();
+        let row = (id.to_owned(), digest.to_string());
+        self.run(move |c| {
+            let inserted = c
+                .execute(
+                    "INSERT INTO aml_grants (id, digest, issued_at, expires_at) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (id) DO NOTHING",
+                    params![row.0, row.1, now, now.saturating_add(ttl)],
+                )
+                .map_err(db)?;
+            if inserted == 0 {
+                return Err(StoreError::Duplicate(row.0));
+            }
+            Ok(())
+        })
+        .await
     }
 }
 

@@ -11,6 +11,7 @@ use common::*;
 #[tokio::test]
 async fn memory_store_is_one_use() {
     one_use_contract(&MemoryGrants::default(), "memory").await;
+    named_issue_contract(&MemoryGrants::default(), "memory").await;
 }
 
 #[tokio::test]

@@ -33,7 +33,9 @@ fn unique(tag: &str) -> String {
 
 #[tokio::test]
 async fn postgres_store_is_one_use() {
-    one_use_contract(&connect().await, &unique("contract")).await;
+    let store = connect().await;
+    one_use_contract(&store, &unique("contract")).await;
+    named_issue_contract(&store, &unique("named")).await;
 }
 
 #[tokio::test]

@@ -33,6 +33,7 @@ fn sqlite_store_is_one_use_and_durable_across_reopening() {
     rt().block_on(async {
         let store = SqliteStore::open(&path).unwrap();
         one_use_contract(&store, "sqlite").await;
+        named_issue_contract(&store, "sqlite").await;
         let d = digest("survives");
         let id = store.issue(d, None).await.unwrap();
         drop(store);

@@ -64,7 +64,11 @@ pub(crate) fn policy() -> Arc<Policy> {
 
 /// A guarded tool whose approval always names grant `id`, claimed from `store`, counting
 /// tool entries in `calls`.
-pub(crate) fn tool_with_grant(store: Arc<dyn GrantStore>, id: String, calls: Arc<AtomicUsize>) -> GuardedTool {
+pub(crate) fn tool_with_grant(
+    store: Arc<dyn GrantStore>,
+    id: String,
+    calls: Arc<AtomicUsize>,
+) -> GuardedTool {
     GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy())
         .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
         .approval(approval_fn(move |req| {
@@ -97,4 +101,20 @@ pub(crate) fn args_digest() -> Sha256Digest {
 /// Counts how the attempts ended.
 pub(crate) fn count(reasons: &[ReceiptReason], reason: ReceiptReason) -> usize {
     reasons.iter().filter(|r| **r == reason).count()
+}
+
+/// Named issuance: the chosen id works once and cannot be issued twice.
+pub(crate) async fn named_issue_contract<S: GrantIssuer + GrantStore>(store: &S, tag: &str) {
+    let d = digest(&format!("{tag}/named"));
+    let id = aml_grants::new_grant_id().unwrap();
+    store.issue_named(&id, d, None).await.unwrap();
+    assert!(matches!(
+        store.issue_named(&id, d, None).await,
+        Err(StoreError::Duplicate(_))
+    ));
+    assert_eq!(store.claim(&grant(d, &id)).await.unwrap(), ClaimStatus::Claimed);
+    assert!(matches!(
+        store.issue_named(&id, d, None).await,
+        Err(StoreError::Duplicate(_))
+    ));
 }

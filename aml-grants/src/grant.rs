@@ -107,6 +107,7 @@ pub fn new_grant_id() -> Result<String, StoreError> {
 }
 
 /// How a stored grant answers a claim, from its row.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn classify(consumed: bool, expired: bool) -> aml_core::ClaimStatus {
     if consumed {
         aml_core::ClaimStatus::AlreadyClaimed

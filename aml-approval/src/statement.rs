@@ -120,7 +120,7 @@ impl SignedStatement {
 
     /// The statement as JSON.
     pub fn to_value(&self) -> Value {
-        serde_json::to_value(self).unwrap_or_else(|_| json!(null))
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
 

@@ -20,7 +20,7 @@ const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:60rem;margi
 h1{font-size:1.4rem}h2{font-size:1.1rem;margin:0 0 .5rem}.effect{background:#fde68a;border-radius:.3rem;padding:0 .4rem;font-size:.9rem}\
 .proposal{border:1px solid #ccc;border-radius:.5rem;padding:1rem;margin:1rem 0}pre{background:#f5f5f5;padding:.75rem;overflow:auto}\
 code.digest{word-break:break-all}button{font-size:1rem;padding:.4rem 1.2rem;margin-right:.5rem;border-radius:.3rem;border:1px solid #888;cursor:pointer}\
-.approve{background:#16a34a;color:#fff}.deny{background:#dc2626;color:#fff}.result{font-size:1.1rem}";
+form{margin-top:1rem}.approve{background:#16a34a;color:#fff}.deny{background:#dc2626;color:#fff}.result{font-size:1.1rem}";
 
 /// A whole page.
 pub(crate) fn page(title: &str, body: &str) -> String {

@@ -16,7 +16,8 @@ use crate::statement::{ApproverKey, SignedStatement, Statement, Verdict, STATEME
 #[derive(Debug, Clone)]
 pub struct TtyApprovals {
     approver: Arc<ApproverKey>,
-    path: std::path::PathBuf,
+    input: std::path::PathBuf,
+    output: std::path::PathBuf,
     statement_ttl: Duration,
 }
 
@@ -26,22 +27,37 @@ impl TtyApprovals {
         Self::on(approver, "/dev/tty")
     }
 
-    /// Prompts on another terminal device (or a file pair, for tests).
+    /// Prompts on another terminal device.
     pub fn on(approver: ApproverKey, path: impl Into<std::path::PathBuf>) -> Self {
+        let path = path.into();
+        Self::on_pair(approver, path.clone(), path)
+    }
+
+    /// Reads answers from `input` and writes prompts to `output` (two ends of a terminal,
+    /// or files in tests).
+    pub fn on_pair(
+        approver: ApproverKey,
+        input: impl Into<std::path::PathBuf>,
+        output: impl Into<std::path::PathBuf>,
+    ) -> Self {
         TtyApprovals {
             approver: Arc::new(approver),
-            path: path.into(),
+            input: input.into(),
+            output: output.into(),
             statement_ttl: Duration::from_secs(300),
         }
     }
 
     fn ask(&self, pending: &PendingApproval) -> Result<Verdict, ChannelError> {
-        let tty = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.path)
-            .map_err(|e| ChannelError(format!("cannot open {:?}: {e}", self.path)))?;
-        let mut out = tty.try_clone().map_err(|e| ChannelError(e.to_string()))?;
+        let open = |path: &std::path::Path, write: bool| {
+            std::fs::OpenOptions::new()
+                .read(!write)
+                .write(write)
+                .open(path)
+                .map_err(|e| ChannelError(format!("cannot open {path:?}: {e}")))
+        };
+        let tty = open(&self.input, false)?;
+        let mut out = open(&self.output, true)?;
         let p = &pending.proposal;
         write!(
             out,

@@ -89,6 +89,12 @@ impl WebApprovals {
     pub fn pending_count(&self) -> usize {
         self.state.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
+
+    /// The digests of the proposals waiting, in grant-id order.
+    pub fn pending_digests(&self) -> Vec<aml_core::Sha256Digest> {
+        let pending = self.state.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.values().map(|e| e.pending.proposal.digest()).collect()
+    }
 }
 
 /// Removes a pending entry when its caller stops waiting (decided, timed out, dropped).

@@ -170,3 +170,85 @@ fn aml_mcp_gate_forwards_allowed_calls_and_stops_the_rest() {
     assert_eq!(log[1]["verdict"]["receipt"]["execution_status"], "blocked");
     assert!(log.iter().all(|l| l["tool"].is_string() && l["time_ms"].is_u64()));
 }
+
+async fn http(address: &str, request: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[test]
+fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
+    use tokio::io::AsyncBufReadExt;
+    let rt = setup();
+    let dir = temp_dir("approve-web");
+    let (policy, tools, audit) = (
+        dir.join("policy.json"),
+        dir.join("tools.json"),
+        dir.join("audit.jsonl"),
+    );
+    std::fs::write(&policy, json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "send_notice", "effect": "send", "resource": "team@example.test", "requires_approval": true}]}).to_string()).unwrap();
+    std::fs::write(&tools, json!({"tools": [{"name": "send_notice", "effect": "send", "purpose": "Send a local notice",
+        "resource": {"argument": "to"},
+        "input_schema": {"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+                         "required": ["to", "body"], "additionalProperties": false}}]}).to_string()).unwrap();
+    rt.block_on(async {
+        let mut command = tokio::process::Command::new(gate_binary());
+        command
+            .args(["--approve", "web", "--approval-timeout", "3", "--receipts"])
+            .arg(dir.join("receipts.jsonl"))
+            .arg("--policy").arg(&policy).arg("--tools").arg(&tools).arg("--").arg(FIXTURE)
+            .env("AML_NOTICE_AUDIT", &audit);
+        let (transport, stderr) = TokioChildProcess::builder(command).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let mut lines = tokio::io::BufReader::new(stderr.unwrap()).lines();
+        let url = loop {
+            let line = lines.next_line().await.unwrap().expect("the gate prints its approval URL");
+            if let Some((_, url)) = line.split_once(" at ") {
+                break url.to_owned();
+            }
+        };
+        let (origin, token) = url.trim_start_matches("http://").split_once("/?t=").unwrap();
+        let (origin, token) = (origin.to_owned(), token.to_owned());
+        let client = ().serve(transport).await.unwrap();
+        let args = json!({"to": "team@example.test", "body": "needs a person"}).as_object().unwrap().clone();
+        let peer = client.peer().clone();
+        let call = tokio::spawn(async move {
+            peer.call_tool(CallToolRequestParams::new("send_notice").with_arguments(args)).await.unwrap()
+        });
+        let pending = loop {
+            let response = http(&origin, format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: x\r\n\r\n")).await;
+            let list: Value = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+            if let Some(first) = list.as_array().and_then(|l| l.first()) {
+                break first.clone();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        assert_eq!(pending["tool"], "send_notice");
+        let form = format!("t={token}&grant_id={}&proposal_sha256={}&decision=approve", pending["grant_id"].as_str().unwrap(),
+                           pending["proposal_sha256"].as_str().unwrap());
+        let decided = http(&origin, format!("POST /decide HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}", form.len())).await;
+        assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
+        let approved = call.await.unwrap();
+        assert_eq!(meta_verdict(&approved)["receipt"]["reason"], "host_dispatch_returned");
+        assert_eq!(meta_verdict(&approved)["plan"]["proposal_sha256"], pending["proposal_sha256"]);
+
+        // Nobody decides: the call blocks when the wait runs out; it never runs.
+        let args = json!({"to": "team@example.test", "body": "nobody answers"}).as_object().unwrap().clone();
+        let ignored = client.peer().call_tool(CallToolRequestParams::new("send_notice").with_arguments(args)).await.unwrap();
+        assert_eq!(meta_verdict(&ignored)["receipt"]["reason"], "approval_error");
+        let _ = client.cancel().await;
+    });
+    let audit: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        audit,
+        [json!({"tool": "send_notice", "to": "team@example.test", "body": "needs a person"})]
+    );
+}

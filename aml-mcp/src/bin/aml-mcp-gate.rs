@@ -14,21 +14,36 @@ use rmcp::ServiceExt;
 use serde_json::json;
 
 const USAGE: &str = "\
-usage: aml-mcp-gate --policy POLICY.json [--tools TOOLS.json] [--receipts FILE] -- SERVER_COMMAND [ARGS...]
+usage: aml-mcp-gate --policy POLICY.json [--tools TOOLS.json] [--receipts FILE]
+                    [--approve web|tty] [--approver-key KEY.json] [--approval-timeout SECONDS]
+                    [--approval-port PORT] -- SERVER_COMMAND [ARGS...]
 
-  --policy    aml-action-policy/1 document; a malformed policy is refused at start
-  --tools     the tools the agent may call: {\"tools\": [{name, effect, purpose,
-              resource: {\"argument\": NAME} | {\"fixed\": RESOURCE}, input_schema}]};
-              without it every tools/call is refused (invalid_or_unregistered_call)
-  --receipts  append one JSON line per gated call to FILE (default: stderr)
+  --policy            aml-action-policy/1 document; a malformed policy is refused at start
+  --tools             the tools the agent may call: {\"tools\": [{name, effect, purpose,
+                      resource: {\"argument\": NAME} | {\"fixed\": RESOURCE}, input_schema}]};
+                      without it every tools/call is refused (invalid_or_unregistered_call)
+  --receipts          append one JSON line per gated call to FILE (default: stderr)
+  --approve web       serve an approval page on 127.0.0.1 and print its URL (with its
+                      secret token) to stderr; each approval-required call waits there
+  --approve tty       ask on the controlling terminal (/dev/tty), never on stdin/stdout
+  --approver-key      the approver's key file (aml-approval keygen); without it a key
+                      for this run only is generated
+  --approval-timeout  how long a call waits for a decision before it is blocked
+                      (approval_error); default 300
+  --approval-port     the approval page's port (default: any free port)
 
-Approval-required rules block with approval_unavailable: this gate has no approval
-channel yet. Nothing is ever written to stdout but MCP messages.";
+Without --approve, approval-required rules block with approval_unavailable. Approvals are
+signed (Ed25519) and each issues a one-use grant. Nothing is ever written to stdout but
+MCP messages.";
 
 struct Options {
     policy: String,
     tools: Option<String>,
     receipts: Option<String>,
+    approve: Option<String>,
+    approver_key: Option<String>,
+    approval_timeout: Option<String>,
+    approval_port: Option<String>,
     command: Vec<String>,
 }
 
@@ -42,12 +57,17 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
         return Err("missing the server command after `--`".into());
     }
     let (mut policy, mut tools, mut receipts) = (None, None, None);
+    let (mut approve, mut approver_key, mut approval_timeout, mut approval_port) = (None, None, None, None);
     let mut it = flags.iter();
     while let Some(flag) = it.next() {
         let slot = match flag.as_str() {
             "--policy" => &mut policy,
             "--tools" => &mut tools,
             "--receipts" => &mut receipts,
+            "--approve" => &mut approve,
+            "--approver-key" => &mut approver_key,
+            "--approval-timeout" => &mut approval_timeout,
+            "--approval-port" => &mut approval_port,
             other => return Err(format!("unknown option {other:?}")),
         };
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -55,10 +75,17 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
             return Err(format!("{flag} given twice"));
         }
     }
+    if approve.as_deref().is_some_and(|a| a != "web" && a != "tty") {
+        return Err("--approve takes web or tty".into());
+    }
     Ok(Options {
         policy: policy.ok_or("--policy is required")?,
         tools,
         receipts,
+        approve,
+        approver_key,
+        approval_timeout,
+        approval_port,
         command: command.to_vec(),
     })
 }
@@ -122,7 +149,10 @@ async fn run(options: Options) -> Result<(), String> {
         .await
         .map_err(|e| format!("upstream server did not initialize: {e}"))?;
 
-    let gate = McpGate::new(registry, LivePolicy::new(policy));
+    let mut gate = McpGate::new(registry, LivePolicy::new(policy));
+    if let Some(channel) = options.approve.as_deref() {
+        gate = with_approvals(gate, channel, &options).await?;
+    }
     let server = GatedServer::new(Upstream::new(upstream.peer().clone()), gate).with_sink(sink);
     let running = server
         .serve(rmcp::transport::stdio())
@@ -134,6 +164,48 @@ async fn run(options: Options) -> Result<(), String> {
         .map_err(|e| format!("server task failed: {e}"))?;
     drop(upstream);
     Ok(())
+}
+
+/// Signed human approval: a decision channel, the approver's keyring, and a one-use grant
+/// store that issues the grant each signed approval names.
+async fn with_approvals(gate: McpGate, channel: &str, options: &Options) -> Result<McpGate, String> {
+    use aml_approval::{
+        ApproverKey, DecisionChannel, Keyring, SignedApprovalHook, TtyApprovals, WebApprovals,
+    };
+    use aml_grants::MemoryGrants;
+
+    let key = match &options.approver_key {
+        Some(path) => ApproverKey::from_json(&read(path)?).map_err(|e| format!("{path}: {e}"))?,
+        None => ApproverKey::generate("aml-mcp-gate-session").map_err(|e| e.to_string())?,
+    };
+    let keyring = Keyring::new()
+        .with_key(key.key_id(), &key.public_key_hex())
+        .map_err(|e| e.to_string())?;
+    let timeout = match &options.approval_timeout {
+        Some(secs) => secs
+            .parse()
+            .map_err(|_| format!("--approval-timeout needs whole seconds, got {secs:?}"))?,
+        None => 300,
+    };
+    let channel: Arc<dyn DecisionChannel> = if channel == "web" {
+        let port = match &options.approval_port {
+            Some(p) => p
+                .parse()
+                .map_err(|_| format!("--approval-port needs a port number, got {p:?}"))?,
+            None => 0,
+        };
+        let page = WebApprovals::start(port, key, None)
+            .await
+            .map_err(|e| format!("approval page: {e}"))?;
+        eprintln!("aml-mcp-gate: approve or deny pending calls at {}", page.url());
+        Arc::new(page)
+    } else {
+        Arc::new(TtyApprovals::new(key))
+    };
+    let grants = Arc::new(MemoryGrants::default());
+    let hook = SignedApprovalHook::new(keyring, channel, grants.clone())
+        .with_timeout(std::time::Duration::from_secs(timeout));
+    Ok(gate.with_approval(Arc::new(hook)).with_grants(grants))
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,258 @@
+//! The approval page in a real browser: Debian's Chromium driven headless by
+//! playwright-core (both installed by `scripts/interop-setup`).
+//!
+//! Approve dispatches the tool once; Deny blocks; a click on a page loaded before the
+//! arguments changed approves nothing; two tabs approving one proposal dispatch it once.
+//! A screenshot of the page is kept at `target/artifacts/approval-page.png`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aml_approval::{ApproverKey, Keyring, SignedApprovalHook, SignedStatement, WebApprovals};
+use aml_core::{tool_fn, ArgumentSnapshot, Effect, GuardedTool, Policy, ReceiptReason, Sha256Digest};
+use aml_grants::MemoryGrants;
+use serde_json::{json, Value};
+
+struct Browser {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Browser {
+    fn start() -> Self {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let modules = root.join("target/interop/node/node_modules");
+        assert!(
+            modules.join("playwright-core").is_dir() && PathBuf::from("/usr/bin/chromium").is_file(),
+            "playwright-core or /usr/bin/chromium missing: run `bash scripts/interop-setup` (scripts/test does)"
+        );
+        let mut child = Command::new("node")
+            .arg(root.join("scripts/interop/browser.js"))
+            .env("NODE_PATH", modules)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("node");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Browser { child, stdin, stdout }
+    }
+
+    fn send(&mut self, command: &str) -> Value {
+        writeln!(self.stdin.as_mut().unwrap(), "{command}").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        let reply: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("driver said {line:?}"));
+        assert_eq!(reply["ok"], true, "{command}: {reply}");
+        reply["result"].clone()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = writeln!(stdin, "quit");
+        } // Closing stdin ends the driver's command loop.
+        let _ = self.child.wait();
+    }
+}
+
+struct Host {
+    page: WebApprovals,
+    tool: Arc<GuardedTool>,
+    calls: Arc<AtomicUsize>,
+    signed: Arc<Mutex<Vec<SignedStatement>>>,
+}
+
+async fn host() -> Host {
+    let approver = ApproverKey::generate("alice").unwrap();
+    let keyring = Keyring::new()
+        .with_key("alice", &approver.public_key_hex())
+        .unwrap();
+    let signed: Arc<Mutex<Vec<SignedStatement>>> = Arc::default();
+    let log = Arc::clone(&signed);
+    let page = WebApprovals::start(
+        0,
+        approver,
+        Some(Arc::new(move |s: &SignedStatement| {
+            log.lock().unwrap().push(s.clone())
+        })),
+    )
+    .await
+    .unwrap();
+    let grants = Arc::new(MemoryGrants::default());
+    let hook = SignedApprovalHook::new(keyring, Arc::new(page.clone()), grants.clone())
+        .with_timeout(Duration::from_secs(60));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let policy = Arc::new(Policy::from_value(
+        &json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "send_message", "effect": "send", "resource": "team@example.test", "requires_approval": true}]}),
+    ));
+    let tool = GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy)
+        .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
+        .approval(hook)
+        .grants_arc(grants)
+        .executor(tool_fn(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok(json!({"sent": true})) }
+        }))
+        .build()
+        .unwrap();
+    Host {
+        page,
+        tool: Arc::new(tool),
+        calls,
+        signed,
+    }
+}
+
+impl Host {
+    fn propose(&self, body: &str) -> tokio::task::JoinHandle<ReceiptReason> {
+        let tool = Arc::clone(&self.tool);
+        let args = json!({"to": "team@example.test", "body": body});
+        tokio::spawn(async move { tool.call(&args).await.unwrap().receipt().reason() })
+    }
+
+    async fn wait_for_pending(&self, n: usize) -> Vec<Sha256Digest> {
+        for _ in 0..500 {
+            let digests = self.page.pending_digests();
+            if digests.len() == n {
+                return digests;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "expected {n} pending proposals, have {}",
+            self.page.pending_count()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approving_denying_stale_clicks_and_two_tabs_in_a_real_browser() {
+    let host = host().await;
+    let url = host.page.url();
+    let mut browser = tokio::task::spawn_blocking(Browser::start).await.unwrap();
+    let mut send = |command: String| browser.send(&command);
+
+    // Approve dispatches once; the page shows the proposal exactly.
+    let a = host.propose("Build passed.");
+    let [digest_a] = host.wait_for_pending(1).await[..] else {
+        unreachable!()
+    };
+    assert_eq!(send(format!("open approve {url}")), 1);
+    let artifacts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("approval-page.png");
+    send(format!("screenshot approve {}", shot.display()));
+    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+    assert!(send(format!("click approve approve {digest_a}"))
+        .as_str()
+        .unwrap()
+        .starts_with("Approved"));
+    assert_eq!(a.await.unwrap(), ReceiptReason::HostDispatchReturned);
+    assert_eq!(host.calls.load(Ordering::SeqCst), 1);
+
+    // Deny blocks.
+    let b = host.propose("Please deny me.");
+    let [digest_b] = host.wait_for_pending(1).await[..] else {
+        unreachable!()
+    };
+    send(format!("open deny {url}"));
+    assert!(send(format!("click deny deny {digest_b}"))
+        .as_str()
+        .unwrap()
+        .starts_with("Denied"));
+    assert_eq!(b.await.unwrap(), ReceiptReason::ApprovalMissingOrMismatched);
+    assert_eq!(host.calls.load(Ordering::SeqCst), 1);
+
+    // The arguments change after the page loaded: the stale click approves nothing.
+    let c = host.propose("Original text.");
+    let [digest_c] = host.wait_for_pending(1).await[..] else {
+        unreachable!()
+    };
+    send(format!("open stale {url}"));
+    c.abort();
+    let _ = c.await;
+    let d = host.propose("Changed after the page loaded.");
+    let [digest_d] = host.wait_for_pending(1).await[..] else {
+        unreachable!()
+    };
+    assert_ne!(digest_c, digest_d);
+    let stale = send(format!("click stale approve {digest_c}"));
+    assert!(
+        stale.as_str().unwrap().contains("nothing was approved"),
+        "{stale}"
+    );
+    assert_eq!(host.page.pending_digests(), [digest_d]);
+    send(format!("open fresh {url}"));
+    send(format!("click fresh deny {digest_d}"));
+    assert_eq!(d.await.unwrap(), ReceiptReason::ApprovalMissingOrMismatched);
+    assert_eq!(host.calls.load(Ordering::SeqCst), 1);
+
+    // Two tabs approve the same proposal: it dispatches once.
+    let e = host.propose("Two tabs.");
+    let [digest_e] = host.wait_for_pending(1).await[..] else {
+        unreachable!()
+    };
+    send(format!("open one {url}"));
+    send(format!("open two {url}"));
+    assert!(send(format!("click one approve {digest_e}"))
+        .as_str()
+        .unwrap()
+        .starts_with("Approved"));
+    let second = send(format!("click two approve {digest_e}"));
+    assert!(
+        second.as_str().unwrap().contains("nothing was approved")
+            || second.as_str().unwrap().contains("already decided"),
+        "{second}"
+    );
+    assert_eq!(e.await.unwrap(), ReceiptReason::HostDispatchReturned);
+    assert_eq!(host.calls.load(Ordering::SeqCst), 2);
+
+    // Every click that decided was signed: approve, deny, deny, approve.
+    let decisions: Vec<String> = host
+        .signed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| format!("{:?}", s.statement.decision))
+        .collect();
+    assert_eq!(decisions, ["Approve", "Deny", "Deny", "Approve"]);
+}
+
+#[tokio::test]
+async fn the_page_refuses_requests_without_the_token() {
+    let host = host().await;
+    let base = host.page.url();
+    let (origin, _) = base.split_once("/?t=").unwrap();
+    let address = origin.trim_start_matches("http://");
+    for path in ["/", "/?t=wrong", "/pending.json", "/pending.json?t=0000"] {
+        let response = raw_get(address, path).await;
+        assert!(response.starts_with("HTTP/1.1 403"), "{path}: {response}");
+    }
+    assert!(raw_get(
+        address,
+        &format!("/pending.json?t={}", base.split_once("?t=").unwrap().1)
+    )
+    .await
+    .starts_with("HTTP/1.1 200"));
+}
+
+async fn raw_get(address: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.unwrap();
+    out
+}

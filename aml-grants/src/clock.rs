@@ -4,6 +4,21 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch.
+///
+/// ```
+/// use aml_grants::Clock;
+///
+/// /// A clock fixed at one instant, e.g. to replay a recorded decision.
+/// #[derive(Debug)]
+/// struct Frozen(i64);
+///
+/// impl Clock for Frozen {
+///     fn now_ms(&self) -> i64 {
+///         self.0
+///     }
+/// }
+/// assert_eq!(Frozen(42).now_ms(), 42);
+/// ```
 pub trait Clock: Send + Sync + core::fmt::Debug {
     /// Now.
     fn now_ms(&self) -> i64;

@@ -67,35 +67,35 @@ impl GrantLifetimes {
 /// use aml_core::{async_trait, Sha256Digest};
 /// use aml_grants::{GrantIssuer, StoreError};
 ///
-/// /// An issuer that delegates to another service and prefixes its ids.
+/// /// An issuer that keeps its grant ids in their own namespace of another store.
 /// #[derive(Debug)]
 /// struct Prefixed<I>(I);
 ///
 /// #[async_trait]
 /// impl<I: GrantIssuer> GrantIssuer for Prefixed<I> {
-///     async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError> {
-///         Ok(format!("host-{}", self.0.issue(digest, ttl).await?))
+///     async fn issue_named(&self, id: &str, digest: Sha256Digest, ttl: Option<Duration>) -> Result<(), StoreError> {
+///         self.0.issue_named(&format!("host-{id}"), digest, ttl).await
 ///     }
 /// }
 /// ```
 #[async_trait]
 pub trait GrantIssuer: Send + Sync + core::fmt::Debug {
-    /// Issues a grant for `digest` that expires after `ttl` (or the default); its id.
-    async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError>;
-
     /// Issues a grant under an id chosen beforehand (e.g. one a signed approval statement
-    /// names). An id that was already issued is refused with [`StoreError::Duplicate`], so a
-    /// replayed statement cannot mint a second grant.
+    /// names), for `digest`, expiring after `ttl` (or the default). An id that was already
+    /// issued is refused with [`StoreError::Duplicate`], so a replayed statement cannot mint
+    /// a second grant.
     async fn issue_named(
         &self,
         id: &str,
         digest: Sha256Digest,
         ttl: Option<Duration>,
-    ) -> Result<(), StoreError> {
-        let _ = (id, digest, ttl);
-        Err(StoreError::Database(
-            "this store cannot issue named grants".into(),
-        ))
+    ) -> Result<(), StoreError>;
+
+    /// Issues a grant under a fresh random id; the id.
+    async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError> {
+        let id = new_grant_id()?;
+        self.issue_named(&id, digest, ttl).await?;
+        Ok(id)
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use aml_core::{async_trait, ClaimError, ClaimStatus, GrantRef, GrantStore, Sha256Digest};
 
 use crate::clock::{Clock, SystemClock};
-use crate::grant::{new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
+use crate::grant::{GrantIssuer, GrantLifetimes, StoreError};
 
 #[derive(Debug)]
 struct Row {
@@ -44,12 +44,6 @@ impl MemoryGrants {
 
 #[async_trait]
 impl GrantIssuer for MemoryGrants {
-    async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError> {
-        let id = new_grant_id()?;
-        self.issue_named(&id, digest, ttl).await?;
-        Ok(id)
-    }
-
     async fn issue_named(
         &self,
         id: &str,

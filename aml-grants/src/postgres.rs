@@ -6,7 +6,7 @@ use std::time::Duration;
 use aml_core::{async_trait, ClaimError, ClaimStatus, GrantRef, GrantStore, Sha256Digest};
 use tokio_postgres::{Client, NoTls};
 
-use crate::grant::{classify, new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
+use crate::grant::{classify, GrantIssuer, GrantLifetimes, StoreError};
 use crate::journal::{IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent};
 
 const SCHEMA: &str = "
@@ -73,12 +73,6 @@ impl PostgresStore {
 
 #[async_trait]
 impl GrantIssuer for PostgresStore {
-    async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError> {
-        let id = new_grant_id()?;
-        self.issue_named(&id, digest, ttl).await?;
-        Ok(id)
-    }
-
     async fn issue_named(
         &self,
         id: &str,

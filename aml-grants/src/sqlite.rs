@@ -10,7 +10,7 @@ use aml_core::{async_trait, ClaimError, ClaimStatus, GrantRef, GrantStore, Sha25
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::clock::{Clock, SystemClock};
-use crate::grant::{classify, new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
+use crate::grant::{classify, GrantIssuer, GrantLifetimes, StoreError};
 use crate::journal::{IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent};
 
 const SCHEMA: &str = "
@@ -116,12 +116,6 @@ impl SqliteStore {
 
 #[async_trait]
 impl GrantIssuer for SqliteStore {
-    async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError> {
-        let id = new_grant_id()?;
-        self.issue_named(&id, digest, ttl).await?;
-        Ok(id)
-    }
-
     async fn issue_named(
         &self,
         id: &str,

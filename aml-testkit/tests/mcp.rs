@@ -76,6 +76,22 @@ fn gate_binary() -> PathBuf {
     path
 }
 
+/// The gate's policy (one rule for `send_notice` to the team) and tool registry.
+fn write_gate_config(policy: &std::path::Path, tools: &std::path::Path, requires_approval: bool) {
+    std::fs::write(
+        policy,
+        json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "send_notice", "effect": "send", "resource": "team@example.test",
+         "requires_approval": requires_approval}]})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(tools, json!({"tools": [{"name": "send_notice", "effect": "send", "purpose": "Send a local notice",
+        "resource": {"argument": "to"},
+        "input_schema": {"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+                         "required": ["to", "body"], "additionalProperties": false}}]}).to_string()).unwrap();
+}
+
 fn meta_verdict(result: &rmcp::model::CallToolResult) -> Value {
     result.meta.as_ref().unwrap().0[VERDICT_META_KEY].clone()
 }
@@ -90,12 +106,7 @@ fn aml_mcp_gate_forwards_allowed_calls_and_stops_the_rest() {
         dir.join("receipts.jsonl"),
         dir.join("audit.jsonl"),
     );
-    std::fs::write(&policy, json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "send_notice", "effect": "send", "resource": "team@example.test", "requires_approval": false}]}).to_string()).unwrap();
-    std::fs::write(&tools, json!({"tools": [{"name": "send_notice", "effect": "send", "purpose": "Send a local notice",
-        "resource": {"argument": "to"},
-        "input_schema": {"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
-                         "required": ["to", "body"], "additionalProperties": false}}]}).to_string()).unwrap();
+    write_gate_config(&policy, &tools, false);
 
     rt.block_on(async {
         let mut command = tokio::process::Command::new(gate_binary());
@@ -190,12 +201,7 @@ fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
         dir.join("tools.json"),
         dir.join("audit.jsonl"),
     );
-    std::fs::write(&policy, json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "send_notice", "effect": "send", "resource": "team@example.test", "requires_approval": true}]}).to_string()).unwrap();
-    std::fs::write(&tools, json!({"tools": [{"name": "send_notice", "effect": "send", "purpose": "Send a local notice",
-        "resource": {"argument": "to"},
-        "input_schema": {"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
-                         "required": ["to", "body"], "additionalProperties": false}}]}).to_string()).unwrap();
+    write_gate_config(&policy, &tools, true);
     rt.block_on(async {
         let mut command = tokio::process::Command::new(gate_binary());
         command

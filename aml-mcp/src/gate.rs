@@ -8,7 +8,7 @@ use aml_core::{
     tool_fn, ApprovalHook, ExecutionStatus, GrantStore, GuardedTool, GuardedToolError, InMemoryGrantStore,
     Plan, PolicySource, Receipt, ToolError,
 };
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, MetaObject};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, ResultType};
 use serde_json::{json, Value};
 
 use crate::registry::ToolRegistry;
@@ -120,6 +120,8 @@ impl Verdict {
             (Some(result), ResultStatus::Returned | ResultStatus::ToolError) => result.clone(),
             _ => CallToolResult::error(vec![ContentBlock::text(self.explanation())]),
         };
+        // Required on every result from protocol 2026-07-28 on; an older upstream omits it.
+        result.result_type.get_or_insert(ResultType::COMPLETE);
         let mut object = result.meta.take().map(|m| m.0).unwrap_or_default();
         object.insert(VERDICT_META_KEY.to_owned(), meta);
         result.meta = Some(MetaObject(object));

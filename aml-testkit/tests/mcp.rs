@@ -239,6 +239,12 @@ fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
         let decided = http(&origin, format!("POST /decide HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}", form.len())).await;
         assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
         let approved = call.await.unwrap();
+        let journal = std::fs::read_to_string(dir.join("receipts.jsonl")).unwrap();
+        let statement: Value = journal.lines().map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find_map(|r| r.get("approval_statement").cloned()).expect("the signed decision is journaled");
+        assert_eq!(statement["decision"], "approve");
+        assert_eq!(statement["proposal_sha256"], pending["proposal_sha256"]);
+        assert_eq!(statement["signature"].as_str().unwrap().len(), 128);
         assert_eq!(meta_verdict(&approved)["receipt"]["reason"], "host_dispatch_returned");
         assert_eq!(meta_verdict(&approved)["plan"]["proposal_sha256"], pending["proposal_sha256"]);
 

@@ -94,40 +94,46 @@ fn read(path: &str) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))
 }
 
-fn receipt_sink(path: Option<&str>) -> Result<VerdictSink, String> {
-    let out: Box<dyn Write + Send> = match path {
-        Some(p) => Box::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .map_err(|e| format!("cannot open {p}: {e}"))?,
-        ),
-        None => Box::new(std::io::stderr()),
-    };
-    let out = Mutex::new(out);
-    Ok(Arc::new(move |tool: &str, verdict: &Verdict| {
+/// The receipt journal of this gate: JSON lines, one write per record (formatting straight
+/// into the file would issue a write call per token), never on stdout.
+#[derive(Clone)]
+struct ReceiptLog(Arc<Mutex<Box<dyn Write + Send>>>);
+
+impl ReceiptLog {
+    fn open(path: Option<&str>) -> Result<Self, String> {
+        let out: Box<dyn Write + Send> = match path {
+            Some(p) => Box::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map_err(|e| format!("cannot open {p}: {e}"))?,
+            ),
+            None => Box::new(std::io::stderr()),
+        };
+        Ok(ReceiptLog(Arc::new(Mutex::new(out))))
+    }
+
+    fn append(&self, mut record: serde_json::Value) {
         let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
-        let line = json!({
-            "time_ms": millis as u64, "tool": tool, "verdict": verdict.to_value(),
-            "detail": verdict.detail, "host_error": verdict.host_error,
-        });
-        // One write per record: formatting straight into the file would issue a write
-        // call per token.
-        let record = format!("{line}\n");
-        let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
-        // A receipt log that cannot be written is reported on stderr, never on stdout.
-        if out
-            .write_all(record.as_bytes())
-            .and_then(|()| out.flush())
-            .is_err()
-        {
-            eprintln!("aml-mcp-gate: cannot write receipt log: {line}");
+        record["time_ms"] = json!(millis as u64);
+        let line = format!("{record}\n");
+        let mut out = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if out.write_all(line.as_bytes()).and_then(|()| out.flush()).is_err() {
+            eprintln!("aml-mcp-gate: cannot write receipt log: {record}");
         }
-    }))
+    }
+
+    fn verdicts(&self) -> VerdictSink {
+        let log = self.clone();
+        Arc::new(move |tool: &str, verdict: &Verdict| {
+            log.append(json!({"tool": tool, "verdict": verdict.to_value(),
+                              "detail": verdict.detail, "host_error": verdict.host_error}));
+        })
+    }
 }
 
 async fn run(options: Options) -> Result<(), String> {
@@ -138,7 +144,7 @@ async fn run(options: Options) -> Result<(), String> {
         Some(path) => ToolRegistry::from_json(&read(path)?).map_err(|e| format!("{path}: {e}"))?,
         None => ToolRegistry::new(),
     };
-    let sink = receipt_sink(options.receipts.as_deref())?;
+    let log = ReceiptLog::open(options.receipts.as_deref())?;
 
     let mut command = tokio::process::Command::new(&options.command[0]);
     command.args(&options.command[1..]);
@@ -151,9 +157,9 @@ async fn run(options: Options) -> Result<(), String> {
 
     let mut gate = McpGate::new(registry, LivePolicy::new(policy));
     if let Some(channel) = options.approve.as_deref() {
-        gate = with_approvals(gate, channel, &options).await?;
+        gate = with_approvals(gate, channel, &options, &log).await?;
     }
-    let server = GatedServer::new(Upstream::new(upstream.peer().clone()), gate).with_sink(sink);
+    let server = GatedServer::new(Upstream::new(upstream.peer().clone()), gate).with_sink(log.verdicts());
     let running = server
         .serve(rmcp::transport::stdio())
         .await
@@ -168,7 +174,12 @@ async fn run(options: Options) -> Result<(), String> {
 
 /// Signed human approval: a decision channel, the approver's keyring, and a one-use grant
 /// store that issues the grant each signed approval names.
-async fn with_approvals(gate: McpGate, channel: &str, options: &Options) -> Result<McpGate, String> {
+async fn with_approvals(
+    gate: McpGate,
+    channel: &str,
+    options: &Options,
+    log: &ReceiptLog,
+) -> Result<McpGate, String> {
     use aml_approval::{
         ApproverKey, DecisionChannel, Keyring, SignedApprovalHook, TtyApprovals, WebApprovals,
     };
@@ -194,7 +205,11 @@ async fn with_approvals(gate: McpGate, channel: &str, options: &Options) -> Resu
                 .map_err(|_| format!("--approval-port needs a port number, got {p:?}"))?,
             None => 0,
         };
-        let page = WebApprovals::start(port, key, None)
+        // Every signed decision is journaled beside the receipts.
+        let decisions = log.clone();
+        let record: aml_approval::DecisionLog =
+            Arc::new(move |signed| decisions.append(json!({"approval_statement": signed.to_value()})));
+        let page = WebApprovals::start(port, key, Some(record))
             .await
             .map_err(|e| format!("approval page: {e}"))?;
         eprintln!("aml-mcp-gate: approve or deny pending calls at {}", page.url());

@@ -67,8 +67,12 @@ fn bench(c: &mut Criterion) {
         "purpose": "Send a local notice", "resource": {"argument": "to"},
         "input_schema": {"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
                          "required": ["to", "body"], "additionalProperties": false}}]}).to_string()).unwrap();
-    let fixture = PathBuf::from(env!("CARGO_BIN_EXE_local-notice-fixture"));
-    let direct = rt.block_on(connect(fixture.clone(), vec![], &dir.join("direct.jsonl")));
+    let fixture = PathBuf::from(env!("CARGO_BIN_EXE_aml-testkit"));
+    let direct = rt.block_on(connect(
+        fixture.clone(),
+        vec!["serve-notice-fixture".into()],
+        &dir.join("direct.jsonl"),
+    ));
     let gate_args = vec![
         "--policy".into(),
         dir.join("policy.json").display().to_string(),
@@ -78,6 +82,7 @@ fn bench(c: &mut Criterion) {
         dir.join("receipts.jsonl").display().to_string(),
         "--".into(),
         fixture.display().to_string(),
+        "serve-notice-fixture".into(),
     ];
     let gated = rt.block_on(connect(gate_binary(), gate_args, &dir.join("gated.jsonl")));
 

@@ -23,6 +23,7 @@ mod harness;
 mod log;
 pub mod matrix;
 pub mod mcp;
+pub mod notice_fixture;
 pub mod rehearsal;
 
 pub use args::{CallerArguments, MessageArgs};

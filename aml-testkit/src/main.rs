@@ -17,6 +17,7 @@ usage:
   aml-testkit rehearse a2ui | mcp              the A2UI or MCP report (JSON)
   aml-testkit case <case.json>                 one aml-action-challenge-case/1 -> result JSON
   aml-testkit canonicalize                     JSON lines on stdin -> '<sha256> <canonical>' or 'error <CODE>'
+  aml-testkit serve-notice-fixture             the MCP fixture server (stdio) the MCP report runs
 
 exit status: 0 success; 1 a report deviates from fixtures/; 2 bad usage or input";
 
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
         ),
         ["case", path] => case(&runtime, path),
         ["canonicalize"] => canonicalize(),
+        ["serve-notice-fixture"] => aml_testkit::notice_fixture::serve(),
         ["--help" | "-h" | "help"] => {
             println!("{USAGE}");
             ExitCode::SUCCESS

@@ -37,25 +37,26 @@ fn err(e: impl core::fmt::Display) -> HarnessError {
     HarnessError(e.to_string())
 }
 
-/// Where the `local-notice-fixture` binary is: `$AML_NOTICE_FIXTURE`, else beside the
-/// running executable (or one directory up, for test binaries in `deps/`).
+/// The `aml-testkit` executable that serves the fixture (`serve-notice-fixture`):
+/// `$AML_TESTKIT_BIN`, else this executable if it is `aml-testkit`, else the one beside it
+/// (or one directory up, for test binaries in `deps/`).
 pub fn fixture_server_path() -> Result<PathBuf, HarnessError> {
-    if let Some(path) = std::env::var_os("AML_NOTICE_FIXTURE") {
+    if let Some(path) = std::env::var_os("AML_TESTKIT_BIN") {
         return Ok(path.into());
     }
     let exe = std::env::current_exe().map_err(err)?;
+    if exe.file_stem().is_some_and(|n| n == "aml-testkit") {
+        return Ok(exe);
+    }
     let dir = exe
         .parent()
         .ok_or_else(|| err("the executable has no directory"))?;
-    [
-        dir.join("local-notice-fixture"),
-        dir.join("../local-notice-fixture"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .ok_or_else(|| {
-        err("local-notice-fixture not found; build it (cargo build -p aml-testkit) or set AML_NOTICE_FIXTURE")
-    })
+    [dir.join("aml-testkit"), dir.join("../aml-testkit")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            err("aml-testkit not found; build it (cargo build -p aml-testkit) or set AML_TESTKIT_BIN")
+        })
 }
 
 fn notice_schema() -> Value {
@@ -91,7 +92,9 @@ impl FixtureServer {
         std::fs::create_dir_all(&dir).map_err(err)?;
         let audit = dir.join("audit.jsonl");
         let mut command = tokio::process::Command::new(server);
-        command.env("AML_NOTICE_AUDIT", &audit);
+        command
+            .arg("serve-notice-fixture")
+            .env("AML_NOTICE_AUDIT", &audit);
         let transport = TokioChildProcess::new(command).map_err(err)?;
         let client = ().serve(transport).await.map_err(err)?;
         Ok(FixtureServer {
@@ -228,7 +231,7 @@ pub async fn report() -> Result<Value, HarnessError> {
     report_with(&fixture_server_path()?).await
 }
 
-/// Like [`report`], with the `local-notice-fixture` binary at `server`.
+/// Like [`report`], with the `aml-testkit` executable at `server`.
 pub async fn report_with(server: &Path) -> Result<Value, HarnessError> {
     let texts = serde_json::from_str::<Catalogue>(include_str!("../cases/mcp.json")).map_err(err)?;
     let (comparison, read_only_hint) = unsafe_comparison(server).await?;

@@ -19,8 +19,8 @@ fn setup() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// The fixture server is this package's own binary.
-const FIXTURE: &str = env!("CARGO_BIN_EXE_local-notice-fixture");
+/// This package's binary, which serves the fixture with `serve-notice-fixture`.
+const FIXTURE: &str = env!("CARGO_BIN_EXE_aml-testkit");
 
 #[test]
 fn the_six_documented_cases_match_the_fixture_except_digest_values() {
@@ -119,6 +119,7 @@ fn aml_mcp_gate_forwards_allowed_calls_and_stops_the_rest() {
             .arg(&receipts)
             .arg("--")
             .arg(FIXTURE)
+            .arg("serve-notice-fixture")
             // Reaches the fixture only if the gate passes its environment on.
             .env("AML_NOTICE_AUDIT", &audit);
         let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
@@ -207,7 +208,7 @@ fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
         command
             .args(["--approve", "web", "--approval-timeout", "3", "--receipts"])
             .arg(dir.join("receipts.jsonl"))
-            .arg("--policy").arg(&policy).arg("--tools").arg(&tools).arg("--").arg(FIXTURE)
+            .arg("--policy").arg(&policy).arg("--tools").arg(&tools).arg("--").arg(FIXTURE).arg("serve-notice-fixture")
             .env("AML_NOTICE_AUDIT", &audit);
         let (transport, stderr) = TokioChildProcess::builder(command).stderr(std::process::Stdio::piped()).spawn().unwrap();
         let mut lines = tokio::io::BufReader::new(stderr.unwrap()).lines();

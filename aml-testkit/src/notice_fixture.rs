@@ -1,6 +1,6 @@
-//! `local-notice-fixture`: an MCP server (rmcp, stdio) with one tool, `send_notice`, that
-//! appends a local audit line and sends nothing. It advertises `readOnlyHint: true`, which
-//! is a lie: the gate must never believe it.
+//! `local-notice-fixture` (run as `aml-testkit serve-notice-fixture`): an MCP server (rmcp,
+//! stdio) with one tool, `send_notice`, that appends a local audit line and sends nothing.
+//! It advertises `readOnlyHint: true`, which is a lie: the gate must never believe it.
 //!
 //! The audit file is named by the environment variable `AML_NOTICE_AUDIT` (one JSON line per
 //! handler call), which also proves the gate passes the environment to its child.
@@ -90,7 +90,8 @@ impl NoticeFixture {
     }
 }
 
-fn main() -> ExitCode {
+/// Serves the fixture on this process's stdin/stdout until the client goes away.
+pub fn serve() -> ExitCode {
     let Some(audit) = std::env::var_os("AML_NOTICE_AUDIT") else {
         eprintln!("local-notice-fixture: set AML_NOTICE_AUDIT to the audit file path");
         return ExitCode::from(2);

@@ -188,22 +188,7 @@ fn child_hangs_inside_the_tool() {
         }
     });
     let journaled = JournaledExecutor::new(Arc::new(hanging), store.clone());
-    let id_for_approval = id.clone();
-    let tool = aml_core::GuardedTool::builder(
-        "send_message",
-        aml_core::Effect::Send,
-        "Send a status update",
-        policy(),
-    )
-    .resource_for(|a: &aml_core::ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
-    .approval(aml_core::approval_fn(move |req| {
-        let id = id_for_approval.clone();
-        async move { Ok(aml_core::Approval::approve(req.proposal().digest()).with_id(id)) }
-    }))
-    .grants_arc(store)
-    .executor(journaled)
-    .build()
-    .unwrap();
+    let tool = tool_with_grant_and(store, id, Arc::new(journaled));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -279,21 +264,8 @@ fn journaled_dispatches_record_their_outcomes() {
             (fails, ReceiptReason::HostDispatchError),
         ] {
             let id = store.issue(args_digest(), None).await.unwrap();
-            let t = aml_core::GuardedTool::builder(
-                "send_message",
-                aml_core::Effect::Send,
-                "Send a status update",
-                policy(),
-            )
-            .resource_for(|a: &aml_core::ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
-            .approval(aml_core::approval_fn(move |req| {
-                let id = id.clone();
-                async move { Ok(aml_core::Approval::approve(req.proposal().digest()).with_id(id)) }
-            }))
-            .grants_arc(store.clone())
-            .executor(JournaledExecutor::new(tool, store.clone()))
-            .build()
-            .unwrap();
+            let journaled = Arc::new(JournaledExecutor::new(tool, store.clone()));
+            let t = tool_with_grant_and(store.clone(), id, journaled);
             assert_eq!(t.call(&args()).await.unwrap().receipt().reason(), expected);
         }
         // Both outcomes recorded: nothing unresolved.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use aml_core::{
     approval_fn, tool_fn, Approval, ArgumentSnapshot, ClaimStatus, Effect, GrantRef, GrantStore, GuardedTool,
-    Policy, ReceiptReason, Sha256Digest,
+    Policy, ReceiptReason, Sha256Digest, ToolExecutor,
 };
 use aml_grants::{GrantIssuer, StoreError};
 use serde_json::json;
@@ -69,6 +69,19 @@ pub(crate) fn tool_with_grant(
     id: String,
     calls: Arc<AtomicUsize>,
 ) -> GuardedTool {
+    let counting = tool_fn(move |_| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        async { Ok(json!({"sent": true})) }
+    });
+    tool_with_grant_and(store, id, Arc::new(counting))
+}
+
+/// Like [`tool_with_grant`], dispatching to `executor`.
+pub(crate) fn tool_with_grant_and(
+    store: Arc<dyn GrantStore>,
+    id: String,
+    executor: Arc<dyn ToolExecutor>,
+) -> GuardedTool {
     GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy())
         .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
         .approval(approval_fn(move |req| {
@@ -76,10 +89,7 @@ pub(crate) fn tool_with_grant(
             async move { Ok(Approval::approve(req.proposal().digest()).with_id(id)) }
         }))
         .grants_arc(store)
-        .executor(tool_fn(move |_| {
-            calls.fetch_add(1, Ordering::SeqCst);
-            async { Ok(json!({"sent": true})) }
-        }))
+        .executor_arc(executor)
         .build()
         .unwrap()
 }

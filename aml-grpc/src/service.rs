@@ -28,8 +28,9 @@ pub struct SchemaError {
     detail: String,
 }
 
-/// How much earlier than the caller's deadline the boundary stops waiting for approval.
-const DEADLINE_MARGIN: Duration = Duration::from_millis(20);
+/// How much earlier than the caller's deadline the boundary stops waiting for approval
+/// (a fifth of the caller's budget, at most this much), so its answer still arrives in time.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
 
 /// Receives every boundary outcome, for the host's receipt log.
 pub type OutcomeSink = Arc<dyn Fn(&aml_core::DispatchOutcome) + Send + Sync>;
@@ -124,7 +125,7 @@ impl GatedToolService {
         let deadline = match timeout {
             Some(limit) => {
                 // Stop waiting a little before the caller does, so our answer still reaches it.
-                let at = arrived + limit - (limit / 10).min(DEADLINE_MARGIN);
+                let at = arrived + limit - (limit / 5).min(DEADLINE_MARGIN);
                 if Instant::now() >= at {
                     return Err(refusal(
                         Code::DeadlineExceeded,

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aml_core::{async_trait, Approval, ApprovalError, ApprovalHook, ApprovalRequest, FrozenProposal};
-use aml_grants::{Clock, GrantIssuer, StoreError, SystemClock};
+use aml_grants::{Clock, DecisionJournal, DecisionRecord, GrantIssuer, StoreError, SystemClock};
 
 use crate::statement::{Keyring, SignedStatement, Verdict};
 
@@ -74,6 +74,7 @@ pub struct SignedApprovalHook {
     clock: Arc<dyn Clock>,
     timeout: Duration,
     grant_ttl: Option<Duration>,
+    journal: Option<Arc<dyn DecisionJournal>>,
 }
 
 impl SignedApprovalHook {
@@ -87,7 +88,15 @@ impl SignedApprovalHook {
             clock: Arc::new(SystemClock),
             timeout: Duration::from_secs(300),
             grant_ttl: None,
+            journal: None,
         }
+    }
+
+    /// Records every verified decision (approve or deny) in `journal` before acting on it;
+    /// if it cannot be recorded, the call is blocked (`approval_error`).
+    pub fn with_journal(mut self, journal: Arc<dyn DecisionJournal>) -> Self {
+        self.journal = Some(journal);
+        self
     }
 
     /// Waits at most `timeout` for a decision; then blocks.
@@ -127,6 +136,24 @@ impl ApprovalHook for SignedApprovalHook {
             .keyring
             .verify(&signed)
             .map_err(|e| ApprovalError::with_source("the decision is not a valid signed statement", e))?;
+        if let Some(journal) = &self.journal {
+            let record = DecisionRecord {
+                proposal_sha256: statement.proposal_sha256.clone(),
+                grant_id: statement.grant_id.clone(),
+                approver_key_id: statement.approver_key_id.clone(),
+                decision: if statement.decision == Verdict::Approve {
+                    "approve"
+                } else {
+                    "deny"
+                }
+                .to_owned(),
+                statement_json: signed.to_value().to_string(),
+            };
+            journal
+                .record_decision(&record)
+                .await
+                .map_err(|e| ApprovalError::with_source("could not journal the decision", e))?;
+        }
         let current = statement.proposal_sha256 == digest.to_string()
             && statement.decision == Verdict::Approve
             && self.clock.now_ms() < statement.expires_at_ms;

@@ -163,3 +163,49 @@ async fn anything_but_a_valid_current_approval_blocks() {
     }
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verified_decisions_are_journaled_before_they_count() {
+    let dir = std::env::temp_dir().join(format!("aml-approval-journal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = Arc::new(aml_grants::SqliteStore::open(dir.join("boundary.db")).unwrap());
+    let key = ApproverKey::generate("alice").unwrap();
+    let ring = Keyring::new().with_key("alice", &key.public_key_hex()).unwrap();
+    let channel = Arc::new(Scripted {
+        key,
+        answer: Answer::Replay,
+        last: Mutex::default(),
+    });
+    let hook = SignedApprovalHook::new(ring, channel, store.clone()).with_journal(store.clone());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let policy = Arc::new(Policy::from_value(
+        &json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "send_message", "effect": "send", "resource": "team@example.test", "requires_approval": true}]}),
+    ));
+    let t = GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy)
+        .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
+        .approval(hook)
+        .grants_arc(store.clone())
+        .executor(tool_fn(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok(json!({"sent": true})) }
+        }))
+        .build()
+        .unwrap();
+    let out = t
+        .call(&json!({"to": "team@example.test", "body": "hi"}))
+        .await
+        .unwrap();
+    assert_eq!(out.receipt().reason(), ReceiptReason::HostDispatchReturned);
+    // The replayed statement is journaled too, and refused by the claim.
+    assert_eq!(reason(&t).await, ReceiptReason::ApprovalReusedOrExpired);
+    let digest = out.plan().proposal_sha256().unwrap().to_string();
+    let decisions = store.decisions_for(&digest).await.unwrap();
+    assert_eq!(decisions.len(), 2);
+    assert!(decisions
+        .iter()
+        .all(|(d, statement)| d == "approve" && statement.contains("\"signature\"")));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}

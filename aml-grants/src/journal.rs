@@ -91,6 +91,45 @@ pub trait ReceiptJournal: Send + Sync + core::fmt::Debug {
     async fn reconcile(&self, id: i64, note: &str) -> Result<bool, StoreError>;
 }
 
+/// A verified approval decision, as the journal records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionRecord {
+    /// The decided proposal digest (hex).
+    pub proposal_sha256: String,
+    /// The grant the decision names.
+    pub grant_id: String,
+    /// The approver key that signed it.
+    pub approver_key_id: String,
+    /// `"approve"` or `"deny"`.
+    pub decision: String,
+    /// The whole signed statement, as JSON text.
+    pub statement_json: String,
+}
+
+/// Where verified approval decisions are kept, beside the receipts.
+///
+/// ```
+/// use aml_core::async_trait;
+/// use aml_grants::{DecisionJournal, DecisionRecord, StoreError};
+///
+/// /// Decisions printed for an operator's log collector.
+/// #[derive(Debug)]
+/// struct Printed;
+///
+/// #[async_trait]
+/// impl DecisionJournal for Printed {
+///     async fn record_decision(&self, record: &DecisionRecord) -> Result<(), StoreError> {
+///         println!("{} {} by {}", record.decision, record.proposal_sha256, record.approver_key_id);
+///         Ok(())
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait DecisionJournal: Send + Sync + core::fmt::Debug {
+    /// Appends one decision.
+    async fn record_decision(&self, record: &DecisionRecord) -> Result<(), StoreError>;
+}
+
 /// A tool wrapped so every dispatch is journaled: intent first, then the tool, then the
 /// outcome.
 ///

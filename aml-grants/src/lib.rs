@@ -44,7 +44,10 @@ mod sqlite;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use grant::{new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
 pub use issuing::IssuingApproval;
-pub use journal::{IntentEntry, JournaledExecutor, ReceiptJournal, RecordedOutcome, UnresolvedIntent};
+pub use journal::{
+    DecisionJournal, DecisionRecord, IntentEntry, JournaledExecutor, ReceiptJournal, RecordedOutcome,
+    UnresolvedIntent,
+};
 pub use memory::MemoryGrants;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;

@@ -7,7 +7,9 @@ use aml_core::{async_trait, ClaimError, ClaimStatus, GrantRef, GrantStore, Sha25
 use tokio_postgres::{Client, NoTls};
 
 use crate::grant::{classify, GrantIssuer, GrantLifetimes, StoreError};
-use crate::journal::{IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent};
+use crate::journal::{
+    DecisionJournal, DecisionRecord, IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent,
+};
 
 const SCHEMA: &str = "
 BEGIN;
@@ -30,6 +32,15 @@ CREATE TABLE IF NOT EXISTS aml_journal (
     outcome_at TIMESTAMPTZ,
     reconciled_at TIMESTAMPTZ,
     reconcile_note TEXT
+);
+CREATE TABLE IF NOT EXISTS aml_decisions (
+    id BIGSERIAL PRIMARY KEY,
+    digest TEXT NOT NULL,
+    grant_id TEXT NOT NULL,
+    approver_key_id TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    statement TEXT NOT NULL,
+    recorded_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 COMMIT;";
 
@@ -193,5 +204,41 @@ impl ReceiptJournal for PostgresStore {
             .await
             .map(|n| n == 1)
             .map_err(db)
+    }
+}
+
+#[async_trait]
+impl DecisionJournal for PostgresStore {
+    async fn record_decision(&self, r: &DecisionRecord) -> Result<(), StoreError> {
+        self.client
+            .execute(
+                "INSERT INTO aml_decisions (digest, grant_id, approver_key_id, decision, statement)
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &r.proposal_sha256,
+                    &r.grant_id,
+                    &r.approver_key_id,
+                    &r.decision,
+                    &r.statement_json,
+                ],
+            )
+            .await
+            .map(drop)
+            .map_err(db)
+    }
+}
+
+impl PostgresStore {
+    /// The decisions recorded for `digest`, oldest first: `(decision, statement JSON)`.
+    pub async fn decisions_for(&self, digest: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT decision, statement FROM aml_decisions WHERE digest = $1 ORDER BY id",
+                &[&digest],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 }

@@ -11,7 +11,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::clock::{Clock, SystemClock};
 use crate::grant::{classify, GrantIssuer, GrantLifetimes, StoreError};
-use crate::journal::{IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent};
+use crate::journal::{
+    DecisionJournal, DecisionRecord, IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent,
+};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS aml_grants (
@@ -32,6 +34,15 @@ CREATE TABLE IF NOT EXISTS aml_journal (
     outcome_at INTEGER,
     reconciled_at INTEGER,
     reconcile_note TEXT
+);
+CREATE TABLE IF NOT EXISTS aml_decisions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    digest TEXT NOT NULL,
+    grant_id TEXT NOT NULL,
+    approver_key_id TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    statement TEXT NOT NULL,
+    recorded_at INTEGER NOT NULL
 );";
 
 fn db(e: rusqlite::Error) -> StoreError {
@@ -252,6 +263,41 @@ impl ReceiptJournal for SqliteStore {
             )
             .map(|n| n == 1)
             .map_err(db)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl DecisionJournal for SqliteStore {
+    async fn record_decision(&self, record: &DecisionRecord) -> Result<(), StoreError> {
+        let r = record.clone();
+        let now = self.clock.now_ms();
+        self.run(move |c| {
+            c.execute(
+                "INSERT INTO aml_decisions (digest, grant_id, approver_key_id, decision, statement, recorded_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![r.proposal_sha256, r.grant_id, r.approver_key_id, r.decision, r.statement_json, now],
+            )
+            .map(drop)
+            .map_err(db)
+        })
+        .await
+    }
+}
+
+impl SqliteStore {
+    /// The decisions recorded for `digest`, oldest first: `(decision, statement JSON)`.
+    pub async fn decisions_for(&self, digest: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let digest = digest.to_owned();
+        self.run(move |c| {
+            let mut stmt = c
+                .prepare("SELECT decision, statement FROM aml_decisions WHERE digest = ?1 ORDER BY id")
+                .map_err(db)?;
+            let rows = stmt
+                .query_map([digest], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(db)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(db)
         })
         .await
     }

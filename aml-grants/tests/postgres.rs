@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aml_core::{ClaimStatus, GrantStore, ReceiptReason};
-use aml_grants::{GrantIssuer, GrantLifetimes, IntentEntry, PostgresStore, ReceiptJournal, RecordedOutcome};
+use aml_grants::{
+    DecisionJournal, DecisionRecord, GrantIssuer, GrantLifetimes, IntentEntry, PostgresStore, ReceiptJournal,
+    RecordedOutcome,
+};
 use common::*;
 
 fn url() -> String {
@@ -102,4 +105,25 @@ async fn the_journal_lists_and_reconciles_intents_without_outcomes() {
     assert_eq!(mine(store.unresolved().await.unwrap()), [open]);
     assert!(store.reconcile(open, "checked with the provider").await.unwrap());
     assert!(mine(store.unresolved().await.unwrap()).is_empty());
+}
+
+#[tokio::test]
+async fn decisions_are_kept_beside_the_receipts() {
+    let store = connect().await;
+    let d = digest(&unique("decision")).to_string();
+    for decision in ["deny", "approve"] {
+        let record = DecisionRecord {
+            proposal_sha256: d.clone(),
+            grant_id: format!("g-{decision}"),
+            approver_key_id: "alice".into(),
+            decision: decision.into(),
+            statement_json: format!(r#"{{"decision":"{decision}"}}"#),
+        };
+        store.record_decision(&record).await.unwrap();
+    }
+    let kept = store.decisions_for(&d).await.unwrap();
+    assert_eq!(
+        kept.iter().map(|(dec, _)| dec.as_str()).collect::<Vec<_>>(),
+        ["deny", "approve"]
+    );
 }

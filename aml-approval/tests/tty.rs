@@ -50,3 +50,50 @@ async fn answers_on_the_terminal_become_signed_decisions() {
     let missing = TtyApprovals::on(key, dir.join("no-such-terminal"));
     assert!(missing.decide(pending()).await.is_err());
 }
+
+/// A real pseudo-terminal stands in for the approver's terminal: the prompt arrives on it,
+/// and what is typed there decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_terminal_prompt_is_answered_on_the_terminal() {
+    use nix::fcntl::OFlag;
+    use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
+    use std::io::{Read, Write};
+
+    let mut master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let terminal = ptsname_r(&master).unwrap();
+
+    let key = ApproverKey::generate("dave").unwrap();
+    let ring = Keyring::new().with_key("dave", &key.public_key_hex()).unwrap();
+    let channel = TtyApprovals::on(key, &terminal);
+    let asking = tokio::spawn(async move { channel.decide(pending()).await });
+
+    // Read the prompt from the terminal until it asks, then type the answer (on a thread,
+    // so a missing prompt fails the test instead of hanging it).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut shown = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&shown).contains("Approve? [y/N]") {
+            match master.read(&mut buf) {
+                Ok(n) if n > 0 => shown.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+        let _ = master.write_all(b"yes\n");
+        let _ = tx.send(shown);
+        std::thread::sleep(std::time::Duration::from_secs(2)); // keep the terminal open
+    });
+    let shown = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the prompt appears on the terminal");
+    let signed = tokio::time::timeout(std::time::Duration::from_secs(30), asking)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(ring.verify(&signed).unwrap().decision, Verdict::Approve);
+    assert!(String::from_utf8_lossy(&shown)
+        .contains("f416748534da5982a029d03d6db48adf00b4138e0785d38857f0b1734923776c"));
+}

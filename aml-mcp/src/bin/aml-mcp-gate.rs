@@ -161,7 +161,7 @@ async fn run(options: Options) -> Result<(), String> {
     }
     let server = GatedServer::new(Upstream::new(upstream.peer().clone()), gate).with_sink(log.verdicts());
     let running = server
-        .serve(rmcp::transport::stdio())
+        .serve(mcp_stdio())
         .await
         .map_err(|e| format!("client did not initialize: {e}"))?;
     running
@@ -170,6 +170,35 @@ async fn run(options: Options) -> Result<(), String> {
         .map_err(|e| format!("server task failed: {e}"))?;
     drop(upstream);
     Ok(())
+}
+
+/// The MCP channel on stdin/stdout. When both are pipes (as MCP clients start servers), they
+/// are read and written through the event loop; tokio's own stdio goes through a thread pool,
+/// which costs a thread hand-off per message.
+fn mcp_stdio() -> (
+    Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+) {
+    use std::os::fd::AsFd;
+    use tokio::net::unix::pipe;
+    let pipes = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Receiver::from_owned_fd)
+        .and_then(|input| {
+            let output = std::io::stdout()
+                .as_fd()
+                .try_clone_to_owned()
+                .and_then(pipe::Sender::from_owned_fd)?;
+            Ok((input, output))
+        });
+    match pipes {
+        Ok((input, output)) => (Box::new(input), Box::new(output)),
+        Err(_) => {
+            let (input, output) = rmcp::transport::stdio();
+            (Box::new(input), Box::new(output))
+        }
+    }
 }
 
 /// Signed human approval: a decision channel, the approver's keyring, and a one-use grant

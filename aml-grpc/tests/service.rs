@@ -10,7 +10,7 @@ use aml_core::{
     approval_fn, tool_fn, Approval, ArgumentSnapshot, Effect, GuardedTool, LivePolicy, MapperError, Policy,
     ToolError,
 };
-use aml_grpc::{serve, GatedToolService, ServerLimits, ToolClient, DOMAIN};
+use aml_grpc::{serve, GatedToolService, ServerLimits, ToolClient};
 use serde_json::json;
 use tonic::Code;
 
@@ -179,7 +179,6 @@ fn outcomes_map_to_actionable_codes_with_error_info_and_receipt() {
             ["fetch_record", "flaky", "send_message"]
         );
         assert_eq!(tools[2].effect, "send");
-        let _ = DOMAIN;
     });
 }
 

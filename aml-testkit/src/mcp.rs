@@ -110,10 +110,19 @@ impl FixtureServer {
 }
 
 fn read_audit(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
+    read_json_lines(path).unwrap_or_default()
+}
+
+/// The JSON objects of a JSON-lines file (an audit or receipt log); a file that does not
+/// exist yet holds none.
+pub fn read_json_lines(path: &Path) -> Result<Vec<Value>, HarnessError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(err(format!("{path:?}: {e}"))),
+    };
+    text.lines()
+        .map(|l| serde_json::from_str(l).map_err(|e| err(format!("{path:?}: {e}"))))
         .collect()
 }
 

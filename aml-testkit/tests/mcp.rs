@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use aml_mcp::VERDICT_META_KEY;
 use aml_testkit::compare::Verdict;
 use aml_testkit::matrix::{guarded_tool_verdicts, mcp_verdicts};
-use aml_testkit::mcp::{approved_digest, report_with, McpHarness};
+use aml_testkit::mcp::{approved_digest, read_json_lines, report_with, McpHarness};
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
@@ -161,11 +161,7 @@ fn aml_mcp_gate_forwards_allowed_calls_and_stops_the_rest() {
         let _ = client.cancel().await;
     });
 
-    let audit: Vec<Value> = std::fs::read_to_string(&audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let audit = read_json_lines(&audit).unwrap();
     assert_eq!(
         audit,
         [
@@ -173,11 +169,7 @@ fn aml_mcp_gate_forwards_allowed_calls_and_stops_the_rest() {
             json!({"tool": "send_notice", "to": "team@example.test", "body": "again"})
         ]
     );
-    let log: Vec<Value> = std::fs::read_to_string(&receipts)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let log = read_json_lines(&receipts).unwrap();
     assert_eq!(log.len(), 5);
     assert_eq!(log[1]["verdict"]["receipt"]["execution_status"], "blocked");
     assert!(log.iter().all(|l| l["tool"].is_string() && l["time_ms"].is_u64()));
@@ -240,8 +232,9 @@ fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
         let decided = http(&origin, format!("POST /decide HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}", form.len())).await;
         assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
         let approved = call.await.unwrap();
-        let journal = std::fs::read_to_string(dir.join("receipts.jsonl")).unwrap();
-        let statement: Value = journal.lines().map(|l| serde_json::from_str::<Value>(l).unwrap())
+        let statement: Value = read_json_lines(&dir.join("receipts.jsonl"))
+            .unwrap()
+            .into_iter()
             .find_map(|r| r.get("approval_statement").cloned()).expect("the signed decision is journaled");
         assert_eq!(statement["decision"], "approve");
         assert_eq!(statement["proposal_sha256"], pending["proposal_sha256"]);
@@ -255,11 +248,7 @@ fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
         assert_eq!(meta_verdict(&ignored)["receipt"]["reason"], "approval_error");
         let _ = client.cancel().await;
     });
-    let audit: Vec<Value> = std::fs::read_to_string(&audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let audit = read_json_lines(&audit).unwrap();
     assert_eq!(
         audit,
         [json!({"tool": "send_notice", "to": "team@example.test", "body": "needs a person"})]

@@ -19,13 +19,8 @@ use serde_json::json;
 type Client = RunningService<RoleClient, ()>;
 
 fn gate_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("bench executable");
-    let path = exe.parent().expect("deps dir").join("../aml-mcp-gate");
-    assert!(
-        path.is_file(),
-        "{path:?} missing: run `cargo build --release -p aml-mcp` first"
-    );
-    path
+    // Needs the release build: `cargo build --release -p aml-mcp`.
+    aml_testkit::mcp::gate_binary_path().expect("aml-mcp-gate (release)")
 }
 
 async fn connect(program: PathBuf, args: Vec<String>, audit: &std::path::Path) -> Client {

@@ -59,6 +59,21 @@ pub fn fixture_server_path() -> Result<PathBuf, HarnessError> {
         })
 }
 
+/// The `aml-mcp-gate` binary of the same build as the running test (`target/<profile>/`),
+/// for tests that put the gate between a client and a server.
+pub fn gate_binary_path() -> Result<PathBuf, HarnessError> {
+    let exe = std::env::current_exe().map_err(err)?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| err("the executable has no directory"))?;
+    [dir.join("aml-mcp-gate"), dir.join("../aml-mcp-gate")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            err("aml-mcp-gate is not built: run `cargo test --workspace` (or cargo build -p aml-mcp)")
+        })
+}
+
 fn notice_schema() -> Value {
     json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
            "required": ["to", "body"], "additionalProperties": false})

@@ -22,13 +22,7 @@ fn interop_dir() -> PathBuf {
 }
 
 fn gate_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().join("../aml-mcp-gate");
-    assert!(
-        path.is_file(),
-        "aml-mcp-gate not built at {path:?}: run `cargo test --workspace`"
-    );
-    path
+    aml_testkit::mcp::gate_binary_path().unwrap()
 }
 
 fn write_json(path: &Path, value: &Value) {

@@ -67,13 +67,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 }
 
 fn gate_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().join("../aml-mcp-gate");
-    assert!(
-        path.is_file(),
-        "aml-mcp-gate not built at {path:?}: run `cargo test --workspace` (or cargo build -p aml-mcp)"
-    );
-    path
+    aml_testkit::mcp::gate_binary_path().unwrap()
 }
 
 /// The gate's policy (one rule for `send_notice` to the team) and tool registry.

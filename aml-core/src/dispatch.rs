@@ -12,6 +12,7 @@ use crate::plan::{plan_frozen, Plan, Planned};
 use crate::proposal::FrozenProposal;
 use crate::reason::{blocking_reason, ReceiptReason};
 use crate::receipt::Receipt;
+use crate::record::{NoSink, ReceiptSink};
 use crate::unwind::guarded;
 use crate::Deadline;
 use crate::{Decision, PolicySource};
@@ -48,6 +49,7 @@ pub struct ActionBoundary {
     approval: Option<Arc<dyn ApprovalHook>>,
     grants: Option<Arc<dyn GrantStore>>,
     executor: Option<Arc<dyn ToolExecutor>>,
+    sink: Arc<dyn ReceiptSink>,
 }
 
 /// Builds an [`ActionBoundary`]. The grant store defaults to a fresh
@@ -92,6 +94,17 @@ impl ActionBoundaryBuilder {
     /// Like [`executor`](Self::executor), for a shared tool.
     pub fn executor_arc(mut self, tool: Arc<dyn ToolExecutor>) -> Self {
         self.boundary.executor = Some(tool);
+        self
+    }
+    /// Where the front doors on this boundary ([`crate::GuardedTool`], [`crate::ToolGate`])
+    /// send one [`crate::CallRecord`] per call. Without one, records are dropped.
+    pub fn sink(mut self, sink: impl ReceiptSink + 'static) -> Self {
+        self.boundary.sink = Arc::new(sink);
+        self
+    }
+    /// Like [`sink`](Self::sink), for a shared sink.
+    pub fn sink_arc(mut self, sink: Arc<dyn ReceiptSink>) -> Self {
+        self.boundary.sink = sink;
         self
     }
     /// The boundary.
@@ -157,6 +170,7 @@ impl ActionBoundary {
                 approval: None,
                 grants: Some(Arc::new(InMemoryGrantStore::new())),
                 executor: None,
+                sink: Arc::new(NoSink),
             },
         }
     }
@@ -164,6 +178,16 @@ impl ActionBoundary {
     /// The policy source.
     pub fn policy(&self) -> &Arc<dyn PolicySource> {
         &self.policy
+    }
+
+    /// The host's own tool, if it registered one.
+    pub fn executor(&self) -> Option<&Arc<dyn ToolExecutor>> {
+        self.executor.as_ref()
+    }
+
+    /// Where the front doors built on this boundary send their records.
+    pub fn sink(&self) -> &Arc<dyn ReceiptSink> {
+        &self.sink
     }
 
     /// Validates, freezes and plans a proposal object against the current policy.
@@ -181,65 +205,108 @@ impl ActionBoundary {
         self.dispatch(self.plan(proposal)).await
     }
 
-    /// Carries a plan through approval, the one-use claim and the tool, in protocol order.
+    /// Carries a plan through approval, the one-use claim and the host's tool, in protocol
+    /// order.
     pub async fn dispatch(&self, planned: Planned) -> DispatchOutcome {
         self.dispatch_until(planned, None).await
     }
 
     /// Like [`dispatch`](Self::dispatch), waiting for approval only until `deadline`.
-    pub async fn dispatch_until(&self, planned: Planned, mut deadline: Option<Deadline>) -> DispatchOutcome {
-        let Planned { plan, proposal, .. } = planned;
-        let proposal = match (blocking_reason(plan.reason()), proposal) {
-            (None, Some(p)) => p,
-            (Some(reason), _) => return DispatchOutcome::ended(plan, reason, None),
-            (None, None) => return DispatchOutcome::ended(plan, ReceiptReason::InvalidProposal, None),
+    pub async fn dispatch_until(&self, planned: Planned, deadline: Option<Deadline>) -> DispatchOutcome {
+        let executor = self.executor.clone();
+        self.dispatch_to(planned, executor.as_deref(), deadline, &Progress::default())
+            .await
+    }
+
+    /// Like [`dispatch_until`](Self::dispatch_until), with an executor chosen for this one
+    /// call (a gate that forwards each call to its own destination) instead of the
+    /// boundary's own.
+    pub async fn dispatch_with(
+        &self,
+        planned: Planned,
+        executor: &dyn ToolExecutor,
+        deadline: Option<Deadline>,
+    ) -> DispatchOutcome {
+        self.dispatch_to(planned, Some(executor), deadline, &Progress::default())
+            .await
+    }
+
+    /// The first half of a dispatch: everything up to and including the one-use claim and
+    /// the policy re-check after it. An [`Authorized`] call has spent its grant; run it with
+    /// [`Authorized::execute`]. Dropping this future before it completes claims nothing
+    /// unless the claim was already under way (the grant then stays spent, fail-closed).
+    pub async fn authorize(&self, planned: Planned, deadline: Option<Deadline>) -> Authorization {
+        self.authorize_tracked(planned, deadline, &Progress::default())
+            .await
+    }
+
+    pub(crate) async fn dispatch_to(
+        &self,
+        planned: Planned,
+        executor: Option<&dyn ToolExecutor>,
+        deadline: Option<Deadline>,
+        progress: &Progress,
+    ) -> DispatchOutcome {
+        let Some(executor) = executor else {
+            let (plan, reason) = match blocked_by_plan(planned) {
+                Ok((plan, _)) => (plan, ReceiptReason::MissingHostDispatch),
+                Err(blocked) => blocked,
+            };
+            return DispatchOutcome::ended(plan, reason, None);
         };
-        let Some(executor) = &self.executor else {
-            return DispatchOutcome::ended(plan, ReceiptReason::MissingHostDispatch, None);
-        };
-        let grant = match plan.decision() {
-            Decision::Allow => None,
-            Decision::RequiresApproval => match self.authorize(&plan, &proposal, deadline.as_mut()).await {
-                Ok(grant) => grant,
-                Err(Stop::Blocked(reason, detail)) => return DispatchOutcome::ended(plan, reason, detail),
-                Err(Stop::DeadlinePassed(detail)) => {
-                    let mut outcome =
-                        DispatchOutcome::ended(plan, ReceiptReason::ApprovalError, Some(detail.into()));
-                    outcome.deadline_passed = true;
-                    return outcome;
-                }
-            },
-            // Every deny carries a blocking reason, handled above; stay closed regardless.
-            _ => return DispatchOutcome::ended(plan, ReceiptReason::NoExactRule, None),
-        };
-        let call = ToolCall {
-            arguments: proposal.arguments(),
-            proposal,
-            grant,
-        };
-        match guarded(|| executor.execute(call)).await {
-            Ok(Ok(output)) => DispatchOutcome {
-                receipt: Receipt::new(
-                    plan.proposal_sha256(),
-                    plan.decision(),
-                    ReceiptReason::HostDispatchReturned,
-                ),
-                plan,
-                output: Some(output),
-                detail: None,
-                deadline_passed: false,
-            },
-            Ok(Err(e)) => DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(e.to_string())),
-            Err(panic) => DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(panic)),
+        match self.authorize_tracked(planned, deadline, progress).await {
+            Authorization::Authorized(call) => call.execute_tracked(executor, progress).await,
+            Authorization::Ended(outcome) => outcome,
         }
     }
 
+    pub(crate) async fn authorize_tracked(
+        &self,
+        planned: Planned,
+        mut deadline: Option<Deadline>,
+        progress: &Progress,
+    ) -> Authorization {
+        let (plan, proposal) = match blocked_by_plan(planned) {
+            Ok(parts) => parts,
+            Err((plan, reason)) => return Authorization::Ended(DispatchOutcome::ended(plan, reason, None)),
+        };
+        let grant = match plan.decision() {
+            Decision::Allow => None,
+            Decision::RequiresApproval => {
+                match self
+                    .approve_and_claim(&plan, &proposal, deadline.as_mut(), progress)
+                    .await
+                {
+                    Ok(grant) => grant,
+                    Err(Stop::Blocked(reason, detail)) => {
+                        return Authorization::Ended(DispatchOutcome::ended(plan, reason, detail))
+                    }
+                    Err(Stop::DeadlinePassed(detail)) => {
+                        tracing::debug!(target: "aml.dispatch", "the caller's deadline passed before the claim");
+                        let mut outcome =
+                            DispatchOutcome::ended(plan, ReceiptReason::ApprovalError, Some(detail.into()));
+                        outcome.deadline_passed = true;
+                        return Authorization::Ended(outcome);
+                    }
+                }
+            }
+            // Every deny carries a blocking reason, handled above; stay closed regardless.
+            _ => return Authorization::Ended(DispatchOutcome::ended(plan, ReceiptReason::NoExactRule, None)),
+        };
+        Authorization::Authorized(Authorized {
+            plan,
+            proposal,
+            grant,
+        })
+    }
+
     /// Approval, policy re-check, one-use claim, policy re-check.
-    async fn authorize(
+    async fn approve_and_claim(
         &self,
         plan: &Plan,
         proposal: &FrozenProposal,
         deadline: Option<&mut Deadline>,
+        progress: &Progress,
     ) -> Result<Option<ClaimedGrant>, Stop> {
         let hook = self
             .approval
@@ -249,6 +316,8 @@ impl ActionBoundary {
             proposal: proposal.clone(),
             plan: plan.clone(),
         };
+        progress.set(Stage::Approval);
+        tracing::debug!(target: "aml.dispatch", "approval requested");
         let pending = guarded(|| hook.request_approval(request));
         let answer = match deadline {
             Some(deadline) => {
@@ -270,10 +339,12 @@ impl ActionBoundary {
             Ok(Err(e)) => return Err(Stop::Blocked(ReceiptReason::ApprovalError, Some(e.to_string()))),
             Err(panic) => return Err(Stop::Blocked(ReceiptReason::ApprovalError, Some(panic))),
         };
-        if !approval.approved || approval.proposal_sha256 != proposal.digest() {
+        let matches = approval.approved && approval.proposal_sha256 == proposal.digest();
+        tracing::debug!(target: "aml.dispatch", approved = approval.approved, matches, "approval answered");
+        if !matches {
             return Err(Stop::Blocked(ReceiptReason::ApprovalMissingOrMismatched, None));
         }
-        self.recheck(plan, proposal)?;
+        self.recheck(plan, proposal, "after approval")?;
         let Some(store) = &self.grants else {
             return Ok(None);
         };
@@ -281,7 +352,10 @@ impl ActionBoundary {
             proposal_sha256: proposal.digest(),
             approval_id: approval.approval_id,
         };
-        let claimed = match guarded(|| store.claim(&grant)).await {
+        progress.set(Stage::Claim);
+        let claim = guarded(|| store.claim(&grant)).await;
+        tracing::debug!(target: "aml.dispatch", claim = ?claim, "one-use claim");
+        let claimed = match claim {
             Ok(Ok(ClaimStatus::Claimed)) => ClaimedGrant::new(grant),
             Ok(Ok(_)) => return Err(Stop::Blocked(ReceiptReason::ApprovalReusedOrExpired, None)),
             Ok(Err(e)) => {
@@ -292,23 +366,137 @@ impl ActionBoundary {
             }
             Err(panic) => return Err(Stop::Blocked(ReceiptReason::ApprovalConsumeError, Some(panic))),
         };
+        progress.set(Stage::Claimed);
         // The grant stays spent if the policy changed meanwhile.
-        self.recheck(plan, proposal)?;
+        self.recheck(plan, proposal, "after the claim")?;
         Ok(Some(claimed))
     }
 
-    fn recheck(&self, plan: &Plan, proposal: &FrozenProposal) -> Result<(), Stop> {
+    fn recheck(&self, plan: &Plan, proposal: &FrozenProposal, when: &'static str) -> Result<(), Stop> {
         let now = self
             .policy
             .current()
             .decide(proposal.tool(), proposal.effect(), proposal.resource());
-        if now == (plan.decision(), plan.reason()) {
+        let unchanged = now == (plan.decision(), plan.reason());
+        tracing::debug!(target: "aml.dispatch", when, unchanged, "policy re-checked");
+        if unchanged {
             Ok(())
         } else {
             Err(Stop::Blocked(
                 ReceiptReason::PolicyChanged,
                 Some(format!("policy now says {}/{}", now.0, now.1)),
             ))
+        }
+    }
+}
+
+/// What [`ActionBoundary::authorize`] ended with.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Authorization {
+    /// Approved (where the rule requires it), claimed, re-checked: ready to run once.
+    Authorized(Authorized),
+    /// Blocked before the tool: the outcome says why.
+    Ended(DispatchOutcome),
+}
+
+/// A call that passed every check and spent its one-use grant. Not `Clone`: it runs once.
+#[derive(Debug)]
+pub struct Authorized {
+    plan: Plan,
+    proposal: FrozenProposal,
+    grant: Option<ClaimedGrant>,
+}
+
+impl Authorized {
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The frozen proposal that will run.
+    pub fn proposal(&self) -> &FrozenProposal {
+        &self.proposal
+    }
+
+    /// Enters the tool once with the frozen arguments. `Err` or a panic after entry is
+    /// `unknown`, never retried.
+    pub async fn execute(self, executor: &dyn ToolExecutor) -> DispatchOutcome {
+        self.execute_tracked(executor, &Progress::default()).await
+    }
+
+    pub(crate) async fn execute_tracked(
+        self,
+        executor: &dyn ToolExecutor,
+        progress: &Progress,
+    ) -> DispatchOutcome {
+        let Authorized {
+            plan,
+            proposal,
+            grant,
+        } = self;
+        let call = ToolCall {
+            arguments: proposal.arguments(),
+            proposal,
+            grant,
+        };
+        progress.set(Stage::Tool);
+        tracing::debug!(target: "aml.dispatch", "tool entered");
+        match guarded(|| executor.execute(call)).await {
+            Ok(Ok(output)) => DispatchOutcome {
+                receipt: Receipt::new(
+                    plan.proposal_sha256(),
+                    plan.decision(),
+                    ReceiptReason::HostDispatchReturned,
+                ),
+                plan,
+                output: Some(output),
+                detail: None,
+                deadline_passed: false,
+            },
+            Ok(Err(e)) => DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(e.to_string())),
+            Err(panic) => DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(panic)),
+        }
+    }
+}
+
+/// The plan's own blocking reason, or the plan and proposal to go on with.
+fn blocked_by_plan(planned: Planned) -> Result<(Plan, FrozenProposal), (Plan, ReceiptReason)> {
+    let Planned { plan, proposal, .. } = planned;
+    match (blocking_reason(plan.reason()), proposal) {
+        (None, Some(p)) => Ok((plan, p)),
+        (Some(reason), _) => Err((plan, reason)),
+        (None, None) => Err((plan, ReceiptReason::InvalidProposal)),
+    }
+}
+
+/// How far a call got, for the record of a call whose caller went away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Stage {
+    Planned = 0,
+    Approval = 1,
+    Claim = 2,
+    Claimed = 3,
+    Tool = 4,
+}
+
+/// A shared cell holding the [`Stage`] a call has reached.
+#[derive(Debug, Default)]
+pub(crate) struct Progress(std::sync::atomic::AtomicU8);
+
+impl Progress {
+    fn set(&self, stage: Stage) {
+        self.0.store(stage as u8, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn stage(&self) -> Stage {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => Stage::Approval,
+            2 => Stage::Claim,
+            3 => Stage::Claimed,
+            4 => Stage::Tool,
+            _ => Stage::Planned,
         }
     }
 }

@@ -33,11 +33,13 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::dispatch::{ActionBoundary, ActionBoundaryBuilder, DispatchOutcome};
+use crate::front::CallTracker;
 use crate::plan::{plan_frozen, refused, Plan};
 use crate::proposal::{FrozenProposal, ProposalParts, ProposalRefusal};
 use crate::reason::{PlanReason, ReceiptReason};
 use crate::unwind::panic_message;
 use crate::{ApprovalHook, Deadline, Effect, GrantStore, JsonErrorCode, PolicySource, ToolExecutor};
+use tracing::Instrument;
 
 /// The captured arguments, read-only.
 #[derive(Debug)]
@@ -260,9 +262,46 @@ impl GuardedToolBuilder {
 }
 
 /// A call prepared synchronously: either a blocked outcome or a plan to dispatch.
-enum Prepared {
+pub(crate) enum Prepared {
     Ended(DispatchOutcome),
     Planned(crate::Planned),
+}
+
+/// What the host declares for one tool: everything of a proposal but the arguments and the
+/// resource, and the mapper that finds the resource.
+pub(crate) struct ToolIdentity<'a> {
+    pub(crate) tool: &'a str,
+    pub(crate) effect: Effect,
+    pub(crate) purpose: &'a str,
+    pub(crate) mapper: &'a dyn ResourceMapper,
+}
+
+/// Maps, freezes and plans captured arguments (shared by every front door).
+pub(crate) fn prepare_call(
+    identity: &ToolIdentity<'_>,
+    arguments: Map<String, Value>,
+    policy: &crate::Policy,
+    tracker: &mut CallTracker,
+) -> Result<Prepared, GuardedToolError> {
+    let snapshot = ArgumentSnapshot(arguments);
+    let resource = match catch_unwind(AssertUnwindSafe(|| identity.mapper.resource_for(&snapshot))) {
+        Ok(Ok(resource)) => resource,
+        Ok(Err(e)) => return Err(GuardedToolError::Mapper(e)),
+        Err(payload) => return Err(GuardedToolError::MapperPanicked(panic_message(payload.as_ref()))),
+    };
+    let frozen = FrozenProposal::freeze(ProposalParts {
+        tool: identity.tool,
+        effect: identity.effect,
+        resource: &resource,
+        purpose: identity.purpose,
+        arguments: snapshot.as_map(),
+    });
+    let planned = match frozen {
+        Ok(frozen) => plan_frozen(frozen, policy),
+        Err(refusal) => refused(refusal),
+    };
+    tracker.planned(planned.plan(), identity.effect);
+    Ok(Prepared::Planned(planned))
 }
 
 impl GuardedTool {
@@ -302,6 +341,25 @@ impl GuardedTool {
         &self.purpose
     }
 
+    /// The resource mapper.
+    pub fn mapper(&self) -> &Arc<dyn ResourceMapper> {
+        &self.mapper
+    }
+
+    /// This tool as a catalog registration with the input schema an adapter enforces (its
+    /// hooks stay with [`boundary`](Self::boundary)): to serve it through a
+    /// [`crate::ToolGate`].
+    #[cfg(feature = "catalog")]
+    pub fn registration(&self, input_schema: Value) -> Result<crate::ToolRegistration, crate::CatalogError> {
+        crate::ToolRegistration::with_mapper(
+            self.tool.as_ref(),
+            self.effect,
+            self.purpose.as_ref(),
+            Arc::clone(&self.mapper),
+            input_schema,
+        )
+    }
+
     /// Calls the tool with typed arguments.
     ///
     /// Capture, mapping and planning happen now; the returned future does not borrow
@@ -310,11 +368,12 @@ impl GuardedTool {
         &self,
         args: &T,
     ) -> impl Future<Output = Result<DispatchOutcome, GuardedToolError>> + Send + '_ {
+        let mut tracker = self.tracker();
         let prepared = match crate::capture::capture(args) {
-            Ok(value) => self.prepare(value),
+            Ok(value) => self.prepare(value, &mut tracker),
             Err(e) => Ok(capture_refused(e.code(), e.detail().to_owned())),
         };
-        self.finish(prepared)
+        self.finish(tracker, prepared, None)
     }
 
     /// Calls the tool with arguments given as JSON text from an agent, parsed strictly
@@ -323,11 +382,7 @@ impl GuardedTool {
         &self,
         text: impl AsRef<[u8]>,
     ) -> impl Future<Output = Result<DispatchOutcome, GuardedToolError>> + Send + '_ {
-        let prepared = match crate::strict::parse_slice(text.as_ref()) {
-            Ok(value) => self.prepare(value),
-            Err(e) => Ok(capture_refused(e.code(), e.to_string())),
-        };
-        self.finish(prepared)
+        self.call_json_inner(text.as_ref(), None)
     }
 
     /// Like [`call_json`](Self::call_json), waiting for approval only until `deadline`
@@ -337,57 +392,67 @@ impl GuardedTool {
         text: impl AsRef<[u8]>,
         deadline: Deadline,
     ) -> impl Future<Output = Result<DispatchOutcome, GuardedToolError>> + Send + '_ {
-        let prepared = match crate::strict::parse_slice(text.as_ref()) {
-            Ok(value) => self.prepare(value),
+        self.call_json_inner(text.as_ref(), Some(deadline))
+    }
+
+    fn call_json_inner(
+        &self,
+        text: &[u8],
+        deadline: Option<Deadline>,
+    ) -> impl Future<Output = Result<DispatchOutcome, GuardedToolError>> + Send + '_ {
+        let mut tracker = self.tracker();
+        let prepared = match crate::strict::parse_slice(text) {
+            Ok(value) => self.prepare(value, &mut tracker),
             Err(e) => Ok(capture_refused(e.code(), e.to_string())),
         };
-        self.finish_until(prepared, Some(deadline))
+        self.finish(tracker, prepared, deadline)
     }
 
-    fn finish(
-        &self,
-        prepared: Result<Prepared, GuardedToolError>,
-    ) -> impl Future<Output = Result<DispatchOutcome, GuardedToolError>> + Send + '_ {
-        self.finish_until(prepared, None)
+    fn tracker(&self) -> CallTracker {
+        CallTracker::start(&Arc::from("core"), &self.tool, self.boundary.sink())
     }
 
-    async fn finish_until(
+    async fn finish(
         &self,
+        tracker: CallTracker,
         prepared: Result<Prepared, GuardedToolError>,
         deadline: Option<Deadline>,
     ) -> Result<DispatchOutcome, GuardedToolError> {
-        match prepared? {
-            Prepared::Ended(outcome) => Ok(outcome),
-            Prepared::Planned(planned) => Ok(self.boundary.dispatch_until(planned, deadline).await),
-        }
+        let outcome = match prepared {
+            Err(host) => {
+                tracker.finish(|r| r.host_error = Some(host.to_string()));
+                return Err(host);
+            }
+            Ok(Prepared::Ended(outcome)) => outcome,
+            Ok(Prepared::Planned(planned)) => {
+                let executor = self.boundary.executor().cloned();
+                let span = tracker.span.clone();
+                self.boundary
+                    .dispatch_to(planned, executor.as_deref(), deadline, &tracker.progress)
+                    .instrument(span)
+                    .await
+            }
+        };
+        tracker.finish_outcome(&outcome);
+        Ok(outcome)
     }
 
-    fn prepare(&self, value: Value) -> Result<Prepared, GuardedToolError> {
+    fn prepare(&self, value: Value, tracker: &mut CallTracker) -> Result<Prepared, GuardedToolError> {
         let Value::Object(map) = value else {
             let refusal = refused(ProposalRefusal::invalid_arguments());
             return Ok(Prepared::Planned(refusal));
         };
-        let snapshot = ArgumentSnapshot(map);
-        let resource = match catch_unwind(AssertUnwindSafe(|| self.mapper.resource_for(&snapshot))) {
-            Ok(Ok(resource)) => resource,
-            Ok(Err(e)) => return Err(GuardedToolError::Mapper(e)),
-            Err(payload) => return Err(GuardedToolError::MapperPanicked(panic_message(payload.as_ref()))),
-        };
-        let frozen = FrozenProposal::freeze(ProposalParts {
+        let identity = ToolIdentity {
             tool: &self.tool,
             effect: self.effect,
-            resource: &resource,
             purpose: &self.purpose,
-            arguments: snapshot.as_map(),
-        });
-        Ok(Prepared::Planned(match frozen {
-            Ok(frozen) => plan_frozen(frozen, &self.boundary.policy().current()),
-            Err(refusal) => refused(refusal),
-        }))
+            mapper: self.mapper.as_ref(),
+        };
+        prepare_call(&identity, map, &self.boundary.policy().current(), tracker)
     }
 }
 
-fn capture_refused(code: JsonErrorCode, detail: String) -> Prepared {
+pub(crate) fn capture_refused(code: JsonErrorCode, detail: String) -> Prepared {
     let plan = Plan::denied(PlanReason::InvalidProposal);
     Prepared::Ended(DispatchOutcome::ended(
         plan,

@@ -3,23 +3,38 @@
 
 pub mod canonical;
 pub mod capture;
+#[cfg(feature = "catalog")]
+pub mod catalog;
 mod deadline;
 mod digest;
 mod dispatch;
+mod front;
+#[cfg(feature = "catalog")]
+mod gate;
 pub mod guarded;
 mod hooks;
+mod jsonl_sink;
 mod plan;
 pub mod policy;
 pub mod proposal;
 mod reason;
 mod receipt;
+mod record;
 pub mod strict;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod unwind;
 mod wire;
 
+#[cfg(feature = "catalog")]
+pub use catalog::{CatalogError, ResourceRule, SchemaViolation, ToolCatalog, ToolRegistration};
 pub use deadline::Deadline;
 pub use digest::{HexDigest, InvalidDigest, Sha256Digest};
-pub use dispatch::{ActionBoundary, ActionBoundaryBuilder, DispatchOutcome};
+pub use dispatch::{ActionBoundary, ActionBoundaryBuilder, Authorization, Authorized, DispatchOutcome};
+#[cfg(feature = "catalog")]
+pub use gate::{
+    AuthorizedCall, CallStatus, GateAuthorization, GateOutcome, LiveCatalog, PreparedCall, ToolGate,
+};
 pub use guarded::{
     ArgumentSnapshot, ConfigError, GuardedTool, GuardedToolBuilder, GuardedToolError, MapperError,
     ResourceMapper,
@@ -29,11 +44,16 @@ pub use hooks::{
     ClaimError, ClaimStatus, ClaimedGrant, GrantRef, GrantStore, InMemoryGrantStore, ToolCall, ToolError,
     ToolExecutor, ToolFn,
 };
+pub use jsonl_sink::JsonLinesSink;
 pub use plan::{plan, plan_frozen, Plan, Planned, PLAN_PROTOCOL};
 pub use policy::{LivePolicy, Policy, PolicyError, PolicySource, Rule};
 pub use proposal::{FrozenProposal, ProposalParts, ProposalRefusal};
-pub use reason::{JsonErrorCode, PlanReason, ReceiptReason};
+pub use reason::{JsonErrorCode, PlanReason, ReceiptReason, Refusal};
 pub use receipt::{Receipt, RECEIPT_PROTOCOL};
+pub use record::{
+    sink_fn, ApprovalRecord, CallClock, CallRecord, MemorySink, NoSink, ReceiptSink, Record, ResultSummary,
+    SinkFn, APPROVAL_RECORD_PROTOCOL, CALL_RECORD_PROTOCOL,
+};
 pub use wire::{Decision, Effect, ExecutionStatus, UnknownWireValue};
 
 /// The workspace README's examples, compiled and run as doctests.

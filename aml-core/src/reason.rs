@@ -110,6 +110,19 @@ wire_enum! {
     }
 }
 
+wire_enum! {
+    /// Why a front door refused a call before any plan was made (no proposal, no digest).
+    ///
+    /// Adapters carry these strings on their wire (MCP verdicts, gRPC `ErrorInfo.reason`,
+    /// call records); the tool was never entered.
+    pub enum Refusal {
+        /// `"invalid_or_unregistered_call"`: the host registered no tool by that name.
+        InvalidOrUnregisteredCall = "invalid_or_unregistered_call",
+        /// `"invalid_arguments"`: the arguments are outside the tool's host input schema.
+        InvalidArguments = "invalid_arguments",
+    }
+}
+
 impl ReceiptReason {
     /// The execution status a receipt with this reason must have.
     pub const fn execution_status(self) -> crate::ExecutionStatus {

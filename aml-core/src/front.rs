@@ -1,0 +1,145 @@
+//! What every front door ([`crate::GuardedTool`], [`crate::ToolGate`]) does around a call:
+//! one `aml.dispatch` span, one closing event, and exactly one [`CallRecord`] — also for a
+//! call whose caller went away before it ended.
+
+use std::sync::Arc;
+
+use tracing::field::Empty;
+
+use crate::dispatch::{DispatchOutcome, Progress, Stage};
+use crate::plan::Plan;
+use crate::receipt::Receipt;
+use crate::record::{CallClock, CallRecord, ReceiptSink, Record, ResultSummary};
+use crate::{Effect, ReceiptReason};
+
+/// Tracks one call from arrival to its record. Dropped unfinished, it records the call as
+/// abandoned at the stage it reached.
+pub(crate) struct CallTracker {
+    adapter: Arc<str>,
+    tool: String,
+    clock: CallClock,
+    sink: Arc<dyn ReceiptSink>,
+    pub(crate) span: tracing::Span,
+    pub(crate) progress: Progress,
+    plan: Option<Plan>,
+    done: bool,
+}
+
+impl core::fmt::Debug for CallTracker {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CallTracker")
+            .field("adapter", &self.adapter)
+            .field("tool", &self.tool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallTracker {
+    pub(crate) fn start(adapter: &Arc<str>, tool: &str, sink: &Arc<dyn ReceiptSink>) -> Self {
+        let span = tracing::info_span!(
+            target: "aml.dispatch",
+            "aml.dispatch",
+            adapter = &**adapter,
+            tool,
+            effect = Empty,
+            digest = Empty,
+            decision = Empty,
+            reason = Empty,
+        );
+        CallTracker {
+            adapter: Arc::clone(adapter),
+            tool: tool.to_owned(),
+            clock: CallClock::start(),
+            sink: Arc::clone(sink),
+            span,
+            progress: Progress::default(),
+            plan: None,
+            done: false,
+        }
+    }
+
+    /// Notes the plan (and the declared effect) once planning is done.
+    pub(crate) fn planned(&mut self, plan: &Plan, effect: Effect) {
+        self.span.record("effect", effect.as_str());
+        if let Some(digest) = plan.proposal_sha256() {
+            self.span.record("digest", tracing::field::display(digest));
+        }
+        self.span.record("decision", plan.decision().as_str());
+        self.plan = Some(plan.clone());
+    }
+
+    /// Records how the call ended: the closing event and the one record.
+    pub(crate) fn finish(mut self, fill: impl FnOnce(&mut CallRecord)) {
+        self.done = true;
+        let mut record = CallRecord::new(&*self.adapter, self.tool.as_str(), &self.clock);
+        fill(&mut record);
+        self.emit(record);
+    }
+
+    /// Records a boundary outcome.
+    pub(crate) fn finish_outcome(self, outcome: &DispatchOutcome) {
+        self.finish(|r| {
+            r.plan = Some(outcome.plan().clone());
+            r.receipt = Some(outcome.receipt().clone());
+            r.detail = outcome.detail().map(str::to_owned);
+            r.result = outcome.output().map(ResultSummary::of_json);
+        });
+    }
+
+    fn emit(&self, record: CallRecord) {
+        let reason = match (&record.receipt, record.refusal, &record.host_error) {
+            (Some(receipt), _, _) => receipt.reason().as_str(),
+            (None, Some(refusal), _) => refusal.as_str(),
+            (None, None, Some(_)) => "host_error",
+            (None, None, None) => "none",
+        };
+        let digest = record
+            .receipt
+            .as_ref()
+            .and_then(Receipt::proposal_sha256)
+            .or_else(|| record.plan.as_ref().and_then(Plan::proposal_sha256));
+        self.span.record("reason", reason);
+        let status = record
+            .receipt
+            .as_ref()
+            .map_or("not_planned", |r| r.execution_status().as_str());
+        let digest = digest.map(|d| d.to_string());
+        tracing::info!(
+            target: "aml.dispatch",
+            parent: &self.span,
+            adapter = &*self.adapter,
+            tool = self.tool.as_str(),
+            digest = digest.as_deref().unwrap_or("null"),
+            reason,
+            status,
+            elapsed_us = record.elapsed_us,
+            "call ended"
+        );
+        self.sink.record(&Record::Call(record));
+    }
+}
+
+impl Drop for CallTracker {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // The caller went away (its future was dropped) before the call ended.
+        let stage = self.progress.stage();
+        let (reason, during) = match stage {
+            Stage::Planned | Stage::Approval => (ReceiptReason::ApprovalError, "before the tool was entered"),
+            Stage::Claim | Stage::Claimed => (
+                ReceiptReason::ApprovalConsumeError,
+                "after the one-use claim started, before the tool was entered",
+            ),
+            Stage::Tool => (ReceiptReason::HostDispatchError, "while the tool was running"),
+        };
+        let mut record = CallRecord::new(&*self.adapter, self.tool.as_str(), &self.clock);
+        record.detail = Some(format!("the caller went away {during}"));
+        if let Some(plan) = &self.plan {
+            record.receipt = Some(Receipt::new(plan.proposal_sha256(), plan.decision(), reason));
+            record.plan = Some(plan.clone());
+        }
+        self.emit(record);
+    }
+}

@@ -1,0 +1,218 @@
+//! A receipt sink that appends one JSON line per record to a file (or stderr) from its own
+//! writer thread, so recording never blocks the caller's runtime.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::record::{ReceiptSink, Record};
+
+enum Message {
+    Line(String),
+    Flush(SyncSender<()>),
+}
+
+/// Appends each record as one JSON line, written by a background thread.
+///
+/// [`record`](ReceiptSink::record) only serializes and queues; the thread writes whatever has
+/// queued in one write and flushes. Dropping the sink writes everything queued before it
+/// returns. A failed write is counted ([`failures`](Self::failures)) and reported through
+/// `tracing`, never ignored silently.
+///
+/// ```
+/// use aml_core::{JsonLinesSink, ReceiptSink};
+/// let path = std::env::temp_dir().join(format!("aml-doc-sink-{}.jsonl", std::process::id()));
+/// let sink = JsonLinesSink::append(&path).unwrap();
+/// assert!(sink.flush(std::time::Duration::from_secs(5)));
+/// assert_eq!(sink.failures(), 0);
+/// # std::fs::remove_file(&path).ok();
+/// ```
+#[derive(Debug)]
+pub struct JsonLinesSink {
+    queue: Sender<Message>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    failures: Arc<AtomicU64>,
+}
+
+impl JsonLinesSink {
+    /// Appends to `path`, creating it if needed.
+    pub fn append(path: impl AsRef<Path>) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        Self::from_writer(Box::new(file))
+    }
+
+    /// Writes to this process's stderr.
+    pub fn stderr() -> std::io::Result<Self> {
+        Self::from_writer(Box::new(std::io::stderr()))
+    }
+
+    /// Writes to `out`.
+    pub fn from_writer(out: Box<dyn Write + Send>) -> std::io::Result<Self> {
+        let (queue, lines) = mpsc::channel();
+        let failures = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&failures);
+        let writer = std::thread::Builder::new()
+            .name("aml-receipts".into())
+            .spawn(move || write_lines(out, lines, &counter))?;
+        Ok(JsonLinesSink {
+            queue,
+            writer: Mutex::new(Some(writer)),
+            failures,
+        })
+    }
+
+    /// Waits (blocking the calling thread, at most `timeout`) until every record queued so
+    /// far is written and flushed. Returns whether that happened in time.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let (done, wait) = mpsc::sync_channel(1);
+        self.queue.send(Message::Flush(done)).is_ok() && wait.recv_timeout(timeout).is_ok()
+    }
+
+    /// How many records could not be written.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+}
+
+impl ReceiptSink for JsonLinesSink {
+    fn record(&self, record: &Record) {
+        let mut line = match serde_json::to_string(record) {
+            Ok(line) => line,
+            Err(e) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(target: "aml.receipts", error = %e, "a record could not be serialized");
+                return;
+            }
+        };
+        line.push('\n');
+        if self.queue.send(Message::Line(line)).is_err() {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(target: "aml.receipts", "the receipt writer has stopped; a record was not written");
+        }
+    }
+}
+
+impl Drop for JsonLinesSink {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer once it has written everything queued.
+        let (closed, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.queue, closed));
+        let writer = self
+            .writer
+            .get_mut()
+            .map(Option::take)
+            .unwrap_or_else(|p| p.into_inner().take());
+        if let Some(writer) = writer {
+            let _ = writer.join();
+        }
+    }
+}
+
+fn write_lines(mut out: Box<dyn Write + Send>, queue: Receiver<Message>, failures: &AtomicU64) {
+    let mut batch = String::new();
+    let mut lines_in_batch = 0u64;
+    let mut waiting = Vec::new();
+    while let Ok(first) = queue.recv() {
+        let mut next = Some(first);
+        // Take everything already queued, so a burst costs one write.
+        while let Some(message) = next {
+            match message {
+                Message::Line(line) => {
+                    batch.push_str(&line);
+                    lines_in_batch += 1;
+                }
+                Message::Flush(done) => waiting.push(done),
+            }
+            next = queue.try_recv().ok();
+        }
+        if !batch.is_empty() {
+            if let Err(e) = out.write_all(batch.as_bytes()).and_then(|()| out.flush()) {
+                failures.fetch_add(lines_in_batch, Ordering::Relaxed);
+                tracing::error!(target: "aml.receipts", error = %e, lost = lines_in_batch,
+                                "receipt records could not be written");
+            }
+            batch.clear();
+            lines_in_batch = 0;
+        }
+        for done in waiting.drain(..) {
+            let _ = done.send(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{ApprovalRecord, Record};
+    use crate::Sha256Digest;
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    struct Broken;
+
+    impl Write for Broken {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::other("disk full"))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn approval(n: u8) -> Record {
+        Record::Approval(ApprovalRecord::new(
+            Sha256Digest::of(&[n]),
+            true,
+            Some(format!("grant-{n}")),
+            serde_json::json!({"n": n}),
+        ))
+    }
+
+    #[test]
+    fn every_record_is_one_line_and_none_is_lost_on_drop() {
+        let out = Shared::default();
+        let sink = JsonLinesSink::from_writer(Box::new(out.clone())).unwrap();
+        for n in 0..200 {
+            sink.record(&approval(n as u8));
+        }
+        drop(sink);
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 200);
+        assert_eq!(lines[7]["grant_id"], "grant-7");
+        assert_eq!(lines[7]["record"], "aml-approval-record/1");
+    }
+
+    #[test]
+    fn flush_waits_for_queued_records() {
+        let out = Shared::default();
+        let sink = JsonLinesSink::from_writer(Box::new(out.clone())).unwrap();
+        sink.record(&approval(1));
+        assert!(sink.flush(Duration::from_secs(10)));
+        assert_eq!(String::from_utf8_lossy(&out.0.lock().unwrap()).lines().count(), 1);
+    }
+
+    #[test]
+    fn failed_writes_are_counted() {
+        let sink = JsonLinesSink::from_writer(Box::new(Broken)).unwrap();
+        sink.record(&approval(1));
+        sink.record(&approval(2));
+        assert!(sink.flush(Duration::from_secs(10)));
+        assert_eq!(sink.failures(), 2);
+    }
+}

@@ -13,7 +13,7 @@ use crate::proposal::FrozenProposal;
 use crate::reason::{blocking_reason, ReceiptReason};
 use crate::receipt::Receipt;
 use crate::record::{NoSink, ReceiptSink};
-use crate::unwind::guarded;
+use crate::unwind::{guarded, with_causes};
 use crate::Deadline;
 use crate::{Decision, PolicySource};
 
@@ -336,7 +336,7 @@ impl ActionBoundary {
         };
         let approval = match answer {
             Ok(Ok(approval)) => approval,
-            Ok(Err(e)) => return Err(Stop::Blocked(ReceiptReason::ApprovalError, Some(e.to_string()))),
+            Ok(Err(e)) => return Err(Stop::Blocked(ReceiptReason::ApprovalError, Some(with_causes(&e)))),
             Err(panic) => return Err(Stop::Blocked(ReceiptReason::ApprovalError, Some(panic))),
         };
         let matches = approval.approved && approval.proposal_sha256 == proposal.digest();
@@ -361,7 +361,7 @@ impl ActionBoundary {
             Ok(Err(e)) => {
                 return Err(Stop::Blocked(
                     ReceiptReason::ApprovalConsumeError,
-                    Some(e.to_string()),
+                    Some(with_causes(&e)),
                 ))
             }
             Err(panic) => return Err(Stop::Blocked(ReceiptReason::ApprovalConsumeError, Some(panic))),
@@ -454,7 +454,9 @@ impl Authorized {
                 detail: None,
                 deadline_passed: false,
             },
-            Ok(Err(e)) => DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(e.to_string())),
+            Ok(Err(e)) => {
+                DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(with_causes(&e)))
+            }
             Err(panic) => DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(panic)),
         }
     }

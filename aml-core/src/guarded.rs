@@ -107,10 +107,10 @@ where
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum GuardedToolError {
-    /// The resource mapper returned an error. Host state it changed is the host's to
-    /// reconcile.
-    #[error("resource mapper failed: {0}")]
-    Mapper(#[source] MapperError),
+    /// The resource mapper returned an error (displayed as the mapper's own message). Host
+    /// state it changed is the host's to reconcile.
+    #[error(transparent)]
+    Mapper(MapperError),
     /// The resource mapper panicked.
     #[error("resource mapper {0}")]
     MapperPanicked(String),

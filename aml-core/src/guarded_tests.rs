@@ -97,7 +97,7 @@ fn non_object_arguments_are_an_invalid_proposal() {
 fn mapper_failures_are_host_errors_not_receipts() {
     let err = block_on(tool(Arc::default()).call(&json!({"body": "no destination"}))).unwrap_err();
     assert!(matches!(err, GuardedToolError::Mapper(_)));
-    assert_eq!(err.to_string(), "resource mapper failed: missing to");
+    assert_eq!(err.to_string(), "missing to");
 
     let panicking = GuardedTool::builder("send_message", Effect::Send, "p", policy())
         .resource_for(|_: &ArgumentSnapshot| -> Result<String, MapperError> { panic!("mapper exploded") })

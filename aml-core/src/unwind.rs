@@ -54,3 +54,20 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
         .unwrap_or("non-string panic payload");
     format!("panicked: {text}")
 }
+
+/// An error's message followed by each of its causes (`message: cause: cause`), so a
+/// receipt's detail says why, not only what.
+pub(crate) fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // Errors that already print their cause would repeat it.
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -8,7 +8,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use aml_core::{Effect, Policy};
-use aml_mcp::{McpGate, RegisteredTool, ResourceRule, ToolRegistry};
+use aml_mcp::{McpGate, ResourceRule, ToolCatalog, ToolGate, ToolRegistration};
 use criterion::{criterion_group, criterion_main, Criterion};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use serde_json::json;
@@ -24,19 +24,24 @@ fn ready<F: Future>(f: F) -> F::Output {
 fn bench(c: &mut Criterion) {
     let schema = json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
                         "required": ["to", "body"], "additionalProperties": false});
-    let registry = ToolRegistry::new().with_tool(
-        RegisteredTool::new(
-            "send_notice",
-            Effect::Send,
-            "Send a local notice",
-            ResourceRule::Argument("to".into()),
-            schema,
+    let catalog = ToolCatalog::new()
+        .with(
+            ToolRegistration::new(
+                "send_notice",
+                Effect::Send,
+                "Send a local notice",
+                ResourceRule::Argument("to".into()),
+                schema,
+            )
+            .unwrap(),
         )
-        .unwrap(),
-    );
+        .unwrap();
     let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
         {"tool": "send_notice", "effect": "send", "resource": "team@example.test", "requires_approval": false}]}));
-    let gate = McpGate::new(registry, std::sync::Arc::new(policy));
+    let gate = McpGate::new(ToolGate::new(
+        catalog,
+        aml_core::ActionBoundary::builder(std::sync::Arc::new(policy)).build(),
+    ));
     let args = json!({"to": "team@example.test", "body": "Build passed."})
         .as_object()
         .cloned()

@@ -7,7 +7,7 @@ use rmcp::model::{CallToolRequestParams, Tool};
 use rmcp::service::{Peer, RoleClient};
 use rmcp::ServiceError;
 
-use crate::gate::{McpGate, Verdict};
+use crate::gate::{ForwardError, McpGate, McpVerdict};
 
 /// An rmcp client peer behind the gate.
 ///
@@ -43,19 +43,18 @@ impl GatedClient {
     }
 
     /// Calls a tool through the gate.
-    pub async fn call_tool(&self, params: CallToolRequestParams) -> Verdict {
-        let peer = self.peer.clone();
+    pub async fn call_tool(&self, params: CallToolRequestParams) -> McpVerdict {
         let timeout = self.timeout;
         self.gate
-            .call(params, move |params| async move {
-                let sent = peer.call_tool(params);
+            .call(params, |params| async move {
+                let sent = self.peer.call_tool(params);
                 let result = match timeout {
                     Some(limit) => tokio::time::timeout(limit, sent)
                         .await
-                        .map_err(|_| format!("no result within {limit:?}"))?,
+                        .map_err(|_| ForwardError::Timeout(limit))?,
                     None => sent.await,
                 };
-                result.map_err(|e| e.to_string())
+                result.map_err(ForwardError::Transport)
             })
             .await
     }

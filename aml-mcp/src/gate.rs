@@ -1,37 +1,17 @@
-//! The MCP gate: one `tools/call` in, a verdict out, with the boundary between the agent
-//! and the server. Used by the client gate, the server gate and the proxy.
+//! The MCP gate: one `tools/call` in, a verdict out, with the host's [`ToolGate`] between
+//! the agent and the server. Used by the client gate, the server gate and the guarded tool
+//! server; the only place where a gate outcome becomes MCP.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
+use std::time::Duration;
 
 use aml_core::{
-    tool_fn, ApprovalHook, ExecutionStatus, GrantStore, GuardedTool, GuardedToolError, InMemoryGrantStore,
-    Plan, PolicySource, Receipt, ToolError,
+    async_trait, CallStatus, GateOutcome, Plan, Receipt, Refusal, ResultSummary, ToolCall, ToolError,
+    ToolExecutor, ToolGate,
 };
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, ResultType};
 use serde_json::{json, Value};
-
-use crate::registry::ToolRegistry;
-
-/// Why a call was refused before any plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Rejection {
-    /// `"invalid_or_unregistered_call"`: the host did not register this tool.
-    InvalidOrUnregisteredCall,
-    /// `"invalid_arguments"`: the arguments are outside the host's input schema.
-    InvalidArguments,
-}
-
-impl Rejection {
-    /// The report string.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Rejection::InvalidOrUnregisteredCall => "invalid_or_unregistered_call",
-            Rejection::InvalidArguments => "invalid_arguments",
-        }
-    }
-}
 
 /// What became of the call at the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +24,7 @@ pub enum ResultStatus {
     /// `"tool_error"`: the server returned a result with `isError` (the call was made; a
     /// side effect may have happened).
     ToolError,
-    /// `"unknown"`: the request left and no result came back (transport loss, timeout).
+    /// `"unknown"`: the request left (or the tool was entered) and no result came back.
     Unknown,
 }
 
@@ -60,66 +40,112 @@ impl ResultStatus {
     }
 }
 
-/// The gate's verdict on one `tools/call`.
-#[derive(Debug, Clone)]
-pub struct Verdict {
-    /// A refusal before any plan.
-    pub rejection: Option<Rejection>,
-    /// The plan, when one was made.
-    pub plan: Option<Plan>,
-    /// The receipt, when one was made.
-    pub receipt: Option<Receipt>,
-    /// What became of the call at the server.
-    pub status: ResultStatus,
-    /// The server's result, when it returned one.
-    pub result: Option<CallToolResult>,
-    /// Diagnostics for the host's log: the hook or transport error behind a block or an
-    /// `unknown`.
-    pub detail: Option<String>,
-    /// A host error (failing resource mapper, unusable registration): no plan, no receipt.
-    pub host_error: Option<String>,
+/// Why a forwarded call has no result: the request may have reached the server, so the
+/// outcome is `unknown`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ForwardError {
+    /// No result arrived in time.
+    #[error("no result within {0:?}")]
+    Timeout(Duration),
+    /// The server took the call up without completing it (input required, or a task).
+    #[error("the server did not complete the call ({0})")]
+    NotCompleted(&'static str),
+    /// The server answered with a JSON-RPC error.
+    #[error("the server answered with an error ({code}): {message}")]
+    Server {
+        /// The JSON-RPC error code.
+        code: i32,
+        /// Its message.
+        message: String,
+    },
+    /// The transport failed after the request was handed to it.
+    #[error("the transport failed")]
+    Transport(#[source] rmcp::ServiceError),
 }
 
-impl Verdict {
-    fn rejected(rejection: Rejection) -> Self {
-        Verdict {
-            rejection: Some(rejection),
-            plan: None,
-            receipt: None,
-            status: ResultStatus::NotCalled,
-            result: None,
-            detail: None,
-            host_error: None,
+/// The `_meta` key under which gated results carry the verdict.
+pub const VERDICT_META_KEY: &str = "aml.action-boundary/verdict";
+
+/// The gate's verdict on one `tools/call`.
+#[derive(Debug, Clone)]
+pub struct McpVerdict {
+    outcome: GateOutcome,
+    status: ResultStatus,
+    result: Option<CallToolResult>,
+}
+
+impl McpVerdict {
+    /// The verdict on `outcome`, with the server's (or host tool's) `result` if one came back.
+    pub fn new(outcome: GateOutcome, result: Option<CallToolResult>) -> Self {
+        let status = match (outcome.status(), &result) {
+            (CallStatus::Dispatched, Some(r)) if r.is_error == Some(true) => ResultStatus::ToolError,
+            (CallStatus::Dispatched, _) => ResultStatus::Returned,
+            (CallStatus::Unknown, _) => ResultStatus::Unknown,
+            _ => ResultStatus::NotCalled,
+        };
+        let result = result.filter(|_| matches!(status, ResultStatus::Returned | ResultStatus::ToolError));
+        McpVerdict {
+            outcome,
+            status,
+            result,
         }
     }
 
-    /// The verdict as report JSON: `{rejection, plan, receipt, mcp_result_status, result?}`.
+    /// The gate's outcome (refusal, plan, receipt, host error, detail).
+    pub fn outcome(&self) -> &GateOutcome {
+        &self.outcome
+    }
+    /// What became of the call at the server.
+    pub fn status(&self) -> ResultStatus {
+        self.status
+    }
+    /// The refusal before any plan.
+    pub fn rejection(&self) -> Option<Refusal> {
+        self.outcome.refusal()
+    }
+    /// The plan, when one was made.
+    pub fn plan(&self) -> Option<&Plan> {
+        self.outcome.plan()
+    }
+    /// The receipt, when one was made.
+    pub fn receipt(&self) -> Option<&Receipt> {
+        self.outcome.receipt()
+    }
+    /// The server's result, when it returned one.
+    pub fn result(&self) -> Option<&CallToolResult> {
+        self.result.as_ref()
+    }
+
+    /// The verdict as JSON, as results carry it under `_meta`:
+    /// `{rejection, plan, receipt, mcp_result_status}`, plus `result_digest` (`{sha256, bytes}`
+    /// of the result) when one came back and `host_error` when the host failed. Never the
+    /// result itself.
     pub fn to_value(&self) -> Value {
         let mut v = json!({
-            "rejection": self.rejection.map(Rejection::as_str),
-            "plan": self.plan.as_ref().map(Plan::to_value),
-            "receipt": self.receipt.as_ref().map(Receipt::to_value),
+            "rejection": self.rejection().map(Refusal::as_str),
+            "plan": self.plan().map(Plan::to_value),
+            "receipt": self.receipt().map(Receipt::to_value),
             "mcp_result_status": self.status.as_str(),
         });
         if let Some(result) = &self.result {
-            let mut result = serde_json::to_value(result).unwrap_or(Value::Null);
-            if let Some(obj) = result.as_object_mut() {
-                // Protocol bookkeeping, not the tool's answer.
-                obj.remove("resultType");
-            }
-            v["result"] = result;
+            let bytes = serde_json::to_vec(result).unwrap_or_default();
+            v["result_digest"] = json!(ResultSummary::of_bytes(&bytes));
+        }
+        if let Some(host_error) = self.outcome.host_error() {
+            v["host_error"] = json!(host_error);
         }
         v
     }
 
-    /// What to answer an MCP client with: the server's result for a dispatched call (with
+    /// What to answer an MCP client with: the server's result for a call it returned (with
     /// the verdict under `_meta`), else an `isError` result that says why.
     pub fn into_call_result(self) -> CallToolResult {
         let meta = self.to_value();
-        let mut result = match (&self.result, self.status) {
-            (Some(result), ResultStatus::Returned | ResultStatus::ToolError) => result.clone(),
-            _ => CallToolResult::error(vec![ContentBlock::text(self.explanation())]),
-        };
+        let explanation = self.explanation();
+        let mut result = self
+            .result
+            .unwrap_or_else(|| CallToolResult::error(vec![ContentBlock::text(explanation)]));
         // Required on every result from protocol 2026-07-28 on; an older upstream omits it.
         result.result_type.get_or_insert(ResultType::COMPLETE);
         let mut object = result.meta.take().map(|m| m.0).unwrap_or_default();
@@ -129,142 +155,90 @@ impl Verdict {
     }
 
     fn explanation(&self) -> String {
-        if let Some(r) = self.rejection {
-            return format!("AML gate refused the call: {}", r.as_str());
-        }
-        match (&self.receipt, self.status) {
-            (_, ResultStatus::Unknown) => {
+        match self.outcome.status() {
+            CallStatus::Refused(refusal) => format!("AML gate refused the call: {refusal}"),
+            CallStatus::HostError => "AML gate could not prepare this call (host error).".to_owned(),
+            CallStatus::Unknown => {
                 "Tool outcome is uncertain; do not retry automatically (host_dispatch_error).".to_owned()
             }
-            (Some(receipt), _) => format!("AML boundary blocked this call: {}", receipt.reason()),
-            (None, _) => "AML gate could not prepare this call (host error).".to_owned(),
+            CallStatus::Blocked(reason) => format!("AML boundary blocked this call: {reason}"),
+            // A dispatched call always carries its result.
+            _ => "AML gate: the tool returned no result.".to_owned(),
         }
     }
 }
 
-/// The `_meta` key under which gated results carry the verdict.
-pub const VERDICT_META_KEY: &str = "aml.action-boundary/verdict";
-
-/// The gate: registered tools, the host's live policy and hooks.
+/// The gate for MCP: the host's [`ToolGate`] (catalog, policy, hooks, receipt sink), with
+/// each call forwarded by a per-call executor.
 #[derive(Debug, Clone)]
 pub struct McpGate {
-    registry: Arc<ToolRegistry>,
-    policy: Arc<dyn PolicySource>,
-    approval: Option<Arc<dyn ApprovalHook>>,
-    grants: Option<Arc<dyn GrantStore>>,
+    gate: ToolGate,
 }
 
 impl McpGate {
-    /// A gate with a fresh one-use grant store and no approval hook (approval-required
-    /// rules then block with `approval_unavailable`).
-    pub fn new(registry: ToolRegistry, policy: impl PolicySource + 'static) -> Self {
+    /// Gates calls with `gate`; its records name the adapter `mcp`.
+    pub fn new(gate: ToolGate) -> Self {
         McpGate {
-            registry: Arc::new(registry),
-            policy: Arc::new(policy),
-            approval: None,
-            grants: Some(Arc::new(InMemoryGrantStore::new())),
+            gate: gate.for_adapter("mcp"),
         }
     }
 
-    /// Sets the approval hook.
-    pub fn with_approval(mut self, hook: Arc<dyn ApprovalHook>) -> Self {
-        self.approval = Some(hook);
-        self
-    }
-
-    /// Replaces the one-use grant store.
-    pub fn with_grants(mut self, store: Arc<dyn GrantStore>) -> Self {
-        self.grants = Some(store);
-        self
-    }
-
-    /// The registered tools.
-    pub fn registry(&self) -> &ToolRegistry {
-        &self.registry
+    /// The host's gate.
+    pub fn gate(&self) -> &ToolGate {
+        &self.gate
     }
 
     /// Gates one call. `forward` sends the call, with the frozen arguments, to the server;
-    /// it runs at most once, and only if the boundary dispatches. An `Err` from it means
-    /// the request may have reached the server: the outcome is `unknown`.
-    pub async fn call<F, Fut>(&self, params: CallToolRequestParams, forward: F) -> Verdict
+    /// it runs at most once, and only if the boundary dispatches. An `Err` from it means the
+    /// request may have reached the server: the outcome is `unknown`.
+    pub async fn call<F, Fut>(&self, params: CallToolRequestParams, forward: F) -> McpVerdict
     where
-        F: FnOnce(CallToolRequestParams) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<CallToolResult, String>> + Send + 'static,
+        F: Fn(CallToolRequestParams) -> Fut + Send + Sync,
+        Fut: Future<Output = Result<CallToolResult, ForwardError>> + Send,
     {
-        let Some(registered) = self.registry.get(&params.name) else {
-            return Verdict::rejected(Rejection::InvalidOrUnregisteredCall);
-        };
+        let name = params.name.to_string();
         let arguments = Value::Object(params.arguments.clone().unwrap_or_default());
-        if !registered.accepts(&arguments) {
-            return Verdict::rejected(Rejection::InvalidArguments);
-        }
-        let returned: Arc<Mutex<Option<CallToolResult>>> = Arc::default();
-        let once = Arc::new(Mutex::new(Some((forward, params))));
-        let slot = Arc::clone(&returned);
-        let executor = tool_fn(move |call| {
-            let taken = once.lock().unwrap_or_else(|p| p.into_inner()).take();
-            let slot = Arc::clone(&slot);
-            async move {
-                let Some((forward, mut params)) = taken else {
-                    return Err(ToolError::new("the gate forwards each call at most once"));
-                };
-                params.arguments = Some(call.into_arguments());
-                let result = forward(params).await.map_err(ToolError::new)?;
-                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
-                Ok(Value::Null)
-            }
-        });
-        let mut builder = GuardedTool::builder(
-            registered.name.clone(),
-            registered.effect,
-            registered.purpose.clone(),
-            Arc::clone(&self.policy),
-        )
-        .resource_for_arc(Arc::clone(&registered.mapper))
-        .executor(executor);
-        builder = match &self.grants {
-            Some(grants) => builder.grants_arc(Arc::clone(grants)),
-            None => builder.replayable_approvals(),
+        let forward = Forward {
+            template: params,
+            send: forward,
+            result: Mutex::new(None),
         };
-        if let Some(approval) = &self.approval {
-            builder = builder.approval_arc(Arc::clone(approval));
-        }
-        let tool = match builder.build() {
-            Ok(tool) => tool,
-            Err(e) => return host_error(e.to_string()),
-        };
-        let outcome = match tool.call(&arguments).await {
-            Ok(outcome) => outcome,
-            Err(GuardedToolError::Mapper(e)) => return host_error(e.to_string()),
-            Err(e) => return host_error(e.to_string()),
-        };
-        let result = returned.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let status = match (outcome.receipt().execution_status(), &result) {
-            (ExecutionStatus::Dispatched, Some(r)) if r.is_error == Some(true) => ResultStatus::ToolError,
-            (ExecutionStatus::Dispatched, _) => ResultStatus::Returned,
-            (ExecutionStatus::Unknown, _) => ResultStatus::Unknown,
-            _ => ResultStatus::NotCalled,
-        };
-        Verdict {
-            rejection: None,
-            plan: Some(outcome.plan().clone()),
-            receipt: Some(outcome.receipt().clone()),
-            status,
-            result,
-            detail: outcome.detail().map(str::to_owned),
-            host_error: None,
-        }
+        let outcome = self.gate.call_value(&name, arguments, Some(&forward), None).await;
+        let result = forward.result.into_inner().unwrap_or_else(|p| p.into_inner());
+        McpVerdict::new(outcome, result)
     }
 }
 
-fn host_error(detail: String) -> Verdict {
-    Verdict {
-        rejection: None,
-        plan: None,
-        receipt: None,
-        status: ResultStatus::NotCalled,
-        result: None,
-        detail: None,
-        host_error: Some(detail),
+/// The per-call executor: sends the frozen arguments in the caller's request and keeps the
+/// server's typed result for the answer.
+struct Forward<F> {
+    template: CallToolRequestParams,
+    send: F,
+    result: Mutex<Option<CallToolResult>>,
+}
+
+impl<F> core::fmt::Debug for Forward<F> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Forward")
+            .field("tool", &self.template.name)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl<F, Fut> ToolExecutor for Forward<F>
+where
+    F: Fn(CallToolRequestParams) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<CallToolResult, ForwardError>> + Send,
+{
+    async fn execute(&self, call: ToolCall) -> Result<Value, ToolError> {
+        let mut params = self.template.clone();
+        params.arguments = Some(call.into_arguments());
+        let result = (self.send)(params)
+            .await
+            .map_err(|e| ToolError::with_source("forwarding the call failed", e))?;
+        let output = serde_json::to_value(&result).unwrap_or(Value::Null);
+        *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+        Ok(output)
     }
 }

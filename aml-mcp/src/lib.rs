@@ -2,12 +2,13 @@
 //!
 //! This crate provides:
 //!
-//! - [`ToolRegistry`]: the tools a host lets an agent call — effect, purpose, how the real
-//!   destination is read from the arguments, and the input schema the host enforces;
-//! - [`McpGate`]: the gate itself — unknown tool → `invalid_or_unregistered_call`, arguments
-//!   outside the schema → `invalid_arguments` (both before any plan), then the boundary;
-//!   a result with `isError` is `dispatched` with status `tool_error`, and a transport loss
-//!   after the request left is `unknown`, never retried;
+//! - [`McpGate`]: the host's [`aml_core::ToolGate`] (the shared tool catalog — effect,
+//!   purpose, resource mapping and input schema per tool — policy, hooks and receipt sink)
+//!   for MCP: unknown tool → `invalid_or_unregistered_call`, arguments outside the schema →
+//!   `invalid_arguments` (both before any plan), then the boundary; a result with `isError`
+//!   is `dispatched` with status `tool_error`, and a transport loss after the request left is
+//!   `unknown`, never retried; the verdict ([`McpVerdict`]) never holds the result, only its
+//!   digest;
 //! - [`GatedClient`]: an rmcp client peer behind the gate;
 //! - [`GatedServer`]: a wrapper around any rmcp `ServerHandler` that delegates every method
 //!   and gates `call_tool`;
@@ -22,12 +23,11 @@
 pub mod client;
 pub mod gate;
 pub mod proxy;
-pub mod registry;
 pub mod server;
 pub mod tool_server;
 
+pub use aml_core::{ResourceRule, ToolCatalog, ToolGate, ToolRegistration};
 pub use client::GatedClient;
-pub use gate::{McpGate, Rejection, ResultStatus, Verdict, VERDICT_META_KEY};
-pub use registry::{RegisteredTool, RegistryError, ResourceRule, ToolRegistry};
-pub use server::{GatedServer, VerdictSink};
+pub use gate::{ForwardError, McpGate, McpVerdict, ResultStatus, VERDICT_META_KEY};
+pub use server::GatedServer;
 pub use tool_server::GuardedToolServer;

@@ -9,19 +9,16 @@ use rmcp::model::*;
 use rmcp::service::{MaybeSendFuture, NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData as McpError, ServerHandler};
 
-use crate::gate::{McpGate, Verdict};
-
-/// Receives every verdict, for a receipt log.
-pub type VerdictSink = Arc<dyn Fn(&str, &Verdict) + Send + Sync>;
+use crate::gate::{ForwardError, McpGate};
 
 /// A [`ServerHandler`] whose `tools/call` passes the boundary before `inner` sees it.
 ///
 /// Answers carry the verdict under `_meta["aml.action-boundary/verdict"]`; refused and
-/// blocked calls come back as `isError` results that say why.
+/// blocked calls come back as `isError` results that say why. Every call is recorded in the
+/// gate's receipt sink.
 pub struct GatedServer<S> {
     inner: Arc<S>,
     gate: McpGate,
-    sink: Option<VerdictSink>,
 }
 
 impl<S> core::fmt::Debug for GatedServer<S> {
@@ -38,14 +35,7 @@ impl<S: ServerHandler> GatedServer<S> {
         GatedServer {
             inner: Arc::new(inner),
             gate,
-            sink: None,
         }
-    }
-
-    /// Reports every verdict (with the tool name) to `sink`.
-    pub fn with_sink(mut self, sink: VerdictSink) -> Self {
-        self.sink = Some(sink);
-        self
     }
 
     /// The wrapped handler.
@@ -58,23 +48,24 @@ impl<S: ServerHandler> GatedServer<S> {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let name = request.name.to_string();
-        let inner = Arc::clone(&self.inner);
         let verdict = self
             .gate
-            .call(request, move |params| async move {
-                match inner.call_tool(params, context).await {
-                    Ok(CallToolResponse::Complete(result)) => Ok(result),
-                    // The server took the call up without completing it: as uncertain as a
-                    // lost response.
-                    Ok(_) => Err("the server did not complete the call (input required or task)".to_owned()),
-                    Err(e) => Err(format!("the server answered with an error: {}", e.message)),
+            .call(request, |params| {
+                let context = context.clone();
+                async move {
+                    match self.inner.call_tool(params, context).await {
+                        Ok(CallToolResponse::Complete(result)) => Ok(result),
+                        // The server took the call up without completing it: as uncertain as
+                        // a lost response.
+                        Ok(_) => Err(ForwardError::NotCompleted("input required or task")),
+                        Err(e) => Err(ForwardError::Server {
+                            code: e.code.0,
+                            message: e.message.to_string(),
+                        }),
+                    }
                 }
             })
             .await;
-        if let Some(sink) = &self.sink {
-            sink(&name, &verdict);
-        }
         Ok(CallToolResponse::Complete(verdict.into_call_result()))
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use aml_core::{Effect, Policy};
-use aml_mcp::{GatedClient, McpGate, RegisteredTool, ResourceRule, ToolRegistry};
+use aml_mcp::{GatedClient, McpGate, ResourceRule, ToolCatalog, ToolGate, ToolRegistration};
 use criterion::{criterion_group, criterion_main, Criterion};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{RoleClient, RunningService};
@@ -83,21 +83,26 @@ fn bench(c: &mut Criterion) {
 
     let schema = json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
                         "required": ["to", "body"], "additionalProperties": false});
-    let registry = ToolRegistry::new().with_tool(
-        RegisteredTool::new(
-            "send_notice",
-            Effect::Send,
-            "Send a local notice",
-            ResourceRule::Argument("to".into()),
-            schema,
+    let catalog = ToolCatalog::new()
+        .with(
+            ToolRegistration::new(
+                "send_notice",
+                Effect::Send,
+                "Send a local notice",
+                ResourceRule::Argument("to".into()),
+                schema,
+            )
+            .unwrap(),
         )
-        .unwrap(),
-    );
+        .unwrap();
     let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
         {"tool": "send_notice", "effect": "send", "resource": "team@example.test", "requires_approval": false}]}));
     let gated_client = GatedClient::new(
         direct.peer().clone(),
-        McpGate::new(registry, std::sync::Arc::new(policy)),
+        McpGate::new(ToolGate::new(
+            catalog,
+            aml_core::ActionBoundary::builder(std::sync::Arc::new(policy)).build(),
+        )),
     );
 
     let mut group = c.benchmark_group("mcp_call");
@@ -108,7 +113,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("through_gated_client", |b| {
         b.iter(|| {
             let verdict = rt.block_on(gated_client.call_tool(params()));
-            assert_eq!(verdict.status, aml_mcp::ResultStatus::Returned);
+            assert_eq!(verdict.status(), aml_mcp::ResultStatus::Returned);
         })
     });
     group.bench_function("through_aml_mcp_gate", |b| {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use aml_core::{async_trait, GuardedTool, GuardedToolError, Plan, Receipt};
+use aml_core::{async_trait, GuardedTool, Plan, Receipt};
 use serde_json::Value;
 
 use crate::args::CallerArguments;
@@ -95,8 +95,7 @@ impl Harness for CoreHarness {
                 receipt: outcome.receipt().clone(),
                 result: outcome.into_output(),
             }),
-            Err(GuardedToolError::Mapper(e)) => Ok(Attempt::HostError(e.to_string())),
-            Err(other) => Ok(Attempt::HostError(other.to_string())),
+            Err(host) => Ok(Attempt::HostError(host.to_string())),
         }
     }
 }

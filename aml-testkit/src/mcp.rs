@@ -6,10 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use aml_core::{
-    async_trait, Effect, FrozenProposal, GuardedTool, LivePolicy, Plan, Policy, ProposalParts, Receipt, Rule,
+    async_trait, ActionBoundary, Effect, FrozenProposal, GuardedTool, LivePolicy, Plan, Policy,
+    ProposalParts, Receipt, Rule, ToolGate,
 };
 use aml_mcp::{
-    GatedClient, GuardedToolServer, McpGate, RegisteredTool, ResourceRule, ToolRegistry, VERDICT_META_KEY,
+    GatedClient, GuardedToolServer, McpGate, McpVerdict, ResourceRule, ToolCatalog, ToolRegistration,
+    VERDICT_META_KEY,
 };
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use rmcp::transport::TokioChildProcess;
@@ -182,16 +184,18 @@ fn proposed(id: &str) -> (String, Value) {
 
 async fn run_case(text: &CaseText, server: &Path) -> Result<Value, HarnessError> {
     let server = FixtureServer::start(server).await?;
-    let registry = ToolRegistry::new().with_tool(
-        RegisteredTool::new(
-            NOTICE_TOOL,
-            Effect::Send,
-            NOTICE_PURPOSE,
-            ResourceRule::Argument("to".into()),
-            notice_schema(),
+    let catalog = ToolCatalog::new()
+        .with(
+            ToolRegistration::new(
+                NOTICE_TOOL,
+                Effect::Send,
+                NOTICE_PURPOSE,
+                ResourceRule::Argument("to".into()),
+                notice_schema(),
+            )
+            .map_err(err)?,
         )
-        .map_err(err)?,
-    );
+        .map_err(err)?;
     let policy = LivePolicy::new(
         Policy::from_rules([Rule {
             tool: NOTICE_TOOL.into(),
@@ -206,8 +210,10 @@ async fn run_case(text: &CaseText, server: &Path) -> Result<Value, HarnessError>
     } else {
         ApprovalBehavior::Matching
     };
-    let gate = McpGate::new(registry, policy)
-        .with_approval(Arc::new(FixtureApproval::new(HostLog::new(), behavior)));
+    let boundary = ActionBoundary::builder(policy)
+        .approval(FixtureApproval::new(HostLog::new(), behavior))
+        .build();
+    let gate = McpGate::new(ToolGate::new(catalog, boundary));
     let client = GatedClient::new(server.client.peer().clone(), gate);
     let (name, arguments) = proposed(&text.id);
     let verdict = client
@@ -219,8 +225,26 @@ async fn run_case(text: &CaseText, server: &Path) -> Result<Value, HarnessError>
         "id": text.id, "title": text.title,
         "proposed_call": {"name": name, "arguments": arguments},
         "server_handler_calls": audit.len(), "server_audit": audit,
-        "verdict": verdict.to_value(),
+        "verdict": report_verdict(&verdict),
     }))
+}
+
+/// The verdict in the documented report's form: the `_meta` verdict without the result's
+/// digest, with the result itself when the server returned one (minus `resultType`,
+/// protocol bookkeeping).
+fn report_verdict(verdict: &McpVerdict) -> Value {
+    let mut v = verdict.to_value();
+    if let Some(object) = v.as_object_mut() {
+        object.remove("result_digest");
+    }
+    if let Some(result) = verdict.result() {
+        let mut result = serde_json::to_value(result).unwrap_or(Value::Null);
+        if let Some(object) = result.as_object_mut() {
+            object.remove("resultType");
+        }
+        v["result"] = result;
+    }
+    v
 }
 
 /// What happens without the gate: the same outside call goes straight to the server.
@@ -301,14 +325,15 @@ impl Harness for McpHarness {
                 )))
             }
         };
-        let server = GuardedToolServer::new("aml-testkit-host")
-            .with_tool(
-                "send_message",
-                "Send a status update",
-                crate::a2ui::send_message_schema(),
-                tool,
-            )
-            .map_err(err)?;
+        let registration = tool
+            .registration(crate::a2ui::send_message_schema())
+            .map_err(err)?
+            .with_description("Send a status update");
+        let catalog = ToolCatalog::new().with(registration).map_err(err)?;
+        let server = GuardedToolServer::new(
+            "aml-testkit-host",
+            ToolGate::new(catalog, tool.boundary().clone()),
+        );
         let (server_end, client_end) = tokio::io::duplex(64 * 1024);
         let serving = tokio::spawn(async move {
             if let Ok(running) = server.serve(server_end).await {

@@ -165,8 +165,14 @@ fn aml_mcp_gate_forwards_allowed_calls_and_stops_the_rest() {
     );
     let log = read_json_lines(&receipts).unwrap();
     assert_eq!(log.len(), 5);
-    assert_eq!(log[1]["verdict"]["receipt"]["execution_status"], "blocked");
-    assert!(log.iter().all(|l| l["tool"].is_string() && l["time_ms"].is_u64()));
+    assert_eq!(log[1]["receipt"]["execution_status"], "blocked");
+    assert_eq!(log[2]["refusal"], "invalid_or_unregistered_call");
+    assert!(log
+        .iter()
+        .all(|l| l["record"] == "aml-call-record/1" && l["adapter"] == "mcp" && l["started_at_ms"].is_u64()));
+    // Records hold the result's digest, never the result.
+    assert!(log[0]["result"]["sha256"].is_string());
+    assert!(!std::fs::read_to_string(&receipts).unwrap().contains("recorded locally"));
 }
 
 async fn http(address: &str, request: String) -> String {
@@ -229,7 +235,9 @@ fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
         let statement: Value = read_json_lines(&dir.join("receipts.jsonl"))
             .unwrap()
             .into_iter()
-            .find_map(|r| r.get("approval_statement").cloned()).expect("the signed decision is journaled");
+            .find(|r| r["record"] == "aml-approval-record/1")
+            .map(|r| r["statement"].clone())
+            .expect("the signed decision is journaled");
         assert_eq!(statement["decision"], "approve");
         assert_eq!(statement["proposal_sha256"], pending["proposal_sha256"]);
         assert_eq!(statement["signature"].as_str().unwrap().len(), 128);

@@ -1,17 +1,17 @@
 //! `aml-mcp-gate`: an MCP server on stdin/stdout that starts the real server as a child
 //! process, forwards `tools/list`, and gates every `tools/call` with the host's policy.
 
-use std::io::Write;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
 
-use aml_core::{LivePolicy, Policy};
+use aml_core::{
+    ActionBoundary, ActionBoundaryBuilder, ApprovalRecord, JsonLinesSink, LivePolicy, Policy, ReceiptSink,
+    Record, Sha256Digest,
+};
 use aml_mcp::proxy::Upstream;
-use aml_mcp::{GatedServer, McpGate, ToolRegistry, Verdict, VerdictSink};
+use aml_mcp::{GatedServer, McpGate, ToolCatalog, ToolGate};
 use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
-use serde_json::json;
 
 const USAGE: &str = "\
 usage: aml-mcp-gate --policy POLICY.json [--tools TOOLS.json] [--receipts FILE]
@@ -94,57 +94,22 @@ fn read(path: &str) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))
 }
 
-/// The receipt journal of this gate: JSON lines, one write per record (formatting straight
-/// into the file would issue a write call per token), never on stdout.
-#[derive(Clone)]
-struct ReceiptLog(Arc<Mutex<Box<dyn Write + Send>>>);
-
-impl ReceiptLog {
-    fn open(path: Option<&str>) -> Result<Self, String> {
-        let out: Box<dyn Write + Send> = match path {
-            Some(p) => Box::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)
-                    .map_err(|e| format!("cannot open {p}: {e}"))?,
-            ),
-            None => Box::new(std::io::stderr()),
-        };
-        Ok(ReceiptLog(Arc::new(Mutex::new(out))))
-    }
-
-    fn append(&self, mut record: serde_json::Value) {
-        let millis = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(0);
-        record["time_ms"] = json!(millis as u64);
-        let line = format!("{record}\n");
-        let mut out = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if out.write_all(line.as_bytes()).and_then(|()| out.flush()).is_err() {
-            eprintln!("aml-mcp-gate: cannot write receipt log: {record}");
-        }
-    }
-
-    fn verdicts(&self) -> VerdictSink {
-        let log = self.clone();
-        Arc::new(move |tool: &str, verdict: &Verdict| {
-            log.append(json!({"tool": tool, "verdict": verdict.to_value(),
-                              "detail": verdict.detail, "host_error": verdict.host_error}));
-        })
-    }
-}
-
 async fn run(options: Options) -> Result<(), String> {
     let policy_doc = aml_core::strict::parse_str(&read(&options.policy)?)
         .map_err(|e| format!("{}: {e}", options.policy))?;
     let policy = Policy::try_from_value(&policy_doc).map_err(|e| format!("{}: {e}", options.policy))?;
-    let registry = match &options.tools {
-        Some(path) => ToolRegistry::from_json(&read(path)?).map_err(|e| format!("{path}: {e}"))?,
-        None => ToolRegistry::new(),
+    let catalog = match &options.tools {
+        Some(path) => ToolCatalog::from_json(&read(path)?).map_err(|e| format!("{path}: {e}"))?,
+        None => ToolCatalog::new(),
     };
-    let log = ReceiptLog::open(options.receipts.as_deref())?;
+    // One JSON line per record (calls and approval decisions), never on stdout.
+    let sink: Arc<JsonLinesSink> = Arc::new(
+        match options.receipts.as_deref() {
+            Some(path) => JsonLinesSink::append(path),
+            None => JsonLinesSink::stderr(),
+        }
+        .map_err(|e| format!("cannot open the receipt log: {e}"))?,
+    );
 
     let mut command = tokio::process::Command::new(&options.command[0]);
     command.args(&options.command[1..]);
@@ -155,11 +120,12 @@ async fn run(options: Options) -> Result<(), String> {
         .await
         .map_err(|e| format!("upstream server did not initialize: {e}"))?;
 
-    let mut gate = McpGate::new(registry, LivePolicy::new(policy));
+    let mut boundary = ActionBoundary::builder(LivePolicy::new(policy)).sink_arc(sink.clone());
     if let Some(channel) = options.approve.as_deref() {
-        gate = with_approvals(gate, channel, &options, &log).await?;
+        boundary = with_approvals(boundary, channel, &options, &sink).await?;
     }
-    let server = GatedServer::new(Upstream::new(upstream.peer().clone()), gate).with_sink(log.verdicts());
+    let gate = McpGate::new(ToolGate::new(catalog, boundary.build()));
+    let server = GatedServer::new(Upstream::new(upstream.peer().clone()), gate);
     let running = server
         .serve(mcp_stdio())
         .await
@@ -169,6 +135,9 @@ async fn run(options: Options) -> Result<(), String> {
         .await
         .map_err(|e| format!("server task failed: {e}"))?;
     drop(upstream);
+    if !sink.flush(std::time::Duration::from_secs(5)) {
+        eprintln!("aml-mcp-gate: the receipt log could not be flushed");
+    }
     Ok(())
 }
 
@@ -204,11 +173,11 @@ fn mcp_stdio() -> (
 /// Signed human approval: a decision channel, the approver's keyring, and a one-use grant
 /// store that issues the grant each signed approval names.
 async fn with_approvals(
-    gate: McpGate,
+    boundary: ActionBoundaryBuilder,
     channel: &str,
     options: &Options,
-    log: &ReceiptLog,
-) -> Result<McpGate, String> {
+    sink: &Arc<JsonLinesSink>,
+) -> Result<ActionBoundaryBuilder, String> {
     use aml_approval::{
         ApproverKey, DecisionChannel, Keyring, SignedApprovalHook, TtyApprovals, WebApprovals,
     };
@@ -235,9 +204,21 @@ async fn with_approvals(
             None => 0,
         };
         // Every signed decision is journaled beside the receipts.
-        let decisions = log.clone();
-        let record: aml_approval::DecisionLog =
-            Arc::new(move |signed| decisions.append(json!({"approval_statement": signed.to_value()})));
+        let decisions = Arc::clone(sink);
+        let record: aml_approval::DecisionLog = Arc::new(move |signed| {
+            let statement = &signed.statement;
+            match statement.proposal_sha256.parse::<Sha256Digest>() {
+                Ok(digest) => decisions.record(&Record::Approval(ApprovalRecord::new(
+                    digest,
+                    statement.decision == aml_approval::Verdict::Approve,
+                    Some(statement.grant_id.clone()),
+                    signed.to_value(),
+                ))),
+                Err(e) => {
+                    eprintln!("aml-mcp-gate: a signed decision names no valid digest ({e}); not counted")
+                }
+            }
+        });
         let page = WebApprovals::start(port, key, Some(record))
             .await
             .map_err(|e| format!("approval page: {e}"))?;
@@ -249,7 +230,7 @@ async fn with_approvals(
     let grants = Arc::new(MemoryGrants::default());
     let hook = SignedApprovalHook::new(keyring, channel, grants.clone())
         .with_timeout(std::time::Duration::from_secs(timeout));
-    Ok(gate.with_approval(Arc::new(hook)).with_grants(grants))
+    Ok(boundary.approval(hook).grants_arc(grants))
 }
 
 fn main() -> ExitCode {

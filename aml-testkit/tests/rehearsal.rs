@@ -97,7 +97,7 @@ fn command_line_prints_the_report_and_exits_by_the_comparison() {
     assert_eq!(out.status.code(), Some(2));
     let out = Command::new(bin).arg("bogus").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("usage"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Usage: aml-testkit <COMMAND>"));
 }
 
 #[test]

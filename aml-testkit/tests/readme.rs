@@ -1,0 +1,403 @@
+//! The root README's commands, run the way a newcomer runs them. Every line of every fenced
+//! `sh` block is either run here, with the same arguments, through the binaries this test
+//! build made, or named in `not_run` with the reason; a command that is neither fails the
+//! test, so the README cannot drift from what works.
+//!
+//! `cargo run [--release] -p aml-testkit -- ARGS` runs the built `aml-testkit` with ARGS;
+//! `target/release/aml-mcp-gate` is the built `aml-mcp-gate`; `npx -y
+//! @modelcontextprotocol/server-filesystem@VERSION` is the same pinned package that
+//! `scripts/interop-setup` installed. The gate is driven by the official Python MCP SDK.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aml_core::canonical::to_canonical_string;
+use aml_core::Sha256Digest;
+use serde_json::{json, Value};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// One fenced `sh` block: its command lines, and the ```json block that follows it (before
+/// any other fence), which shows what the block prints.
+#[derive(Debug)]
+struct ShBlock {
+    commands: Vec<String>,
+    shown_output: Option<String>,
+}
+
+fn sh_blocks(readme: &str) -> Vec<ShBlock> {
+    let mut blocks: Vec<ShBlock> = Vec::new();
+    let mut lines = readme.lines();
+    let mut last_was_sh = false;
+    while let Some(line) = lines.next() {
+        let Some(info) = line.trim_start().strip_prefix("```") else {
+            continue;
+        };
+        let body: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
+        match info.trim() {
+            "sh" => blocks.push(ShBlock {
+                commands: body
+                    .iter()
+                    .map(|l| strip_comment(l).trim().to_owned())
+                    .filter(|l| !l.is_empty())
+                    .collect(),
+                shown_output: None,
+            }),
+            "json" if last_was_sh => blocks.last_mut().unwrap().shown_output = Some(body.join("\n")),
+            _ => {}
+        }
+        last_was_sh = info.trim() == "sh";
+    }
+    blocks
+}
+
+/// The line without a `# comment` (a `#` at the start or after a space, outside quotes).
+fn strip_comment(line: &str) -> &str {
+    let mut quote = None;
+    let mut previous = ' ';
+    for (i, c) in line.char_indices() {
+        match (quote, c) {
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, '#') if previous.is_whitespace() => return &line[..i],
+            _ => {}
+        }
+        previous = c;
+    }
+    line
+}
+
+/// Shell words: whitespace-separated, with '…' and "…" quoting (no escapes, no expansion);
+/// an unquoted `|` is a word of its own.
+fn words(line: &str) -> Vec<String> {
+    let (mut out, mut word, mut quote, mut in_word) = (Vec::new(), String::new(), None, false);
+    for c in line.chars() {
+        match (quote, c) {
+            (None, '\'' | '"') => (quote, in_word) = (Some(c), true),
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, c) if c.is_whitespace() || c == '|' => {
+                if in_word {
+                    out.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+                if c == '|' {
+                    out.push("|".to_owned());
+                }
+            }
+            (None, c) => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    assert!(quote.is_none(), "unbalanced quote in README command {line:?}");
+    if in_word {
+        out.push(word);
+    }
+    out
+}
+
+/// A parsed README command: `VAR=value … [echo TEXT |] PROGRAM ARGS…`.
+#[derive(Debug)]
+struct ReadmeCommand {
+    line: String,
+    env: Vec<(String, String)>,
+    stdin: Option<String>,
+    argv: Vec<String>,
+}
+
+fn parse(line: &str) -> ReadmeCommand {
+    let mut words = words(line);
+    let mut stdin = None;
+    if let Some(pipe) = words.iter().position(|w| w == "|") {
+        let (echo, rest) = words.split_at(pipe);
+        assert!(
+            echo.len() == 2 && echo[0] == "echo",
+            "README command {line:?}: only `echo TEXT | …` pipes are understood here"
+        );
+        stdin = Some(format!("{}\n", echo[1]));
+        words = rest[1..].to_vec();
+    }
+    let assignments = words
+        .iter()
+        .take_while(|w| w.contains('=') && !w.starts_with('-'))
+        .count();
+    let env = words[..assignments]
+        .iter()
+        .map(|w| {
+            let (k, v) = w.split_once('=').unwrap();
+            (k.to_owned(), v.to_owned())
+        })
+        .collect();
+    ReadmeCommand {
+        line: line.to_owned(),
+        env,
+        stdin,
+        argv: words[assignments..].to_vec(),
+    }
+}
+
+/// Runs `command` to completion within `limit`, or kills it and fails.
+fn output_within(
+    command: &mut Command,
+    stdin: Option<&str>,
+    limit: Duration,
+) -> (Option<i32>, String, String) {
+    let mut child = command
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+    if let Some(text) = stdin {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    }
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).unwrap();
+            String::from_utf8(bytes).unwrap()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status.code(), out.join().unwrap(), err.join().unwrap())
+}
+
+#[test]
+fn every_readme_command_runs_and_does_what_the_readme_says() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let blocks = sh_blocks(&readme);
+    let mut ran = Vec::new();
+    for block in &blocks {
+        for line in &block.commands {
+            let command = parse(line);
+            let argv: Vec<&str> = command.argv.iter().map(String::as_str).collect();
+            match argv.as_slice() {
+                ["cargo", "run", "-p", "aml-testkit", "--", args @ ..]
+                | ["cargo", "run", "--release", "-p", "aml-testkit", "--", args @ ..] => {
+                    testkit_command(&command, args, block.shown_output.as_deref(), &readme)
+                }
+                ["cargo", "build", "--release", "-p", "aml-mcp"] => {
+                    // This test's own build made the binary (cargo test --workspace builds it).
+                    aml_testkit::mcp::gate_binary_path().expect("aml-mcp-gate is built");
+                }
+                ["target/release/aml-mcp-gate", args @ ..] => gate_command(&command, args),
+                ["bash", "scripts/test"] => not_run(&command),
+                other => panic!(
+                    "README command {line:?} ({other:?}) is not run by any test: teach tests/readme.rs to run it"
+                ),
+            }
+            ran.push(line.clone());
+        }
+    }
+    // The README's main commands are among them (a parser bug must not make this vacuous).
+    for expected in [
+        "cargo run --release -p aml-testkit -- rehearse",
+        "cargo run -p aml-testkit -- case examples/case.json",
+        "bash scripts/test",
+    ] {
+        assert!(
+            ran.iter().any(|l| l == expected),
+            "{expected:?} not found in {ran:#?}"
+        );
+    }
+    assert!(
+        ran.iter()
+            .any(|l| l.starts_with("echo ") && l.ends_with("canonicalize")),
+        "{ran:#?}"
+    );
+    assert!(
+        ran.iter().any(|l| l.starts_with("target/release/aml-mcp-gate ")),
+        "{ran:#?}"
+    );
+}
+
+/// `bash scripts/test` is the command that runs this test: it is not run again from here.
+/// A variable set in front of it must be one the script reads.
+fn not_run(command: &ReadmeCommand) {
+    for (name, value) in &command.env {
+        let script = std::fs::read_to_string(repo().join("scripts/test")).unwrap();
+        assert!(
+            script.contains(&format!("{name}:-}}\" = {value}")),
+            "{}: scripts/test does not read {name}={value}",
+            command.line
+        );
+    }
+}
+
+fn testkit_command(command: &ReadmeCommand, args: &[&str], shown_output: Option<&str>, readme: &str) {
+    assert!(command.env.is_empty(), "{}", command.line);
+    let mut process = Command::new(env!("CARGO_BIN_EXE_aml-testkit"));
+    process.args(args).current_dir(repo()).env_remove("RUST_LOG");
+    let (code, stdout, stderr) =
+        output_within(&mut process, command.stdin.as_deref(), Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{}: {stderr}", command.line);
+    match args {
+        ["rehearse"] => {
+            let total = stdout
+                .lines()
+                .find(|l| l.ends_with(" passed, 0 failed"))
+                .unwrap_or_else(|| panic!("{}: no passing total in\n{stdout}", command.line));
+            assert!(
+                readme.contains(&format!("Today: `{total}`")),
+                "the README's `Today:` total is not the current {total:?}"
+            );
+        }
+        ["rehearse", report, ..] => {
+            let printed: Value = serde_json::from_str(&stdout).unwrap();
+            let protocol = printed["protocol"].as_str().unwrap_or_default();
+            assert!(protocol.starts_with("aml-"), "{report}: {protocol:?}");
+        }
+        ["case", _] => {
+            let printed: Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(printed["protocol"], "aml-action-boundary-result/1");
+            if let Some(shown) = shown_output {
+                let shown: Value = serde_json::from_str(shown).unwrap();
+                assert_eq!(
+                    printed, shown,
+                    "the README shows another result for {}",
+                    command.line
+                );
+            }
+        }
+        ["canonicalize"] => {
+            let input = command.stdin.as_deref().expect("canonicalize reads stdin");
+            let value = aml_core::strict::parse_str(input.trim_end()).unwrap();
+            let canonical = to_canonical_string(&value).unwrap();
+            assert_eq!(
+                stdout,
+                format!("{} {canonical}\n", Sha256Digest::of(canonical.as_bytes()))
+            );
+        }
+        other => panic!("{}: no check for aml-testkit {other:?}", command.line),
+    }
+}
+
+fn interop_peers() -> PathBuf {
+    let dir = repo().join("target/interop");
+    assert!(
+        dir.join("venv/bin/python").is_file()
+            && dir.join("node/node_modules/.bin/mcp-server-filesystem").is_file(),
+        "interop peers missing in {dir:?}: run `bash scripts/interop-setup` (scripts/test does)"
+    );
+    dir
+}
+
+/// The README's gate command, with the example files, in front of the pinned filesystem
+/// server, called by the official Python MCP SDK client.
+fn gate_command(command: &ReadmeCommand, args: &[&str]) {
+    let split = args
+        .iter()
+        .position(|a| *a == "--")
+        .expect("`--` before the server");
+    let (flags, server) = (&args[..split], &args[split + 1..]);
+    let ["npx", "-y", package, directory] = server else {
+        panic!(
+            "{}: expected `npx -y PACKAGE@VERSION DIR` after `--`",
+            command.line
+        )
+    };
+    let pinned: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("scripts/interop/package.json")).unwrap())
+            .unwrap();
+    let (name, version) = package.rsplit_once('@').unwrap();
+    assert_eq!(name, "@modelcontextprotocol/server-filesystem");
+    assert_eq!(
+        pinned["dependencies"][name], *version,
+        "the README runs another version than scripts/interop/package.json pins"
+    );
+
+    let peers = interop_peers();
+    let files = repo().join(directory);
+    let report = std::fs::read_to_string(files.join("report.txt")).unwrap();
+    let status_before = std::fs::read(files.join("status.md")).ok();
+
+    let mut gate = vec![json!(aml_testkit::mcp::gate_binary_path().unwrap())];
+    gate.extend(flags.iter().map(|f| json!(f)));
+    gate.push(json!("--"));
+    gate.push(json!(peers.join("node/node_modules/.bin/mcp-server-filesystem")));
+    gate.push(json!(directory));
+    let calls = json!([
+        {"name": "read_text_file", "arguments": {"path": "report.txt"}},
+        {"name": "write_file", "arguments": {"path": "status.md", "content": "written by the agent"}},
+        {"name": "write_file", "arguments": {"path": "report.txt", "content": "overwritten"}},
+        {"name": "list_allowed_directories", "arguments": {}},
+        {"name": "list_directory", "arguments": {"path": "."}},
+    ]);
+    let mut client = Command::new(peers.join("venv/bin/python"));
+    client
+        .arg(repo().join("scripts/interop/mcp_client.py"))
+        .arg(Value::Array(gate).to_string())
+        .arg(calls.to_string())
+        .current_dir(repo());
+    let (code, stdout, stderr) = output_within(&mut client, None, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{}: python client failed: {stderr}", command.line);
+    let result: Value = serde_json::from_str(&stdout).unwrap();
+    let verdict = |i: usize| &result["results"][i]["meta"]["aml.action-boundary/verdict"];
+
+    // Allowed read: dispatched to the server, which returned the file.
+    assert_eq!(
+        verdict(0)["receipt"]["reason"],
+        "host_dispatch_returned",
+        "{result}"
+    );
+    assert_eq!(result["results"][0]["text"], report.as_str());
+    // Write that needs approval, and this command has no --approve: blocked.
+    assert_eq!(
+        verdict(1)["receipt"]["reason"],
+        "approval_unavailable",
+        "{result}"
+    );
+    assert_eq!(verdict(1)["mcp_result_status"], "not_called");
+    // Write to a path no rule names: denied.
+    assert_eq!(verdict(2)["receipt"]["reason"], "no_exact_rule", "{result}");
+    // A fixed resource: allowed, answered by the server with the served directory.
+    assert_eq!(
+        verdict(3)["receipt"]["reason"],
+        "host_dispatch_returned",
+        "{result}"
+    );
+    let served = files.canonicalize().unwrap();
+    assert!(
+        result["results"][3]["text"]
+            .as_str()
+            .unwrap()
+            .contains(served.to_str().unwrap()),
+        "{result}"
+    );
+    // A tool tools.json does not register: rejected before any plan.
+    assert_eq!(
+        verdict(4)["rejection"],
+        "invalid_or_unregistered_call",
+        "{result}"
+    );
+
+    assert_eq!(std::fs::read_to_string(files.join("report.txt")).unwrap(), report);
+    assert_eq!(std::fs::read(files.join("status.md")).ok(), status_before);
+}

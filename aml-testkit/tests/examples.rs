@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use aml_core::Policy;
-use aml_mcp::ToolRegistry;
+use aml_mcp::ToolCatalog;
 use serde_json::{json, Value};
 
 fn path(relative: &str) -> PathBuf {
@@ -24,7 +24,7 @@ fn load(relative: &str) -> Value {
 fn the_example_policy_and_tools_load_and_every_rule_can_match_a_registered_tool() {
     let policy = Policy::try_from_value(&load("examples/policy.json")).unwrap();
     let text = std::fs::read_to_string(path("examples/tools.json")).unwrap();
-    let registry = ToolRegistry::from_json(&text).unwrap();
+    let registry = ToolCatalog::from_json(&text).unwrap();
     let tools = load("examples/tools.json");
     assert!(!policy.rules().is_empty());
     for rule in policy.rules() {
@@ -45,8 +45,10 @@ fn the_example_policy_and_tools_load_and_every_rule_can_match_a_registered_tool(
     }
     // Each input schema is enforced: an extra argument is refused.
     let write = registry.get("write_file").unwrap();
-    assert!(write.accepts(&json!({"path": "status.md", "content": "x"})));
-    assert!(!write.accepts(&json!({"path": "status.md", "content": "x", "mode": "append"})));
+    assert!(write.check(&json!({"path": "status.md", "content": "x"})).is_ok());
+    assert!(write
+        .check(&json!({"path": "status.md", "content": "x", "mode": "append"}))
+        .is_err());
     // The served directory has the file the policy lets an agent read.
     assert!(path("examples/files/report.txt").is_file());
 }

@@ -120,6 +120,15 @@ wire_enum! {
         InvalidOrUnregisteredCall = "invalid_or_unregistered_call",
         /// `"invalid_arguments"`: the arguments are outside the tool's host input schema.
         InvalidArguments = "invalid_arguments",
+        /// `"inexact_number"`: a number literal in the call has no exact double (an integer
+        /// beyond ±2^53, or more digits than a double keeps): the canonical form would change
+        /// its value, so the call is refused rather than rounded on its way to the tool.
+        InexactNumber = "inexact_number",
+        /// `"upstream_gone"`: the server a gateway forwards to has exited; nothing was sent.
+        UpstreamGone = "upstream_gone",
+        /// `"server_request_refused"`: a request from a server to the client (sampling,
+        /// elicitation) that the host's settings do not relay; it never reached the client.
+        ServerRequestRefused = "server_request_refused",
     }
 }
 

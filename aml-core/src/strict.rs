@@ -12,6 +12,11 @@
 //! | a number beyond the range of a double (`1e400`): `JSON.parse` makes it an infinity, which the reference refuses with this same code | `AML_CANONICAL_JSON_NON_FINITE_NUMBER` |
 //! | arrays and objects nested deeper than [`Limits::max_depth`] | `AML_JSON_TOO_DEEP` |
 //!
+//! The parser keeps every value the way `JSON.parse` would read it, which rounds a number
+//! literal that no double holds exactly (`9007199254740993` becomes `9007199254740992`).
+//! Gateways that forward what was approved use [`first_inexact_number`] to refuse such input
+//! instead of rounding it.
+//!
 //! ```
 //! use aml_core::{strict, JsonErrorCode};
 //! assert_eq!(strict::parse_str(r#"{"to":"a","n":1}"#).unwrap()["n"], 1);
@@ -109,6 +114,139 @@ pub fn parse_slice_with(bytes: &[u8], limits: Limits) -> Result<Value, ParseErro
         return Err(p.fail(JsonErrorCode::Syntax, "unexpected text after the value"));
     }
     Ok(value)
+}
+
+/// A number literal whose value no double holds exactly: the canonical form (and any
+/// `JSON.parse`) would change it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the number {literal} at byte {offset} has no exact double value (it would become {nearest})")]
+pub struct InexactNumber {
+    offset: usize,
+    literal: String,
+    nearest: String,
+}
+
+impl InexactNumber {
+    /// Byte offset of the literal in the input.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    /// The literal as written.
+    pub fn literal(&self) -> &str {
+        &self.literal
+    }
+    /// What it would become: the ECMAScript rendering of the nearest double.
+    pub fn nearest(&self) -> &str {
+        &self.nearest
+    }
+}
+
+/// Whether the JSON number literal `text` denotes exactly the decimal value that the
+/// ECMAScript rendering of its nearest double denotes (so canonicalizing it keeps its value).
+/// `1.50`, `1e2` and `-0` are exact; `9007199254740993`, `0.1000000000000000055511` and
+/// `1e-400` are not.
+///
+/// ```
+/// use aml_core::strict::is_exact_number;
+/// assert!(is_exact_number("9007199254740992"));
+/// assert!(!is_exact_number("9007199254740993"));
+/// assert!(is_exact_number("2.50e1"));
+/// ```
+pub fn is_exact_number(text: &str) -> bool {
+    nearest_if_inexact(text).is_none()
+}
+
+/// The first number literal in `json` that is not [exact](is_exact_number), scanning the text
+/// as written (strings are skipped). Meant for text the strict parser accepts.
+///
+/// ```
+/// use aml_core::strict::first_inexact_number;
+/// let inexact = first_inexact_number(br#"{"id": 12345678901234567891, "n": 1}"#).unwrap();
+/// assert_eq!(inexact.literal(), "12345678901234567891");
+/// assert_eq!(inexact.nearest(), "12345678901234567000");
+/// assert!(first_inexact_number(br#"{"id": "12345678901234567891", "n": 1.5}"#).is_none());
+/// ```
+pub fn first_inexact_number(json: &[u8]) -> Option<InexactNumber> {
+    let mut i = 0;
+    while i < json.len() {
+        match json[i] {
+            b'"' => {
+                i += 1;
+                while i < json.len() && json[i] != b'"' {
+                    i += if json[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < json.len() && matches!(json[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
+                    i += 1;
+                }
+                let literal = core::str::from_utf8(&json[start..i]).unwrap_or_default();
+                if let Some(nearest) = nearest_if_inexact(literal) {
+                    return Some(InexactNumber {
+                        offset: start,
+                        literal: literal.to_owned(),
+                        nearest,
+                    });
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// The ECMAScript rendering of `text`'s nearest double, when it denotes another value.
+fn nearest_if_inexact(text: &str) -> Option<String> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    // Every integer of up to 15 digits is a double exactly.
+    if digits.len() <= 15 && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut nearest = String::new();
+    let rendered = match text.parse::<f64>() {
+        Ok(x) => crate::canonical::write_f64(x, &mut nearest).is_ok(),
+        Err(_) => false,
+    };
+    if !rendered {
+        return Some("a value JSON cannot carry".to_owned());
+    }
+    (decimal_value(text) != decimal_value(&nearest)).then_some(nearest)
+}
+
+/// A decimal literal as (negative, significant digits, power of ten), zero as `(false, "", 0)`.
+fn decimal_value(text: &str) -> (bool, String, i64) {
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => (rest, "0"),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let exp_digits = exponent.trim_start_matches(['+', '-']).trim_start_matches('0');
+    // Past 18 digits the exponent only matters for a non-zero mantissa, which no double holds.
+    let magnitude: i64 = if exp_digits.len() > 18 {
+        i64::MAX / 4
+    } else {
+        exp_digits.parse().unwrap_or(0)
+    };
+    let mut power = if exponent.starts_with('-') {
+        -magnitude
+    } else {
+        magnitude
+    };
+    power -= frac.len() as i64;
+    let all: String = int.chars().chain(frac.chars()).collect();
+    let significant = all.trim_start_matches('0');
+    let trimmed = significant.trim_end_matches('0');
+    if trimmed.is_empty() {
+        return (false, String::new(), 0);
+    }
+    power += (significant.len() - trimmed.len()) as i64;
+    (negative, trimmed.to_owned(), power)
 }
 
 fn err(code: JsonErrorCode, offset: usize, detail: &'static str) -> ParseError {

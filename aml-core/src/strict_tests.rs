@@ -129,3 +129,58 @@ mod agreement {
         }
     }
 }
+
+#[test]
+fn exact_numbers_keep_their_value_through_a_double() {
+    for exact in [
+        "0",
+        "-0",
+        "1",
+        "-1",
+        "1.5",
+        "2.50e1",
+        "1e2",
+        "1E+2",
+        "100e-2",
+        "0.1",
+        "123456789012345",
+        "9007199254740992",
+        "-9007199254740992",
+        "1e21",
+        "5e-324",
+        "1.7976931348623157e308",
+        "0.000001",
+        "0e99999999999999999999",
+    ] {
+        assert!(is_exact_number(exact), "{exact}");
+    }
+    for inexact in [
+        "9007199254740993",
+        "-9007199254740993",
+        "12345678901234567891",
+        "18446744073709551615",
+        "0.1000000000000000055511",
+        "1.00000000000000001",
+        "1e-400",
+        "4.9e-324",
+        "123456789012345678",
+        // 2^64 is a double, but it is written 18446744073709552000: another decimal value.
+        "18446744073709551616",
+    ] {
+        assert!(!is_exact_number(inexact), "{inexact}");
+    }
+}
+
+#[test]
+fn the_first_inexact_number_is_found_outside_strings() {
+    let text =
+        br#"{"s": "9007199254740993", "a": [1, 2.5, {"k": -9007199254740993}], "b": 12345678901234567891}"#;
+    let found = first_inexact_number(text).unwrap();
+    assert_eq!(found.literal(), "-9007199254740993");
+    assert_eq!(found.nearest(), "-9007199254740992");
+    assert_eq!(&text[found.offset()..found.offset() + 17], b"-9007199254740993");
+    assert!(found.to_string().contains("-9007199254740993"));
+    assert!(first_inexact_number(br#"{"s": "a\"9007199254740993", "n": [1e2, -0.5]}"#).is_none());
+    // What the parser (like JSON.parse) keeps is unchanged: it still reads the rounded value.
+    assert_eq!(parse_str("9007199254740993").unwrap(), json!(9007199254740993u64));
+}

@@ -24,6 +24,10 @@ pub enum ResultStatus {
     /// `"tool_error"`: the server returned a result with `isError` (the call was made; a
     /// side effect may have happened).
     ToolError,
+    /// `"input_required"`: the server answered with an `input_required` result (protocol
+    /// 2026-07-28): it asks the client for input and a retried call with `inputResponses`.
+    /// The call was made; a side effect may have happened.
+    InputRequired,
     /// `"unknown"`: the request left (or the tool was entered) and no result came back.
     Unknown,
 }
@@ -35,6 +39,7 @@ impl ResultStatus {
             ResultStatus::NotCalled => "not_called",
             ResultStatus::Returned => "returned",
             ResultStatus::ToolError => "tool_error",
+            ResultStatus::InputRequired => "input_required",
             ResultStatus::Unknown => "unknown",
         }
     }
@@ -62,6 +67,15 @@ pub enum ForwardError {
     /// The transport failed after the request was handed to it.
     #[error("the transport failed")]
     Transport(#[source] rmcp::ServiceError),
+    /// The client cancelled the call after it was forwarded; the cancellation was passed on.
+    #[error("the client cancelled the call after it was forwarded")]
+    Cancelled,
+    /// The server exited before it answered.
+    #[error("the server exited before it answered: {0}")]
+    UpstreamGone(String),
+    /// The server's answer could not be read (not JSON-RPC, or larger than the limit).
+    #[error("the server's answer could not be read: {0}")]
+    Unreadable(String),
 }
 
 /// The `_meta` key under which gated results carry the verdict.
@@ -70,31 +84,69 @@ pub const VERDICT_META_KEY: &str = "aml.action-boundary/verdict";
 /// The gate's verdict on one `tools/call`.
 #[derive(Debug, Clone)]
 pub struct McpVerdict {
-    outcome: GateOutcome,
+    outcome: Option<GateOutcome>,
+    refusal: Option<Refusal>,
     status: ResultStatus,
     result: Option<CallToolResult>,
+    result_digest: Option<ResultSummary>,
 }
 
 impl McpVerdict {
     /// The verdict on `outcome`, with the server's (or host tool's) `result` if one came back.
     pub fn new(outcome: GateOutcome, result: Option<CallToolResult>) -> Self {
-        let status = match (outcome.status(), &result) {
-            (CallStatus::Dispatched, Some(r)) if r.is_error == Some(true) => ResultStatus::ToolError,
-            (CallStatus::Dispatched, _) => ResultStatus::Returned,
-            (CallStatus::Unknown, _) => ResultStatus::Unknown,
+        let mut verdict = Self::from_outcome(outcome);
+        if let (Some(r), ResultStatus::Returned | ResultStatus::ToolError) = (&result, verdict.status) {
+            verdict.status = match r.is_error {
+                Some(true) => ResultStatus::ToolError,
+                _ => ResultStatus::Returned,
+            };
+        }
+        verdict.result = result.filter(|_| verdict.result_digest.is_some());
+        verdict
+    }
+
+    /// The verdict on `outcome` alone: the status comes from the tool's output (the result
+    /// object as JSON: `isError`, `resultType`), for gates that relay the result as bytes.
+    pub fn from_outcome(outcome: GateOutcome) -> Self {
+        let status = match outcome.status() {
+            CallStatus::Dispatched => match outcome.output() {
+                Some(r) if r["isError"] == true => ResultStatus::ToolError,
+                Some(r) if r["resultType"] == "input_required" => ResultStatus::InputRequired,
+                _ => ResultStatus::Returned,
+            },
+            CallStatus::Unknown => ResultStatus::Unknown,
             _ => ResultStatus::NotCalled,
         };
-        let result = result.filter(|_| matches!(status, ResultStatus::Returned | ResultStatus::ToolError));
+        // The same digest as the call record's: of the output the gate saw.
+        let result_digest = outcome
+            .output()
+            .filter(|_| status != ResultStatus::NotCalled && status != ResultStatus::Unknown)
+            .map(ResultSummary::of_json);
         McpVerdict {
-            outcome,
+            outcome: Some(outcome),
+            refusal: None,
             status,
-            result,
+            result: None,
+            result_digest,
         }
     }
 
-    /// The gate's outcome (refusal, plan, receipt, host error, detail).
-    pub fn outcome(&self) -> &GateOutcome {
-        &self.outcome
+    /// A call a gateway refused before it reached the gate's plan (for a reason of the
+    /// transport: an inexact number, an upstream that is gone). Nothing was sent.
+    pub fn refused(refusal: Refusal) -> Self {
+        McpVerdict {
+            outcome: None,
+            refusal: Some(refusal),
+            status: ResultStatus::NotCalled,
+            result: None,
+            result_digest: None,
+        }
+    }
+
+    /// The gate's outcome (refusal, plan, receipt, host error, detail); `None` for a call
+    /// refused before the gate ([`refused`](Self::refused)).
+    pub fn outcome(&self) -> Option<&GateOutcome> {
+        self.outcome.as_ref()
     }
     /// What became of the call at the server.
     pub fn status(&self) -> ResultStatus {
@@ -102,15 +154,19 @@ impl McpVerdict {
     }
     /// The refusal before any plan.
     pub fn rejection(&self) -> Option<Refusal> {
-        self.outcome.refusal()
+        self.refusal.or_else(|| self.outcome.as_ref()?.refusal())
     }
     /// The plan, when one was made.
     pub fn plan(&self) -> Option<&Plan> {
-        self.outcome.plan()
+        self.outcome.as_ref()?.plan()
     }
     /// The receipt, when one was made.
     pub fn receipt(&self) -> Option<&Receipt> {
-        self.outcome.receipt()
+        self.outcome.as_ref()?.receipt()
+    }
+    /// The result's digest and size, as the call record holds them, when one came back.
+    pub fn result_digest(&self) -> Option<ResultSummary> {
+        self.result_digest
     }
     /// The server's result, when it returned one.
     pub fn result(&self) -> Option<&CallToolResult> {
@@ -119,8 +175,8 @@ impl McpVerdict {
 
     /// The verdict as JSON, as results carry it under `_meta`:
     /// `{rejection, plan, receipt, mcp_result_status}`, plus `result_digest` (`{sha256, bytes}`
-    /// of the result) when one came back and `host_error` when the host failed. Never the
-    /// result itself.
+    /// of the result object as compact JSON with sorted keys, the same as in the call record)
+    /// when one came back and `host_error` when the host failed. Never the result itself.
     pub fn to_value(&self) -> Value {
         let mut v = json!({
             "rejection": self.rejection().map(Refusal::as_str),
@@ -128,11 +184,10 @@ impl McpVerdict {
             "receipt": self.receipt().map(Receipt::to_value),
             "mcp_result_status": self.status.as_str(),
         });
-        if let Some(result) = &self.result {
-            let bytes = serde_json::to_vec(result).unwrap_or_default();
-            v["result_digest"] = json!(ResultSummary::of_bytes(&bytes));
+        if let Some(digest) = &self.result_digest {
+            v["result_digest"] = json!(digest);
         }
-        if let Some(host_error) = self.outcome.host_error() {
+        if let Some(host_error) = self.outcome.as_ref().and_then(GateOutcome::host_error) {
             v["host_error"] = json!(host_error);
         }
         v
@@ -154,8 +209,15 @@ impl McpVerdict {
         result
     }
 
-    fn explanation(&self) -> String {
-        match self.outcome.status() {
+    /// A sentence for the agent on why the call has no result (for an `isError` answer).
+    pub fn explanation(&self) -> String {
+        let Some(outcome) = &self.outcome else {
+            return match self.refusal {
+                Some(refusal) => format!("AML gate refused the call: {refusal}"),
+                None => "AML gate refused the call.".to_owned(),
+            };
+        };
+        match outcome.status() {
             CallStatus::Refused(refusal) => format!("AML gate refused the call: {refusal}"),
             CallStatus::HostError => "AML gate could not prepare this call (host error).".to_owned(),
             CallStatus::Unknown => {

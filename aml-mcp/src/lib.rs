@@ -13,8 +13,10 @@
 //! - [`GatedServer`]: a wrapper around any rmcp `ServerHandler` that delegates every method
 //!   and gates `call_tool`;
 //! - [`GuardedToolServer`]: an MCP server whose tools are the host's own guarded tools;
-//! - [`proxy`] and the `aml-mcp-gate` binary: an MCP server on stdio in front of any stdio
-//!   MCP server started as a child process.
+//! - [`relay`]: a faithful MCP relay (JSON-RPC messages relayed as bytes, the gate on
+//!   `tools/call`, `tools/list` and server-to-client sampling/elicitation, time limits and
+//!   answers for everything), the engine of the `aml-mcp-gate` binary (crate
+//!   `aml-mcp-gate`).
 //!
 //! Server-advertised annotations (`readOnlyHint`, …) are never read by the gate: the host's
 //! registry and policy alone decide.
@@ -22,7 +24,7 @@
 
 pub mod client;
 pub mod gate;
-pub mod proxy;
+pub mod relay;
 pub mod server;
 pub mod tool_server;
 

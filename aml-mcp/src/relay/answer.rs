@@ -1,0 +1,170 @@
+//! Answers the relay writes: the server's reply with the client's id and the verdict added
+//! (every other value keeps its bytes), the relay's own `isError` results, and the filtered
+//! `tools/list` result.
+
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::jsonrpc::{json_string, range_in, result_response, splice, Envelope, Members};
+use super::tools::RelayTools;
+use crate::VERDICT_META_KEY;
+
+/// The server's reply to a forwarded request, with the client's id and, when `verdict` is
+/// given, the verdict under the result's `_meta` (or an error's `data`). `None` when the
+/// reply cannot be read.
+pub(crate) fn relay_reply(reply: &[u8], client_id: &[u8], verdict: Option<&Value>) -> Option<Vec<u8>> {
+    let env = Envelope::parse(reply).ok()?;
+    let mut edits = vec![(range_in(reply, env.id?), client_id.to_vec())];
+    if let Some(verdict) = verdict {
+        let (object, member) = match (env.result, env.error) {
+            (Some(result), _) => (result, "_meta"),
+            (None, Some(error)) => (error, "data"),
+            _ => return None,
+        };
+        if let Some(edit) = add_verdict(reply, object, member, verdict) {
+            edits.push(edit);
+        }
+    }
+    let mut edits: Vec<_> = edits.iter().map(|(r, b)| (r.clone(), b.as_slice())).collect();
+    Some(splice(reply, &mut edits))
+}
+
+/// The edit that puts the verdict into `object[member]` (an object; created when absent). A
+/// verdict the server wrote itself is dropped: only the gate's counts.
+fn add_verdict(
+    message: &[u8],
+    object: &RawValue,
+    member: &str,
+    verdict: &Value,
+) -> Option<(std::ops::Range<usize>, Vec<u8>)> {
+    let members = Members::parse(object).ok()?;
+    let entry = format!("{}:{}", json_string(VERDICT_META_KEY), verdict);
+    match members.get(member) {
+        Some(existing) => {
+            let mut out = Vec::with_capacity(existing.get().len() + entry.len() + 2);
+            out.push(b'{');
+            if let Ok(inner) = Members::parse(existing) {
+                for (key, value) in inner.0.iter().filter(|(k, _)| k != VERDICT_META_KEY) {
+                    out.extend_from_slice(json_string(key).as_bytes());
+                    out.push(b':');
+                    out.extend_from_slice(value.get().as_bytes());
+                    out.push(b',');
+                }
+            } else if member == "data" {
+                // A non-object `data` stays as the server wrote it.
+                return None;
+            }
+            out.extend_from_slice(entry.as_bytes());
+            out.push(b'}');
+            Some((range_in(message, existing), out))
+        }
+        None => {
+            let at = range_in(message, object).start + 1;
+            let separator = if members.0.is_empty() { "" } else { "," };
+            let text = format!("{}:{{{entry}}}{separator}", json_string(member));
+            Some((at..at, text.into_bytes()))
+        }
+    }
+}
+
+/// The relay's own answer to a call that has no server result: an `isError` result that says
+/// why, with the verdict.
+pub(crate) fn error_result(client_id: &[u8], explanation: &str, verdict: &Value) -> bytes::Bytes {
+    let result = format!(
+        "{{\"content\":[{{\"type\":\"text\",\"text\":{}}}],\"isError\":true,\"resultType\":\"complete\",\"_meta\":{{{}:{}}}}}",
+        json_string(explanation),
+        json_string(VERDICT_META_KEY),
+        verdict
+    );
+    result_response(client_id, result.as_bytes())
+}
+
+/// The server's `tools/list` reply with only the tools the host lists, each with the host's
+/// input schema, and the client's id. `None` when the reply cannot be read.
+pub(crate) fn filter_tools_list(reply: &[u8], client_id: &[u8], tools: &RelayTools) -> Option<Vec<u8>> {
+    let env = Envelope::parse(reply).ok()?;
+    let mut edits = vec![(range_in(reply, env.id?), client_id.to_vec())];
+    if let Some(result) = env.result {
+        let list = Members::parse(result).ok()?.get("tools")?;
+        let items: Vec<&RawValue> = serde_json::from_str(list.get()).ok()?;
+        let mut out = Vec::with_capacity(list.get().len());
+        out.push(b'[');
+        for item in items {
+            let members = Members::parse(item).ok()?;
+            let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
+            let Some(schema) = tools.listed(&name) else {
+                continue;
+            };
+            if out.len() > 1 {
+                out.push(b',');
+            }
+            out.push(b'{');
+            let mut first = true;
+            for (key, value) in members.0.iter().filter(|(k, _)| k != "inputSchema") {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                out.extend_from_slice(json_string(key).as_bytes());
+                out.push(b':');
+                out.extend_from_slice(value.get().as_bytes());
+            }
+            if !first {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"inputSchema\":");
+            out.extend_from_slice(schema.to_string().as_bytes());
+            out.push(b'}');
+        }
+        out.push(b']');
+        edits.push((range_in(reply, list), out));
+    }
+    let mut edits: Vec<_> = edits.iter().map(|(r, b)| (r.clone(), b.as_slice())).collect();
+    Some(splice(reply, &mut edits))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_verdict_is_added_and_everything_else_keeps_its_bytes() {
+        let verdict = json!({"mcp_result_status": "returned"});
+        let reply = br#"{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"n=1.50"}],"x":9007199254740993}}"#;
+        let out = relay_reply(reply, b"\"c-1\"", Some(&verdict)).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"jsonrpc":"2.0","id":"c-1","result":{"_meta":{"aml.action-boundary/verdict":{"mcp_result_status":"returned"}},"content":[{"type":"text","text":"n=1.50"}],"x":9007199254740993}}"#
+        );
+        let with_meta = br#"{"jsonrpc":"2.0","id":5,"result":{"_meta":{"k":1.0,"aml.action-boundary/verdict":"forged"}}}"#;
+        let out = relay_reply(with_meta, b"1", Some(&verdict)).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":{"k":1.0,"aml.action-boundary/verdict":{"mcp_result_status":"returned"}}}}"#
+        );
+        let empty = br#"{"jsonrpc":"2.0","id":5,"result":{}}"#;
+        let out = relay_reply(empty, b"1", Some(&verdict)).unwrap();
+        assert!(out.ends_with(
+            br#""result":{"_meta":{"aml.action-boundary/verdict":{"mcp_result_status":"returned"}}}}"#
+        ));
+        let error = br#"{"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"m"}}"#;
+        let out = relay_reply(error, b"1", Some(&verdict)).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["error"]["data"][VERDICT_META_KEY], verdict);
+        assert_eq!(v["error"]["code"], -32602);
+    }
+
+    #[test]
+    fn error_results_parse_as_mcp_results() {
+        let out = error_result(b"3", "refused \"x\"", &json!({"rejection": "inexact_number"}));
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["id"], 3);
+        assert_eq!(v["result"]["isError"], true);
+        assert_eq!(v["result"]["content"][0]["text"], "refused \"x\"");
+        assert_eq!(
+            v["result"]["_meta"][VERDICT_META_KEY]["rejection"],
+            "inexact_number"
+        );
+    }
+}

@@ -1,0 +1,371 @@
+//! `tools/call` through the gate: the call's parts are checked (nothing reaches the server
+//! that is not in the digest), planned and authorized by the host's gate, then forwarded as
+//! a request rebuilt from the frozen bytes; the answer is the server's with the verdict.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use aml_core::strict::first_inexact_number;
+use aml_core::{async_trait, Refusal, ToolCall, ToolError, ToolExecutor};
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use super::answer::{error_result, relay_reply};
+use super::jsonrpc::{self, json_string, Envelope, Members};
+use super::session::{flight_key, Flight, Pending, Relay};
+use super::ServerRequestPolicy;
+use crate::{ForwardError, McpVerdict, ResultStatus};
+
+/// The members of `tools/call` params the relay forwards. Anything else would reach the
+/// server without being in the digest, so it is refused.
+const FORWARDED: [&str; 5] = ["name", "arguments", "_meta", "inputResponses", "requestState"];
+
+/// One checked call, ready for the gate.
+struct CallRequest {
+    client_id: Bytes,
+    flight: String,
+    name: String,
+    arguments: Map<String, Value>,
+    input_responses: Option<Value>,
+    request_state: Option<Value>,
+    meta: Option<String>,
+}
+
+/// Checks a `tools/call` request and starts its task; answers at once what it refuses.
+pub(crate) async fn start_call(
+    relay: &Arc<Relay>,
+    client_id: Bytes,
+    message: &[u8],
+    env: &Envelope<'_>,
+    calls: &mut JoinSet<()>,
+) {
+    let request = match check(client_id.clone(), env) {
+        Ok(request) => request,
+        Err(Checked::BadParams(why)) => {
+            let message = format!("invalid params: {why}");
+            tracing::warn!(target: "aml_mcp::relay", "tools/call refused: {why}");
+            return relay
+                .answer_error(Some(&client_id), jsonrpc::INVALID_PARAMS, &message)
+                .await;
+        }
+        Err(Checked::Refused(refusal, detail)) => {
+            return refuse_call(relay, &client_id, env, refusal, &detail).await;
+        }
+    };
+    let _ = message;
+    let flight = request.flight.clone();
+    relay.state().flights.insert(
+        flight.clone(),
+        Flight::Call {
+            upstream: None,
+            task: None,
+        },
+    );
+    let task = calls.spawn(run_call(Arc::clone(relay), request));
+    if let Some(Flight::Call { task: slot, .. }) = relay.state().flights.get_mut(&flight) {
+        *slot = Some(task);
+    }
+}
+
+enum Checked {
+    BadParams(String),
+    Refused(Refusal, String),
+}
+
+fn check(client_id: Bytes, env: &Envelope<'_>) -> Result<CallRequest, Checked> {
+    let bad = |why: &str| Checked::BadParams(why.to_owned());
+    let params = env
+        .params
+        .ok_or_else(|| bad("tools/call needs params {\"name\": …, \"arguments\": {…}}"))?;
+    let members = Members::parse(params).map_err(|_| bad("tools/call params must be a JSON object"))?;
+    if let Some((unknown, _)) = members.0.iter().find(|(k, _)| !FORWARDED.contains(&k.as_ref())) {
+        return Err(Checked::BadParams(format!(
+            "aml-mcp-gate does not forward the tools/call member {unknown:?}: it would reach the server without being in the approved digest"
+        )));
+    }
+    let name: String = members
+        .get("name")
+        .and_then(|n| serde_json::from_str(n.get()).ok())
+        .ok_or_else(|| bad("tools/call needs a string \"name\""))?;
+    let object = |member: &str| -> Result<Option<Value>, Checked> {
+        match members.get(member) {
+            None => Ok(None),
+            Some(raw) => match serde_json::from_str::<Value>(raw.get()) {
+                Ok(v @ Value::Object(_)) => Ok(Some(v)),
+                _ => Err(Checked::BadParams(format!(
+                    "tools/call {member:?} must be a JSON object"
+                ))),
+            },
+        }
+    };
+    for member in ["arguments", "inputResponses"] {
+        if let Some(inexact) = members
+            .get(member)
+            .and_then(|raw| first_inexact_number(raw.get().as_bytes()))
+        {
+            return Err(Checked::Refused(
+                Refusal::InexactNumber,
+                format!("{member}: {inexact}; send it as a string"),
+            ));
+        }
+    }
+    let arguments = match object("arguments")? {
+        Some(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    let input_responses = object("inputResponses")?;
+    let request_state = match members.get("requestState") {
+        None => None,
+        Some(raw) => match serde_json::from_str::<Value>(raw.get()) {
+            Ok(v @ Value::String(_)) => Some(v),
+            _ => return Err(bad("tools/call \"requestState\" must be a string")),
+        },
+    };
+    Ok(CallRequest {
+        flight: flight_key(&client_id),
+        client_id,
+        name,
+        arguments,
+        input_responses,
+        request_state,
+        meta: members.get("_meta").map(|m| m.get().to_owned()),
+    })
+}
+
+/// Answers a call the relay refuses before the gate (nothing is sent), and records it.
+pub(crate) async fn refuse_call(
+    relay: &Relay,
+    client_id: &[u8],
+    env: &Envelope<'_>,
+    refusal: Refusal,
+    detail: &str,
+) {
+    let tool = env
+        .params
+        .and_then(|p| Members::parse(p).ok())
+        .and_then(|m| m.get("name"))
+        .and_then(|n| serde_json::from_str::<String>(n.get()).ok())
+        .unwrap_or_default();
+    // The record names the reason, never argument values.
+    let recorded = match refusal {
+        Refusal::InexactNumber => "a number in the call has no exact double value".to_owned(),
+        _ => detail.to_owned(),
+    };
+    relay.record_refusal(&tool, refusal, recorded);
+    let verdict = McpVerdict::refused(refusal);
+    let text = format!("{}: {detail}", verdict.explanation());
+    relay
+        .answer(error_result(client_id, &text, &verdict.to_value()))
+        .await;
+}
+
+async fn run_call(relay: Arc<Relay>, request: CallRequest) {
+    let retry = request.input_responses.is_some() || request.request_state.is_some();
+    let (gate, arguments) = if retry {
+        let mut envelope = Map::new();
+        envelope.insert("arguments".into(), Value::Object(request.arguments));
+        if let Some(responses) = request.input_responses {
+            envelope.insert("inputResponses".into(), responses);
+        }
+        if let Some(state) = request.request_state {
+            envelope.insert("requestState".into(), state);
+        }
+        (relay.tools.retry_gate(), Value::Object(envelope))
+    } else {
+        (relay.tools.gate(), Value::Object(request.arguments))
+    };
+    let forward = Forward {
+        relay: Arc::clone(&relay),
+        flight: request.flight.clone(),
+        name: json_string(&request.name),
+        meta: request.meta,
+        retry,
+        reply: Mutex::new(None),
+        cancelled: AtomicBool::new(false),
+    };
+    let outcome = gate
+        .gate()
+        .call_value(&request.name, arguments, Some(&forward), None)
+        .await;
+    relay.state().flights.remove(&request.flight);
+    if forward.cancelled.load(Ordering::Relaxed) {
+        // The client cancelled it: MCP wants no answer.
+        return;
+    }
+    let verdict = McpVerdict::from_outcome(outcome);
+    let reply = forward.reply.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let answer = match (verdict.status(), reply) {
+        (ResultStatus::InputRequired, Some(reply)) => match refused_input(&relay, &reply) {
+            Some(method) => {
+                let text = format!(
+                    "The server asked for {method} to finish this call; this host does not relay it. {}",
+                    "The call was made; its outcome is the server's interim result."
+                );
+                error_result(&request.client_id, &text, &verdict.to_value())
+            }
+            None => relayed(&request.client_id, &reply, &verdict),
+        },
+        (ResultStatus::Returned | ResultStatus::ToolError | ResultStatus::Unknown, Some(reply)) => {
+            relayed(&request.client_id, &reply, &verdict)
+        }
+        _ => {
+            let mut text = verdict.explanation();
+            if let Some(detail) = verdict.outcome().and_then(|o| o.detail()) {
+                text = format!("{text} ({detail})");
+            }
+            error_result(&request.client_id, &text, &verdict.to_value())
+        }
+    };
+    relay.answer(answer).await;
+}
+
+fn relayed(client_id: &[u8], reply: &[u8], verdict: &McpVerdict) -> Bytes {
+    match relay_reply(reply, client_id, Some(&verdict.to_value())) {
+        Some(answer) => Bytes::from(answer),
+        None => error_result(client_id, &verdict.explanation(), &verdict.to_value()),
+    }
+}
+
+/// The kind of input an `input_required` result asks for that the host does not relay.
+fn refused_input(relay: &Relay, reply: &[u8]) -> Option<String> {
+    let env = Envelope::parse(reply).ok()?;
+    let requests = Members::parse(env.result?).ok()?.get("inputRequests")?;
+    let requests = Members::parse(requests).ok()?;
+    for (key, request) in &requests.0 {
+        let method: String = Members::parse(request)
+            .ok()
+            .and_then(|m| m.get("method"))
+            .and_then(|m| serde_json::from_str(m.get()).ok())
+            .unwrap_or_default();
+        let policy = match method.as_str() {
+            "sampling/createMessage" => relay.config.sampling,
+            "elicitation/create" => relay.config.elicitation,
+            _ => continue,
+        };
+        if policy == ServerRequestPolicy::Refuse {
+            let detail = format!("input request {key:?} of an input_required result asks for {method}");
+            relay.record_refusal(&method, Refusal::ServerRequestRefused, detail);
+            return Some(method);
+        }
+    }
+    None
+}
+
+/// Forwards the frozen call once and waits for the server's answer.
+struct Forward {
+    relay: Arc<Relay>,
+    flight: String,
+    /// The tool name as JSON text.
+    name: String,
+    /// The client's `_meta`, as it sent it (protocol metadata: progress token, version).
+    meta: Option<String>,
+    retry: bool,
+    reply: Mutex<Option<Bytes>>,
+    cancelled: AtomicBool,
+}
+
+impl core::fmt::Debug for Forward {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Forward")
+            .field("tool", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Forward {
+    /// The request params, from the frozen canonical bytes only.
+    fn params(&self, frozen: &str) -> Result<String, ForwardError> {
+        let mut params = format!("{{\"name\":{}", self.name);
+        if self.retry {
+            let raw: &serde_json::value::RawValue =
+                serde_json::from_str(frozen).map_err(|e| ForwardError::Unreadable(e.to_string()))?;
+            let envelope = Members::parse(raw).map_err(|e| ForwardError::Unreadable(e.to_string()))?;
+            for (key, value) in &envelope.0 {
+                params.push_str(&format!(",{}:{}", json_string(key), value.get()));
+            }
+        } else {
+            params.push_str(",\"arguments\":");
+            params.push_str(frozen);
+        }
+        if let Some(meta) = &self.meta {
+            params.push_str(",\"_meta\":");
+            params.push_str(meta);
+        }
+        params.push('}');
+        Ok(params)
+    }
+
+    async fn send(&self, frozen: &str) -> Result<Value, ForwardError> {
+        let params = self.params(frozen)?;
+        let (tx, rx) = oneshot::channel();
+        let upstream_id = {
+            let mut state = self.relay.state();
+            if let Some(reason) = &state.gone {
+                return Err(ForwardError::UpstreamGone(format!(
+                    "{reason}; the request was not sent"
+                )));
+            }
+            let id = state.next_id();
+            state.pending.insert(id, Pending::Call { reply: tx });
+            if let Some(Flight::Call { upstream, .. }) = state.flights.get_mut(&self.flight) {
+                *upstream = Some(id);
+            }
+            id
+        };
+        let request = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{upstream_id},\"method\":\"tools/call\",\"params\":{params}}}"
+        );
+        if self.relay.to_upstream.send(Bytes::from(request)).await.is_err() {
+            return Err(ForwardError::UpstreamGone("its input is closed".into()));
+        }
+        let limit = self.relay.config.upstream_timeout;
+        let reply = match tokio::time::timeout(limit, rx).await {
+            Ok(Ok(Ok(reply))) => reply,
+            Ok(Ok(Err(ForwardError::Cancelled))) => {
+                self.cancelled.store(true, Ordering::Relaxed);
+                return Err(ForwardError::Cancelled);
+            }
+            Ok(Ok(Err(e))) => return Err(e),
+            Ok(Err(_)) => return Err(ForwardError::UpstreamGone("the relay stopped".into())),
+            Err(_) => {
+                self.relay.state().pending.insert(upstream_id, Pending::Cancelled);
+                self.relay
+                    .cancel_upstream(upstream_id, "aml-mcp-gate: no answer in time")
+                    .await;
+                return Err(ForwardError::Timeout(limit));
+            }
+        };
+        let outcome = {
+            let env = Envelope::parse(&reply).map_err(|e| ForwardError::Unreadable(e.to_string()))?;
+            match (env.result, env.error) {
+                (Some(result), _) => serde_json::from_str::<Value>(result.get()).map_err(|e| {
+                    ForwardError::Unreadable(format!("its result is not JSON the gate can read ({e})"))
+                }),
+                (None, Some(error)) => {
+                    let error: Value = serde_json::from_str(error.get()).unwrap_or_default();
+                    Err(ForwardError::Server {
+                        code: error["code"].as_i64().unwrap_or_default() as i32,
+                        message: error["message"].as_str().unwrap_or_default().to_owned(),
+                    })
+                }
+                _ => Err(ForwardError::Unreadable("neither a result nor an error".into())),
+            }
+        };
+        if !matches!(outcome, Err(ForwardError::Unreadable(_))) {
+            *self.reply.lock().unwrap_or_else(|p| p.into_inner()) = Some(reply);
+        }
+        outcome
+    }
+}
+
+#[async_trait]
+impl ToolExecutor for Forward {
+    async fn execute(&self, call: ToolCall) -> Result<Value, ToolError> {
+        let frozen = call.proposal().arguments_json();
+        self.send(frozen)
+            .await
+            .map_err(|e| ToolError::with_source("forwarding the call failed", e))
+    }
+}

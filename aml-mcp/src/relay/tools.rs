@@ -1,0 +1,219 @@
+//! The host's tools as the relay gates them: the catalog's gate for first calls, a gate over
+//! envelope registrations for input-required retries (ADR 010), and the filtered
+//! `tools/list`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aml_core::{
+    ActionBoundary, ArgumentSnapshot, CatalogError, MapperError, ResourceMapper, ResourceRule, ToolCatalog,
+    ToolGate, ToolRegistration,
+};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::McpGate;
+
+/// The `$id` given to a tool's input schema inside its retry envelope's schema, so that its
+/// own `#/...` references resolve inside it.
+const EMBEDDED_SCHEMA_ID: &str = "urn:aml-mcp-gate:tool-arguments";
+
+/// The host's tools for the relay.
+#[derive(Debug, Clone)]
+pub struct RelayTools {
+    gate: McpGate,
+    retry: McpGate,
+}
+
+#[derive(Deserialize)]
+struct RulesDocument {
+    tools: Vec<RuleEntry>,
+}
+
+#[derive(Deserialize)]
+struct RuleEntry {
+    name: String,
+    resource: ResourceRule,
+}
+
+impl RelayTools {
+    /// The tools of `catalog`, gated by `boundary`. `rules` names each tool's resource rule,
+    /// which input-required retries need to find the resource inside their envelope; a tool
+    /// without one is refused on retry (`invalid_or_unregistered_call`).
+    pub fn new(
+        catalog: ToolCatalog,
+        rules: &BTreeMap<String, ResourceRule>,
+        boundary: ActionBoundary,
+    ) -> Result<Self, CatalogError> {
+        let mut retry = ToolCatalog::new();
+        for tool in catalog.tools() {
+            if let Some(rule) = rules.get(tool.name()) {
+                retry.register(envelope_registration(tool, rule.clone())?)?;
+            }
+        }
+        Ok(RelayTools {
+            gate: McpGate::new(ToolGate::new(catalog, boundary.clone())),
+            retry: McpGate::new(ToolGate::new(retry, boundary)),
+        })
+    }
+
+    /// The tools of a catalog document (`{"tools": [...]}`, as [`ToolCatalog::from_json`]
+    /// reads it), gated by `boundary`.
+    pub fn from_json(text: &str, boundary: ActionBoundary) -> Result<Self, CatalogError> {
+        let catalog = ToolCatalog::from_json(text)?;
+        let doc: RulesDocument =
+            serde_json::from_str(text).map_err(|e| CatalogError::Document(e.to_string()))?;
+        let rules = doc.tools.into_iter().map(|t| (t.name, t.resource)).collect();
+        Self::new(catalog, &rules, boundary)
+    }
+
+    /// No tools: every call is refused as unregistered.
+    pub fn empty(boundary: ActionBoundary) -> Self {
+        let gate = McpGate::new(ToolGate::new(ToolCatalog::new(), boundary));
+        RelayTools {
+            retry: gate.clone(),
+            gate,
+        }
+    }
+
+    /// The gate for first calls.
+    pub fn gate(&self) -> &McpGate {
+        &self.gate
+    }
+
+    /// The gate for retries that carry `inputResponses` or `requestState`.
+    pub fn retry_gate(&self) -> &McpGate {
+        &self.retry
+    }
+
+    /// Whether `tool` is listed: registered, and allowed by at least one policy rule for
+    /// its declared effect. With the input schema the host enforces.
+    pub(crate) fn listed(&self, tool: &str) -> Option<Arc<Value>> {
+        let gate = self.gate.gate();
+        let catalog = gate.catalog();
+        let registration = catalog.get(tool)?;
+        let policy = gate.boundary().policy().current();
+        policy
+            .rules()
+            .iter()
+            .any(|r| r.tool == tool && r.effect == registration.effect())
+            .then(|| Arc::new(registration.input_schema().clone()))
+    }
+}
+
+/// A retry's proposal arguments: `{"arguments": …, "inputResponses": …, "requestState": …}`
+/// (the last two only when present), checked by the tool's own schema for `arguments` and
+/// mapped to the resource by the tool's own rule applied to `arguments`.
+fn envelope_registration(
+    tool: &ToolRegistration,
+    rule: ResourceRule,
+) -> Result<ToolRegistration, CatalogError> {
+    let mut inner = tool.input_schema().clone();
+    if let Some(object) = inner.as_object_mut() {
+        object
+            .entry("$id")
+            .or_insert_with(|| Value::from(EMBEDDED_SCHEMA_ID));
+    }
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "arguments": inner,
+            "inputResponses": {"type": "object"},
+            "requestState": {"type": "string"},
+        },
+        "required": ["arguments"],
+        "additionalProperties": false,
+    });
+    let mapper = EnvelopeResource(rule);
+    Ok(
+        ToolRegistration::new(tool.name(), tool.effect(), tool.purpose(), mapper, schema)?
+            .with_description(tool.description()),
+    )
+}
+
+/// The tool's resource rule, applied to the envelope's `arguments`.
+#[derive(Debug)]
+struct EnvelopeResource(ResourceRule);
+
+impl ResourceMapper for EnvelopeResource {
+    fn resource_for(&self, snapshot: &ArgumentSnapshot) -> Result<String, MapperError> {
+        let empty = Map::new();
+        let arguments = snapshot
+            .get("arguments")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        match &self.0 {
+            ResourceRule::Argument(name) => arguments
+                .get(name)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| MapperError::new(format!("argument {name:?} must be a string"))),
+            ResourceRule::Fixed(resource) => Ok(resource.clone()),
+            _ => Err(MapperError::new("this resource rule is not supported on retries")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aml_core::{CallStatus, Policy};
+
+    fn tools() -> RelayTools {
+        let catalog = r##"{"tools": [{"name": "delete", "effect": "delete", "purpose": "Delete a file",
+            "resource": {"argument": "path"},
+            "input_schema": {"type": "object", "$defs": {"p": {"type": "string"}},
+              "properties": {"path": {"$ref": "#/$defs/p"}}, "required": ["path"], "additionalProperties": false}},
+            {"name": "unused", "effect": "read", "purpose": "Never allowed", "resource": {"fixed": "x"},
+             "input_schema": {}}]}"##;
+        let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+            {"tool": "delete", "effect": "delete", "resource": "/tmp/a", "requires_approval": false},
+            {"tool": "unused", "effect": "write", "resource": "x", "requires_approval": false}]}));
+        RelayTools::from_json(catalog, ActionBoundary::builder(Arc::new(policy)).build()).unwrap()
+    }
+
+    #[test]
+    fn only_registered_tools_that_policy_can_allow_are_listed() {
+        let tools = tools();
+        assert!(tools.listed("delete").is_some());
+        assert!(
+            tools.listed("unused").is_none(),
+            "its only rule names another effect"
+        );
+        assert!(tools.listed("other").is_none());
+    }
+
+    #[tokio::test]
+    async fn retries_check_the_tool_schema_inside_the_envelope_and_map_its_resource() {
+        let tools = tools();
+        let gate = tools.retry_gate().gate();
+        let ok = json!({"arguments": {"path": "/tmp/a"}, "inputResponses": {"c": {"action": "accept"}},
+                        "requestState": "opaque"});
+        let prepared = gate.prepare_value("delete", ok);
+        assert!(prepared.plan().unwrap().proposal_sha256().is_some());
+        let bad = gate
+            .call_value(
+                "delete",
+                json!({"arguments": {"path": 7}, "requestState": "s"}),
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(
+            bad.status(),
+            CallStatus::Refused(aml_core::Refusal::InvalidArguments)
+        );
+        let extra = gate
+            .call_value(
+                "delete",
+                json!({"arguments": {"path": "/tmp/a"}, "task": {}}),
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(
+            extra.status(),
+            CallStatus::Refused(aml_core::Refusal::InvalidArguments)
+        );
+    }
+}

@@ -25,6 +25,8 @@ pub mod matrix;
 pub mod mcp;
 pub mod notice_fixture;
 pub mod rehearsal;
+pub mod relay_fixture;
+pub mod wire;
 
 pub use args::{CallerArguments, MessageArgs};
 pub use harness::{Attempt, CoreHarness, Harness, HarnessError, UnavailableHarness};

@@ -82,6 +82,9 @@ enum Command {
     /// The MCP fixture server (stdio) the MCP report runs against
     #[command(hide = true)]
     ServeNoticeFixture,
+    /// A raw JSON-RPC MCP server (stdio) that misbehaves on request, for relay tests
+    #[command(hide = true)]
+    ServeRelayFixture,
 }
 
 #[derive(Debug, Subcommand)]
@@ -128,6 +131,9 @@ fn main() -> ExitCode {
     if let Command::ServeNoticeFixture = cli.command {
         return aml_testkit::notice_fixture::serve();
     }
+    if let Command::ServeRelayFixture = cli.command {
+        return aml_testkit::relay_fixture::serve();
+    }
     if let Command::Canonicalize = cli.command {
         return canonicalize();
     }
@@ -159,7 +165,9 @@ fn main() -> ExitCode {
             "fixtures/mcp-connected-pilot.json (digests masked)",
         ),
         Command::Case { case_file } => case(&runtime, &case_file),
-        Command::Canonicalize | Command::ServeNoticeFixture => unreachable!("handled above"),
+        Command::Canonicalize | Command::ServeNoticeFixture | Command::ServeRelayFixture => {
+            unreachable!("handled above")
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aml_core::strict::first_inexact_number;
-use aml_core::{async_trait, Refusal, ToolCall, ToolError, ToolExecutor};
+use aml_core::{async_trait, PreparedCall, Refusal, ToolCall, ToolError, ToolExecutor};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
@@ -41,7 +41,7 @@ pub(crate) async fn start_call(
     env: &Envelope<'_>,
     calls: &mut JoinSet<()>,
 ) {
-    let request = match check(client_id.clone(), env) {
+    let mut request = match check(client_id.clone(), env) {
         Ok(request) => request,
         Err(Checked::BadParams(why)) => {
             let message = format!("invalid params: {why}");
@@ -56,6 +56,8 @@ pub(crate) async fn start_call(
     };
     let _ = message;
     let flight = request.flight.clone();
+    // Planned now, so that a call dropped before its task runs is still recorded.
+    let (retry, prepared) = prepare(relay, &mut request);
     relay.state().flights.insert(
         flight.clone(),
         Flight::Call {
@@ -63,7 +65,7 @@ pub(crate) async fn start_call(
             task: None,
         },
     );
-    let task = calls.spawn(run_call(Arc::clone(relay), request));
+    let task = calls.spawn(run_call(Arc::clone(relay), request, retry, prepared));
     if let Some(Flight::Call { task: slot, .. }) = relay.state().flights.get_mut(&flight) {
         *slot = Some(task);
     }
@@ -161,20 +163,31 @@ pub(crate) async fn refuse_call(
         .await;
 }
 
-async fn run_call(relay: Arc<Relay>, request: CallRequest) {
+/// The gate's plan for the call; a retry's proposal is the envelope (ADR 010).
+fn prepare(relay: &Relay, request: &mut CallRequest) -> (bool, PreparedCall) {
+    let arguments = std::mem::take(&mut request.arguments);
     let retry = request.input_responses.is_some() || request.request_state.is_some();
     let (gate, arguments) = if retry {
         let mut envelope = Map::new();
-        envelope.insert("arguments".into(), Value::Object(request.arguments));
-        if let Some(responses) = request.input_responses {
+        envelope.insert("arguments".into(), Value::Object(arguments));
+        if let Some(responses) = request.input_responses.take() {
             envelope.insert("inputResponses".into(), responses);
         }
-        if let Some(state) = request.request_state {
+        if let Some(state) = request.request_state.take() {
             envelope.insert("requestState".into(), state);
         }
         (relay.tools.retry_gate(), Value::Object(envelope))
     } else {
-        (relay.tools.gate(), Value::Object(request.arguments))
+        (relay.tools.gate(), Value::Object(arguments))
+    };
+    (retry, gate.gate().prepare_value(&request.name, arguments))
+}
+
+async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared: PreparedCall) {
+    let gate = if retry {
+        relay.tools.retry_gate()
+    } else {
+        relay.tools.gate()
     };
     let forward = Forward {
         relay: Arc::clone(&relay),
@@ -185,10 +198,7 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest) {
         reply: Mutex::new(None),
         cancelled: AtomicBool::new(false),
     };
-    let outcome = gate
-        .gate()
-        .call_value(&request.name, arguments, Some(&forward), None)
-        .await;
+    let outcome = gate.gate().run(prepared, Some(&forward), None).await;
     relay.state().flights.remove(&request.flight);
     if forward.cancelled.load(Ordering::Relaxed) {
         // The client cancelled it: MCP wants no answer.

@@ -1,57 +1,121 @@
-//! `aml-mcp-gate` refuses bad command lines and bad policies with a clear message, before
-//! starting anything, and never writes to stdout (the MCP channel).
+//! `aml-mcp-gate`'s command line: usage errors name the argument and exit 2 before anything
+//! starts, bad files exit 2, an upstream that is not an MCP server ends the gate (exit 1)
+//! within the handshake limit, and stdout (the MCP channel) stays empty.
 
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
-fn gate(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_aml-mcp-gate"))
+const GATE: &str = env!("CARGO_BIN_EXE_aml-mcp-gate");
+
+fn gate(args: &[&str]) -> Output {
+    Command::new(GATE)
         .args(args)
+        .stdin(Stdio::null())
         .output()
         .unwrap()
 }
 
 fn temp(name: &str, text: &str) -> String {
-    let path = std::env::temp_dir().join(format!("aml-mcp-cli-{}-{name}", std::process::id()));
+    let path = std::env::temp_dir().join(format!("aml-mcp-gate-cli-{}-{name}", std::process::id()));
     std::fs::write(&path, text).unwrap();
     path.to_string_lossy().into_owned()
 }
 
+fn policy() -> String {
+    temp("policy.json", r#"{"protocol": "aml-action-policy/1", "rules": []}"#)
+}
+
 #[test]
-fn usage_errors_exit_2_and_say_why() {
+fn usage_errors_exit_2_and_name_the_argument() {
+    let policy = policy();
     for (args, why) in [
-        (&[][..], "missing `--`"),
-        (&["--policy", "p.json", "--"][..], "missing the server command"),
-        (&["--", "server"][..], "--policy is required"),
-        (&["--policy", "a", "--policy", "b", "--", "s"][..], "given twice"),
-        (&["--bogus", "x", "--", "s"][..], "unknown option"),
+        (vec![], "--policy"),
+        (vec!["--policy", &policy], "SERVER_COMMAND"),
+        (vec!["--", "server"], "--policy"),
+        (vec!["--policy", "a", "--policy", "b", "--", "s"], "--policy"),
+        (vec!["--bogus", "x", "--", "s"], "--bogus"),
+        (vec!["--policy", &policy, "--approve", "email", "--", "s"], "email"),
+        (vec!["--policy", &policy, "--approval-port", "99999", "--approve", "web", "--", "s"], "99999"),
+        (vec!["--policy", &policy, "--approval-port", "8080", "--", "s"], "--approve"),
+        (vec!["--policy", &policy, "--approve", "tty", "--approval-port", "8080", "--", "s"], "--approve web"),
+        (vec!["--policy", &policy, "--approver-key", "k.json", "--", "s"], "--approve"),
+        (vec!["--policy", &policy, "--upstream-timeout", "0", "--", "s"], "--upstream-timeout"),
+        (vec!["--policy", &policy, "--sampling", "maybe", "--", "s"], "maybe"),
     ] {
-        let out = gate(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(out.stdout.is_empty());
-        assert!(String::from_utf8_lossy(&out.stderr).contains(why), "{args:?}");
+        let out = gate(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
     }
 }
 
 #[test]
-fn a_malformed_policy_or_registry_is_refused_at_start() {
+fn version_and_help_work_anywhere() {
+    let out = gate(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("aml-mcp-gate {}", env!("CARGO_PKG_VERSION"))
+    );
+    let out = gate(&["--policy", "p.json", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--upstream-timeout",
+        "--handshake-timeout",
+        "--sampling",
+        "--elicitation",
+        "--max-message-bytes",
+        "Exit status",
+    ] {
+        assert!(help.contains(flag), "{flag}: {help}");
+    }
+}
+
+#[test]
+fn unreadable_or_malformed_files_exit_2_before_the_server_starts() {
+    let marker = std::env::temp_dir().join(format!("aml-mcp-gate-cli-{}-started", std::process::id()));
+    let server = format!("touch {}", marker.display());
     let bad_policy = temp(
         "bad-policy.json",
         r#"{"protocol": "aml-action-policy/1", "rules": [{"tool": "t"}]}"#,
     );
-    let out = gate(&["--policy", &bad_policy, "--", "true"]);
-    assert_eq!(out.status.code(), Some(1));
+    let out = gate(&["--policy", &bad_policy, "--", "sh", "-c", &server]);
+    assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid policy"));
 
-    let policy = temp(
-        "policy.json",
-        r#"{"protocol": "aml-action-policy/1", "rules": []}"#,
-    );
+    let policy = policy();
     let dup = temp("dup.json", r#"{"tools": [], "tools": []}"#);
-    let out = gate(&["--policy", &policy, "--tools", &dup, "--", "true"]);
-    assert_eq!(out.status.code(), Some(1));
+    let out = gate(&["--policy", &policy, "--tools", &dup, "--", "sh", "-c", &server]);
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("AML_JSON_DUPLICATE_KEY"));
 
-    let missing = gate(&["--policy", "/nonexistent/policy.json", "--", "true"]);
+    let missing = gate(&["--policy", "/nonexistent/policy.json", "--", "sh", "-c", &server]);
+    assert_eq!(missing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read"));
+    assert!(!marker.exists(), "no server was started");
+}
+
+#[test]
+fn an_upstream_that_is_not_an_mcp_server_ends_the_gate_with_a_clear_message() {
+    let policy = policy();
+    // `cat` sends the gate's ping back; `sleep` never answers; `true` exits.
+    for (server, limit, why) in [
+        (vec!["cat"], "30", "sent the gate's ping back"),
+        (vec!["sleep", "30"], "1", "did not answer the gate's ping within 1s"),
+        (vec!["true"], "30", "exited before it answered"),
+        (vec!["/nonexistent/server"], "30", "cannot start"),
+    ] {
+        let started = Instant::now();
+        let mut args = vec!["--policy", &policy, "--handshake-timeout", limit, "--"];
+        args.extend(server.iter().copied());
+        let out = gate(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{server:?}: {stderr}");
+        assert!(stderr.contains(why), "{server:?}: {stderr}");
+        assert!(out.stdout.is_empty());
+        assert!(started.elapsed() < Duration::from_secs(10), "{server:?}");
+    }
 }

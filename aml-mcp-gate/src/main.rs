@@ -5,6 +5,7 @@
 mod approvals;
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -30,8 +31,9 @@ Example (in an MCP client's configuration, instead of the server command):
 
 Exit status:
   0  the client closed the session (calls still in flight got their receipts first)
-  1  runtime failure: the server could not start, did not answer the gate's startup ping
-     within --handshake-timeout, or exited while the session ran
+  1  runtime failure: the server could not start, did not complete the MCP handshake (it
+     sent initialize back, or did not answer within --handshake-timeout), or exited while
+     the session ran
   2  bad usage, or an unreadable or invalid --policy, --tools or --approver-key file
 
 Logging: RUST_LOG (e.g. RUST_LOG=aml_mcp=debug) for diagnostics on stderr.";
@@ -236,7 +238,17 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
         stop,
         stopped,
     } = child;
-    let end = match relay::probe(&mut upstream, config.handshake_timeout).await {
+    // Started by hand (a terminal, no MCP client): check the server now. An MCP client's own
+    // first request is the check otherwise (a probe would choose the protocol era for it).
+    let early = if std::io::stdin().is_terminal() {
+        eprintln!(
+            "aml-mcp-gate: stdin is a terminal; MCP clients start the gate with pipes. Checking the server…"
+        );
+        relay::probe(&mut upstream, config.handshake_timeout).await
+    } else {
+        Ok(Vec::new())
+    };
+    let end = match early {
         Ok(early) => {
             let client = stdio::stdio_connection(config.max_message_bytes);
             Ok(relay::run(tools, config, client, upstream, early).await)
@@ -257,6 +269,7 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
         Ok(RelayEnd::UpstreamGone(reason)) => Err(Failure::Runtime(format!(
             "the server {program:?} is gone ({reason}); calls after that were refused"
         ))),
+        Ok(RelayEnd::Handshake(why)) => Err(Failure::Runtime(format!("{program:?}: {why}"))),
         Ok(other) => Err(Failure::Runtime(format!("the relay ended: {other:?}"))),
         Err(e) => Err(Failure::Runtime(e)),
     }

@@ -22,7 +22,10 @@ fn temp(name: &str, text: &str) -> String {
 }
 
 fn policy() -> String {
-    temp("policy.json", r#"{"protocol": "aml-action-policy/1", "rules": []}"#)
+    temp(
+        "policy.json",
+        r#"{"protocol": "aml-action-policy/1", "rules": []}"#,
+    )
 }
 
 #[test]
@@ -34,13 +37,52 @@ fn usage_errors_exit_2_and_name_the_argument() {
         (vec!["--", "server"], "--policy"),
         (vec!["--policy", "a", "--policy", "b", "--", "s"], "--policy"),
         (vec!["--bogus", "x", "--", "s"], "--bogus"),
-        (vec!["--policy", &policy, "--approve", "email", "--", "s"], "email"),
-        (vec!["--policy", &policy, "--approval-port", "99999", "--approve", "web", "--", "s"], "99999"),
-        (vec!["--policy", &policy, "--approval-port", "8080", "--", "s"], "--approve"),
-        (vec!["--policy", &policy, "--approve", "tty", "--approval-port", "8080", "--", "s"], "--approve web"),
-        (vec!["--policy", &policy, "--approver-key", "k.json", "--", "s"], "--approve"),
-        (vec!["--policy", &policy, "--upstream-timeout", "0", "--", "s"], "--upstream-timeout"),
-        (vec!["--policy", &policy, "--sampling", "maybe", "--", "s"], "maybe"),
+        (
+            vec!["--policy", &policy, "--approve", "email", "--", "s"],
+            "email",
+        ),
+        (
+            vec![
+                "--policy",
+                &policy,
+                "--approval-port",
+                "99999",
+                "--approve",
+                "web",
+                "--",
+                "s",
+            ],
+            "99999",
+        ),
+        (
+            vec!["--policy", &policy, "--approval-port", "8080", "--", "s"],
+            "--approve",
+        ),
+        (
+            vec![
+                "--policy",
+                &policy,
+                "--approve",
+                "tty",
+                "--approval-port",
+                "8080",
+                "--",
+                "s",
+            ],
+            "--approve web",
+        ),
+        (
+            vec!["--policy", &policy, "--approver-key", "k.json", "--", "s"],
+            "--approve",
+        ),
+        (
+            vec!["--policy", &policy, "--upstream-timeout", "0", "--", "s"],
+            "--upstream-timeout",
+        ),
+        (
+            vec!["--policy", &policy, "--sampling", "maybe", "--", "s"],
+            "maybe",
+        ),
     ] {
         let out = gate(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -98,24 +140,75 @@ fn unreadable_or_malformed_files_exit_2_before_the_server_starts() {
     assert!(!marker.exists(), "no server was started");
 }
 
-#[test]
-fn an_upstream_that_is_not_an_mcp_server_ends_the_gate_with_a_clear_message() {
+/// The gate in front of `server`, with the client's `initialize` already sent; its stdin
+/// stays open. The gate's exit status and stderr, waited for at most 20 s.
+async fn handshake(server: &[&str], limit: &str) -> (Option<i32>, String, Duration) {
+    use tokio::io::AsyncWriteExt;
     let policy = policy();
-    // `cat` sends the gate's ping back; `sleep` never answers; `true` exits.
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(GATE)
+        .args(["--policy", &policy, "--handshake-timeout", limit, "--"])
+        .args(server)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let init = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    stdin.write_all(init).await.unwrap();
+    stdin.write_all(b"\n").await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .expect("the gate ends by itself")
+        .unwrap();
+    drop(stdin);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let answer: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_default();
+    assert_eq!(answer["id"], 1, "the client's initialize is answered: {stdout}");
+    assert!(answer["error"]["code"].is_i64(), "{stdout}");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[tokio::test]
+async fn an_upstream_that_does_not_complete_the_handshake_ends_the_gate_with_a_clear_message() {
+    // `cat` sends the initialize back; `sleep` never answers; `true` exits.
     for (server, limit, why) in [
-        (vec!["cat"], "30", "sent the gate's ping back"),
-        (vec!["sleep", "30"], "1", "did not answer the gate's ping within 1s"),
-        (vec!["true"], "30", "exited before it answered"),
-        (vec!["/nonexistent/server"], "30", "cannot start"),
+        (vec!["cat"], "30", "sent the client's initialize back"),
+        (
+            vec!["sleep", "30"],
+            "1",
+            "did not answer the client's initialize within 1s",
+        ),
+        (vec!["true"], "30", "is gone"),
     ] {
-        let started = Instant::now();
-        let mut args = vec!["--policy", &policy, "--handshake-timeout", limit, "--"];
-        args.extend(server.iter().copied());
-        let out = gate(&args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{server:?}: {stderr}");
+        let (code, stderr, took) = handshake(&server, limit).await;
+        assert_eq!(code, Some(1), "{server:?}: {stderr}");
         assert!(stderr.contains(why), "{server:?}: {stderr}");
-        assert!(out.stdout.is_empty());
-        assert!(started.elapsed() < Duration::from_secs(10), "{server:?}");
+        assert!(took < Duration::from_secs(10), "{server:?} took {took:?}");
     }
+    let out = gate(&["--policy", &policy(), "--", "/nonexistent/server"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start"));
+}
+
+#[test]
+fn started_by_hand_on_a_terminal_the_gate_checks_the_server_at_once() {
+    // `script` gives the gate a terminal on stdin, as a person running it by hand.
+    let command = format!("{GATE} --policy {} -- cat", policy());
+    let started = Instant::now();
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script (util-linux) runs the gate on a terminal");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(shown.contains("sent the gate's ping back"), "{shown}");
+    assert!(started.elapsed() < Duration::from_secs(10));
 }

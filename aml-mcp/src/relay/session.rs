@@ -30,6 +30,9 @@ pub enum RelayEnd {
     ClientClosed,
     /// The upstream server exited or closed its output.
     UpstreamGone(String),
+    /// The upstream server did not complete the MCP handshake: it sent the client's
+    /// `initialize` (or `server/discover`) back, or did not answer it in time.
+    Handshake(String),
 }
 
 /// Why the upstream failed the startup check.
@@ -49,6 +52,11 @@ pub enum ProbeError {
 
 /// Checks that the upstream answers a JSON-RPC `ping` (which MCP allows before
 /// `initialize`) within `limit`. Returns what else it sent meanwhile, to relay later.
+///
+/// Not for sessions a client drives from the start: a server may fix its protocol era
+/// (handshake or 2026-07-28) on the first request it sees, so the probe would choose for the
+/// client. [`run`] checks the handshake on the client's own first request instead; the probe
+/// is for a gate started by hand, with no client yet.
 pub async fn probe(upstream: &mut Upstream, limit: Duration) -> Result<Vec<Inbound>, ProbeError> {
     let ping = Bytes::from(format!(
         "{{\"jsonrpc\":\"2.0\",\"id\":{PROBE_ID},\"method\":\"ping\"}}"
@@ -124,6 +132,9 @@ impl State {
 
 /// What every task of one session shares.
 pub(crate) struct Relay {
+    /// Set when the session cannot go on (the upstream failed the handshake).
+    fatal: Mutex<Option<String>>,
+    fatal_signal: tokio::sync::Notify,
     pub(crate) tools: RelayTools,
     pub(crate) config: RelayConfig,
     pub(crate) to_client: mpsc::Sender<Bytes>,
@@ -132,6 +143,16 @@ pub(crate) struct Relay {
 }
 
 impl Relay {
+    /// Ends the session: the upstream cannot serve it.
+    pub(crate) fn fail(&self, why: String) {
+        tracing::debug!(target: "aml_mcp::relay", "{why}");
+        self.fatal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(why);
+        self.fatal_signal.notify_one();
+    }
+
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -190,6 +211,8 @@ pub async fn run(
         mut exited,
     } = upstream;
     let relay = Arc::new(Relay {
+        fatal: Mutex::new(None),
+        fatal_signal: tokio::sync::Notify::new(),
         tools,
         config,
         to_client,
@@ -225,6 +248,10 @@ pub async fn run(
             },
             Some(_) = calls.join_next(), if !calls.is_empty() => {}
             _ = sleep_until(gone_at.map(|at| at + grace)), if gone_at.is_some() => break,
+            _ = relay.fatal_signal.notified() => {
+                let why = relay.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                return RelayEnd::Handshake(why.unwrap_or_default());
+            }
         }
     }
     // Calls in flight may still get their answers (and receipts), within a bound.
@@ -482,6 +509,11 @@ async fn expire(relay: Arc<Relay>, upstream_id: u64, method: String, limit: Dura
     relay
         .cancel_upstream(upstream_id, "aml-mcp-gate: no answer in time")
         .await;
+    if matches!(method.as_str(), "initialize" | "server/discover") {
+        relay.fail(format!(
+            "the server did not answer the client's {method} within {limit:?}"
+        ));
+    }
 }
 
 /// The client cancels one of its requests: passed on with the id the server knows; a call
@@ -552,6 +584,10 @@ async fn on_upstream(relay: &Relay, inbound: Inbound) {
         }
         Ok(Kind::Request) => {
             let method = env.method.as_deref().unwrap_or_default();
+            if matches!(method, "initialize" | "server/discover") {
+                // Only clients send these: the "server" sends our requests back.
+                return echoed(relay, method).await;
+            }
             let policy = match method {
                 "sampling/createMessage" => relay.config.sampling,
                 "elicitation/create" => relay.config.elicitation,
@@ -570,6 +606,24 @@ async fn on_upstream(relay: &Relay, inbound: Inbound) {
             unreadable(relay, id, format!("not a valid JSON-RPC message ({why})")).await
         }
     }
+}
+
+/// The upstream repeats what it is sent: it is not an MCP server. Whoever waits is told.
+async fn echoed(relay: &Relay, method: &str) {
+    let why = format!(
+        "the server sent the client's {method} back instead of answering it: it does not speak MCP (JSON-RPC) on stdio"
+    );
+    let pending: Vec<Pending> = relay.state().pending.drain().map(|(_, p)| p).collect();
+    for waiting in pending {
+        if let Pending::Relayed { client_id, timer, .. } = waiting {
+            timer.abort();
+            let message = format!("aml-mcp-gate: {why}");
+            relay
+                .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
+                .await;
+        }
+    }
+    relay.fail(why);
 }
 
 /// Routes the server's answer to what waits for it.

@@ -40,22 +40,33 @@ where
 /// a file) through tokio's blocking stdio.
 pub fn stdio_connection(max: usize) -> Connection {
     use std::os::fd::AsFd;
+    use std::os::unix::fs::FileTypeExt;
     use tokio::net::unix::pipe;
-    let pipes = std::io::stdin()
-        .as_fd()
-        .try_clone_to_owned()
-        .and_then(pipe::Receiver::from_owned_fd)
-        .and_then(|input| {
-            let output = std::io::stdout()
-                .as_fd()
-                .try_clone_to_owned()
-                .and_then(pipe::Sender::from_owned_fd)?;
-            Ok((input, output))
-        });
-    match pipes {
-        Ok((input, output)) => connection(input, output, max),
-        Err(_) => connection(tokio::io::stdin(), tokio::io::stdout(), max),
+    let fifo = |fd: std::os::fd::BorrowedFd<'_>| {
+        fd.try_clone_to_owned()
+            .map(std::fs::File::from)
+            .and_then(|f| f.metadata())
+            .is_ok_and(|m| m.file_type().is_fifo())
+    };
+    // Both or neither: making one a non-blocking pipe would change the descriptor that
+    // tokio's blocking stdio then reads.
+    if fifo(std::io::stdin().as_fd()) && fifo(std::io::stdout().as_fd()) {
+        let pipes = std::io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
+            .and_then(pipe::Receiver::from_owned_fd)
+            .and_then(|input| {
+                let output = std::io::stdout()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .and_then(pipe::Sender::from_owned_fd)?;
+                Ok((input, output))
+            });
+        if let Ok((input, output)) = pipes {
+            return connection(input, output, max);
+        }
     }
+    connection(tokio::io::stdin(), tokio::io::stdout(), max)
 }
 
 /// A server started as a child process: its stdin and stdout carry MCP, its stderr is this

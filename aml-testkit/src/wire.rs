@@ -79,6 +79,7 @@ impl WireGate {
             .arg("--")
             .args(server)
             .env("AML_RELAY_AUDIT", dir.join("audit.jsonl"))
+            .env("RUST_LOG", "aml_mcp=info")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(stderr)

@@ -348,15 +348,31 @@ async fn a_client_cancel_reaches_the_server_and_the_call_is_recorded_unknown() {
     // No answer for the cancelled call: the next line is the ping's.
     gate.send(br#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#).await;
     assert_eq!(gate.recv().await.unwrap()["id"], "p");
+    assert!(!gate.stderr().contains("after it was cancelled"));
+    // A server that answers anyway: the answer is dropped, and the gate says so.
+    gate.send_json(&json!({"jsonrpc": "2.0", "id": "slow-2", "method": "tools/call",
+                           "params": {"name": "slow", "arguments": {"ms": 300, "ignore_cancel": true}}}))
+        .await;
+    gate.audit_reaches(3).await.unwrap();
+    gate.send_json(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "slow-2"}}),
+    )
+    .await;
+    gate.audit_reaches(4).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !gate.stderr().contains("after it was cancelled") {
+        assert!(tokio::time::Instant::now() < deadline, "{}", gate.stderr());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gate.send(br#"{"jsonrpc":"2.0","id":"q","method":"ping"}"#).await;
+    assert_eq!(gate.recv().await.unwrap()["id"], "q");
     let (_, dir) = gate.finish().await.unwrap();
     let receipts = read(&dir);
-    assert_eq!(receipts.len(), 1);
-    assert_eq!(receipts[0]["receipt"]["execution_status"], "unknown");
-    assert!(
-        receipts[0]["detail"].as_str().unwrap().contains("cancelled"),
-        "{}",
-        receipts[0]
-    );
+    assert_eq!(receipts.len(), 2);
+    for r in &receipts {
+        assert_eq!(r["receipt"]["execution_status"], "unknown");
+        assert!(r["detail"].as_str().unwrap().contains("cancelled"), "{r}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,6 +7,8 @@ Scenarios:
               completion/complete, logging/setLevel, ping, tool calls, progress notifications
   sampling    a tool that makes the server ask the client for sampling/createMessage
   cancel      a long tool cancelled after its first progress notification
+  input       protocol 2026-07-28 (server/discover): a tool answers input_required; the
+              client confirms and retries tools/call with inputResponses and requestState
 """
 import asyncio
 import json
@@ -116,6 +118,28 @@ async def cancel(session, init):
     return {"progress_before_cancel": progress[:1], "finished": outcome["finished"]}
 
 
+async def input_required(session):
+    discovered = await session.discover()
+    first = await session.call_tool("delete_file", {"path": "/tmp/aml-report.txt"}, allow_input_required=True)
+    report = {"protocol_version": session.protocol_version, "first": dump(first)}
+    if not isinstance(first, types.InputRequiredResult):
+        return report
+    key = next(iter(first.input_requests))
+    answer = types.ElicitResult(action="accept", content={"confirm": True})
+    responses = {key: answer}
+    retry = await session.call_tool(
+        "delete_file",
+        {"path": "/tmp/aml-report.txt"},
+        input_responses=responses,
+        request_state=first.request_state,
+        allow_input_required=True,
+    )
+    report["input_responses"] = {key: dump(answer)}
+    report["request_state"] = first.request_state
+    report["retry"] = dump(retry)
+    return report
+
+
 async def main():
     command = json.loads(sys.argv[1])
     scenario = sys.argv[2]
@@ -138,10 +162,20 @@ async def main():
         else:
             notifications.append(message.method if hasattr(message, "method") else type(message).__name__)
 
+    async def on_elicitation(context, request):
+        return types.ElicitResult(action="accept", content={"confirm": True})
+
     async with stdio_client(params) as (read, write):
         async with ClientSession(
-            read, write, sampling_callback=on_sampling, message_handler=on_message
+            read,
+            write,
+            sampling_callback=on_sampling,
+            elicitation_callback=on_elicitation,
+            message_handler=on_message,
         ) as session:
+            if scenario == "input":
+                print(json.dumps(await input_required(session)))
+                return
             init = await session.initialize()
             if scenario == "everything":
                 report = await everything(session, init)

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aml_core::{ActionBoundary, JsonLinesSink, LivePolicy, Policy};
-use aml_mcp::relay::{self, stdio, RelayConfig, RelayEnd, RelayTools, ServerRequestPolicy};
+use aml_mcp::relay::{self, stdio, DeferredSink, RelayConfig, RelayEnd, RelayTools, ServerRequestPolicy};
 use clap::{CommandFactory, Parser, ValueEnum};
 
 use approvals::Channel;
@@ -203,7 +203,9 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
         }
         .map_err(|e| Failure::Config(format!("cannot open the receipt log: {e}")))?,
     );
-    let mut boundary = ActionBoundary::builder(LivePolicy::new(loaded.policy)).sink_arc(sink.clone());
+    // Call records go out after each answer; approval decisions straight to the log.
+    let (deferred, records) = DeferredSink::spawn(sink.clone());
+    let mut boundary = ActionBoundary::builder(LivePolicy::new(loaded.policy)).sink(deferred);
     if let Some(channel) = cli.approve {
         let timeout = Duration::from_secs(cli.approval_timeout.unwrap_or(300));
         let port = cli.approval_port.unwrap_or(0);
@@ -251,14 +253,26 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
     let end = match early {
         Ok(early) => {
             let client = stdio::stdio_connection(config.max_message_bytes);
-            Ok(relay::run(tools, config, client, upstream, early).await)
+            // A task of the runtime, not the `block_on` future: waking a task from another
+            // task on this thread is a queue push; waking `block_on` writes to an eventfd.
+            tokio::spawn(relay::run(tools, config, client, upstream, early))
+                .await
+                .map_err(|e| format!("the relay failed: {e}"))
         }
         Err(e) => {
             // Closes the server's input, so a server that reads until the end can exit.
-            drop(upstream);
+            drop((upstream, tools));
             Err(format!("{program:?}: {e}"))
         }
     };
+    // The relay (and with it every handle to the deferred sink) is gone: its task ends once
+    // it has passed every record on.
+    if tokio::time::timeout(Duration::from_secs(5), records)
+        .await
+        .is_err()
+    {
+        eprintln!("aml-mcp-gate: some call records were not written in time");
+    }
     let _ = stop.send(Duration::from_secs(2));
     let _ = tokio::time::timeout(Duration::from_secs(5), stopped).await;
     if !sink.flush(Duration::from_secs(5)) {

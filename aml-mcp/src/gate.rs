@@ -11,7 +11,7 @@ use aml_core::{
     ToolExecutor, ToolGate,
 };
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, ResultType};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// What became of the call at the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,19 +178,23 @@ impl McpVerdict {
     /// of the result object as compact JSON with sorted keys, the same as in the call record)
     /// when one came back and `host_error` when the host failed. Never the result itself.
     pub fn to_value(&self) -> Value {
-        let mut v = json!({
-            "rejection": self.rejection().map(Refusal::as_str),
-            "plan": self.plan().map(Plan::to_value),
-            "receipt": self.receipt().map(Receipt::to_value),
-            "mcp_result_status": self.status.as_str(),
-        });
-        if let Some(digest) = &self.result_digest {
-            v["result_digest"] = json!(digest);
+        serde_json::to_value(self.view()).unwrap_or(Value::Null)
+    }
+
+    /// [`to_value`](Self::to_value) as compact JSON text, written without building a value.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&self.view()).unwrap_or_default()
+    }
+
+    fn view(&self) -> VerdictView<'_> {
+        VerdictView {
+            host_error: self.outcome.as_ref().and_then(GateOutcome::host_error),
+            mcp_result_status: self.status.as_str(),
+            plan: self.plan(),
+            receipt: self.receipt(),
+            rejection: self.rejection().map(Refusal::as_str),
+            result_digest: self.result_digest.as_ref(),
         }
-        if let Some(host_error) = self.outcome.as_ref().and_then(GateOutcome::host_error) {
-            v["host_error"] = json!(host_error);
-        }
-        v
     }
 
     /// What to answer an MCP client with: the server's result for a call it returned (with
@@ -228,6 +232,19 @@ impl McpVerdict {
             _ => "AML gate: the tool returned no result.".to_owned(),
         }
     }
+}
+
+/// The verdict's JSON members (in name order, as a JSON object value lists them).
+#[derive(serde::Serialize)]
+struct VerdictView<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host_error: Option<&'a str>,
+    mcp_result_status: &'static str,
+    plan: Option<&'a Plan>,
+    receipt: Option<&'a Receipt>,
+    rejection: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result_digest: Option<&'a ResultSummary>,
 }
 
 /// The gate for MCP: the host's [`ToolGate`] (catalog, policy, hooks, receipt sink), with

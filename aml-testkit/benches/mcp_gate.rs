@@ -1,10 +1,13 @@
-//! Latency of one MCP `tools/call` straight to the fixture server versus through
-//! `aml-mcp-gate` (both over child-process stdio), with p50 and p99 of each.
+//! Latency of one MCP `tools/call` to the fixture server (child-process stdio): direct,
+//! through a bare forwarding process (C, compiled here with the machine's `cc`: it copies
+//! bytes both ways and does nothing else), through `aml-mcp-gate`, and through the in-process
+//! `GatedClient`; p50 and p99 of each, measured in the same run, and the gate's added latency
+//! against the bare forwarder's.
 //!
-//! Needs the release `aml-mcp-gate`: `cargo build --release -p aml-mcp` first.
+//! Needs the release `aml-mcp-gate`: `cargo build --release -p aml-mcp-gate` first.
 #![allow(missing_docs)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use aml_core::{Effect, Policy};
@@ -18,12 +21,69 @@ use serde_json::json;
 
 type Client = RunningService<RoleClient, ()>;
 
-fn gate_binary() -> PathBuf {
-    // Needs the release build: `cargo build --release -p aml-mcp`.
-    aml_testkit::mcp::gate_binary_path().expect("aml-mcp-gate (release)")
+/// A bare forwarding process: starts the server, then copies stdin to it and its stdout
+/// back, as read, with poll(2). The physical cost of one more process on the path.
+const FORWARDER_C: &str = r#"
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static int copy(int from, int to) {
+    char buf[65536];
+    ssize_t n = read(from, buf, sizeof buf);
+    if (n <= 0) return -1;
+    for (ssize_t off = 0; off < n;) {
+        ssize_t w = write(to, buf + off, n - off);
+        if (w <= 0) return -1;
+        off += w;
+    }
+    return 0;
+}
+int main(int argc, char **argv) {
+    int in[2], out[2];
+    if (argc < 2 || pipe(in) || pipe(out)) return 2;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in[0], 0); dup2(out[1], 1);
+        close(in[0]); close(in[1]); close(out[0]); close(out[1]);
+        execvp(argv[1], argv + 1);
+        _exit(127);
+    }
+    close(in[0]); close(out[1]);
+    struct pollfd fds[2] = {{0, POLLIN, 0}, {out[0], POLLIN, 0}};
+    for (;;) {
+        if (poll(fds, 2, -1) < 0) break;
+        if (fds[0].revents && copy(0, in[1])) { close(in[1]); fds[0].fd = -1; }
+        if (fds[1].revents && copy(out[0], 1)) break;
+    }
+    kill(pid, SIGTERM);
+    waitpid(pid, 0, 0);
+    return 0;
+}
+"#;
+
+fn build_forwarder(dir: &Path) -> PathBuf {
+    let source = dir.join("forward.c");
+    let binary = dir.join("forward");
+    std::fs::write(&source, FORWARDER_C).unwrap();
+    let status = std::process::Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .status()
+        .expect("a C compiler (cc) builds the baseline forwarder");
+    assert!(status.success(), "cc failed to build the forwarder");
+    binary
 }
 
-async fn connect(program: PathBuf, args: Vec<String>, audit: &std::path::Path) -> Client {
+fn gate_binary() -> PathBuf {
+    // Needs the release build: `cargo build --release -p aml-mcp-gate`.
+    aml_testkit::mcp::gate_binary_path()
+        .expect("aml-mcp-gate (release): cargo build --release -p aml-mcp-gate")
+}
+
+async fn connect(program: &Path, args: &[String], audit: &Path) -> Client {
     let mut command = tokio::process::Command::new(program);
     command.args(args).env("AML_NOTICE_AUDIT", audit);
     ().serve(TokioChildProcess::new(command).expect("spawn"))
@@ -36,39 +96,49 @@ fn params() -> CallToolRequestParams {
     CallToolRequestParams::new("send_notice").with_arguments(args.as_object().cloned().unwrap_or_default())
 }
 
-fn percentiles(_rt: &tokio::runtime::Runtime, n: usize, mut call: impl FnMut()) -> (Duration, Duration) {
-    let mut samples: Vec<Duration> = (0..n)
-        .map(|_| {
-            let start = Instant::now();
-            call();
-            start.elapsed()
-        })
-        .collect();
+fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort();
+    let n = samples.len();
     (samples[n / 2], samples[n * 99 / 100])
 }
 
+fn schema() -> serde_json::Value {
+    json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+           "required": ["to", "body"], "additionalProperties": false})
+}
+
+fn policy() -> serde_json::Value {
+    json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "send_notice", "effect": "send", "resource": "team@example.test", "requires_approval": false}]})
+}
+
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+    // One thread for the client, as a stdio MCP client is: no hand-off between threads in
+    // the client adds its own wake-ups to every path.
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let dir = std::env::temp_dir().join(format!("aml-mcp-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("policy.json"), json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "send_notice", "effect": "send", "resource": "team@example.test", "requires_approval": false}]}).to_string()).unwrap();
-    std::fs::write(dir.join("tools.json"), json!({"tools": [{"name": "send_notice", "effect": "send",
-        "purpose": "Send a local notice", "resource": {"argument": "to"},
-        "input_schema": {"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
-                         "required": ["to", "body"], "additionalProperties": false}}]}).to_string()).unwrap();
+    std::fs::write(dir.join("policy.json"), policy().to_string()).unwrap();
+    std::fs::write(
+        dir.join("tools.json"),
+        json!({"tools": [{"name": "send_notice", "effect": "send",
+        "purpose": "Send a local notice", "resource": {"argument": "to"}, "input_schema": schema()}]})
+        .to_string(),
+    )
+    .unwrap();
     let fixture = PathBuf::from(env!("CARGO_BIN_EXE_aml-testkit"));
-    let direct = rt.block_on(connect(
-        fixture.clone(),
-        vec!["serve-notice-fixture".into()],
-        &dir.join("direct.jsonl"),
+    let serve = vec!["serve-notice-fixture".to_owned()];
+    let direct = rt.block_on(connect(&fixture, &serve, &dir.join("direct.jsonl")));
+    let forwarder = build_forwarder(&dir);
+    let forwarded = rt.block_on(connect(
+        &forwarder,
+        &[fixture.display().to_string(), serve[0].clone()],
+        &dir.join("forwarded.jsonl"),
     ));
-    let gate_args = vec![
+    let gate_args: Vec<String> = vec![
         "--policy".into(),
         dir.join("policy.json").display().to_string(),
         "--tools".into(),
@@ -77,12 +147,10 @@ fn bench(c: &mut Criterion) {
         dir.join("receipts.jsonl").display().to_string(),
         "--".into(),
         fixture.display().to_string(),
-        "serve-notice-fixture".into(),
+        serve[0].clone(),
     ];
-    let gated = rt.block_on(connect(gate_binary(), gate_args, &dir.join("gated.jsonl")));
+    let gated = rt.block_on(connect(&gate_binary(), &gate_args, &dir.join("gated.jsonl")));
 
-    let schema = json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
-                        "required": ["to", "body"], "additionalProperties": false});
     let catalog = ToolCatalog::new()
         .with(
             ToolRegistration::new(
@@ -90,56 +158,74 @@ fn bench(c: &mut Criterion) {
                 Effect::Send,
                 "Send a local notice",
                 ResourceRule::Argument("to".into()),
-                schema,
+                schema(),
             )
             .unwrap(),
         )
         .unwrap();
-    let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "send_notice", "effect": "send", "resource": "team@example.test", "requires_approval": false}]}));
     let gated_client = GatedClient::new(
         direct.peer().clone(),
         McpGate::new(ToolGate::new(
             catalog,
-            aml_core::ActionBoundary::builder(std::sync::Arc::new(policy)).build(),
+            aml_core::ActionBoundary::builder(std::sync::Arc::new(Policy::from_value(&policy()))).build(),
         )),
     );
+    let call = |client: &Client| {
+        let result = rt.block_on(client.peer().call_tool(params())).unwrap();
+        assert_ne!(result.is_error, Some(true));
+    };
 
     let mut group = c.benchmark_group("mcp_call");
-    group.measurement_time(Duration::from_secs(5));
-    group.bench_function("direct", |b| {
-        b.iter(|| rt.block_on(direct.peer().call_tool(params())).unwrap())
-    });
+    group.bench_function("direct", |b| b.iter(|| call(&direct)));
+    group.bench_function("through_bare_forwarder", |b| b.iter(|| call(&forwarded)));
+    group.bench_function("through_aml_mcp_gate", |b| b.iter(|| call(&gated)));
     group.bench_function("through_gated_client", |b| {
         b.iter(|| {
             let verdict = rt.block_on(gated_client.call_tool(params()));
             assert_eq!(verdict.status(), aml_mcp::ResultStatus::Returned);
         })
     });
-    group.bench_function("through_aml_mcp_gate", |b| {
-        b.iter(|| rt.block_on(gated.peer().call_tool(params())).unwrap())
-    });
     group.finish();
 
-    let (d50, d99) = percentiles(&rt, 3000, || {
-        rt.block_on(direct.peer().call_tool(params())).map(drop).unwrap()
-    });
-    let (c50, c99) = percentiles(&rt, 3000, || drop(rt.block_on(gated_client.call_tool(params()))));
-    let (g50, g99) = percentiles(&rt, 3000, || {
-        rt.block_on(gated.peer().call_tool(params())).map(drop).unwrap()
-    });
-    println!("mcp_call over 3000 calls each: direct p50 {d50:?} p99 {d99:?}");
+    // Percentiles, the paths interleaved call by call so that the machine's noise falls on
+    // all of them alike.
+    const N: usize = 2000;
+    let mut samples: [Vec<Duration>; 4] = Default::default();
+    for _ in 0..N {
+        for (i, client) in [&direct, &forwarded, &gated].into_iter().enumerate() {
+            let start = Instant::now();
+            call(client);
+            samples[i].push(start.elapsed());
+        }
+        let start = Instant::now();
+        drop(rt.block_on(gated_client.call_tool(params())));
+        samples[3].push(start.elapsed());
+    }
+    let [d, f, g, c] = samples.map(percentiles);
+    let added = |(p50, p99): (Duration, Duration)| (p50.saturating_sub(d.0), p99.saturating_sub(d.1));
+    let (f_add, g_add, c_add) = (added(f), added(g), added(c));
     println!(
-        "  GatedClient (in-process gate) p50 {c50:?} p99 {c99:?}; added p50 {:?} p99 {:?}",
-        c50.saturating_sub(d50),
-        c99.saturating_sub(d99)
+        "mcp_call over {N} calls each (interleaved): direct p50 {:?} p99 {:?}",
+        d.0, d.1
     );
     println!(
-        "  aml-mcp-gate (proxy process) p50 {g50:?} p99 {g99:?}; added p50 {:?} p99 {:?}",
-        g50.saturating_sub(d50),
-        g99.saturating_sub(d99)
+        "  bare forwarder (C)  p50 {:?} p99 {:?}; added p50 {:?} p99 {:?}",
+        f.0, f.1, f_add.0, f_add.1
     );
-    drop((direct, gated));
+    println!(
+        "  aml-mcp-gate        p50 {:?} p99 {:?}; added p50 {:?} p99 {:?}",
+        g.0, g.1, g_add.0, g_add.1
+    );
+    println!(
+        "  GatedClient         p50 {:?} p99 {:?}; added p50 {:?} p99 {:?}",
+        c.0, c.1, c_add.0, c_add.1
+    );
+    println!(
+        "  aml-mcp-gate added / bare forwarder added: p50 {:.2}x, p99 {:.2}x",
+        g_add.0.as_secs_f64() / f_add.0.as_secs_f64().max(1e-9),
+        g_add.1.as_secs_f64() / f_add.1.as_secs_f64().max(1e-9)
+    );
+    drop((direct, forwarded, gated));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -138,13 +138,10 @@ fn through_the_gate_the_python_client_sees_what_it_sees_directly_plus_the_verdic
         assert_eq!(gated[key], direct[key], "{key}");
     }
     assert!(direct["resources"]["resources"].as_array().unwrap().len() > 3);
-    assert!(
-        direct["completion"]["completion"]["values"]
-            .as_array()
-            .unwrap()
-            .len()
-            > 0
-    );
+    assert!(!direct["completion"]["completion"]["values"]
+        .as_array()
+        .unwrap()
+        .is_empty());
     assert!(gated["initialize"]["capabilities"]["completions"].is_object());
 
     // Progress: every notification arrives, as directly.

@@ -203,7 +203,7 @@ fn every_readme_command_runs_and_does_what_the_readme_says() {
                 | ["cargo", "run", "--release", "-p", "aml-testkit", "--", args @ ..] => {
                     testkit_command(&command, args, block.shown_output.as_deref(), &readme)
                 }
-                ["cargo", "build", "--release", "-p", "aml-mcp"] => {
+                ["cargo", "build", "--release", "-p", "aml-mcp-gate"] => {
                     // This test's own build made the binary (cargo test --workspace builds it).
                     aml_testkit::mcp::gate_binary_path().expect("aml-mcp-gate is built");
                 }

@@ -3,40 +3,41 @@
 //! `tools/list` result.
 
 use serde_json::value::RawValue;
-use serde_json::Value;
+
+use std::ops::Range;
 
 use super::jsonrpc::{json_string, range_in, result_response, splice, Envelope, Members};
+use super::session::Reply;
 use super::tools::RelayTools;
 use crate::VERDICT_META_KEY;
 
 /// The server's reply to a forwarded request, with the client's id and, when `verdict` is
-/// given, the verdict under the result's `_meta` (or an error's `data`). `None` when the
-/// reply cannot be read.
-pub(crate) fn relay_reply(reply: &[u8], client_id: &[u8], verdict: Option<&Value>) -> Option<Vec<u8>> {
-    let env = Envelope::parse(reply).ok()?;
-    let mut edits = vec![(range_in(reply, env.id?), client_id.to_vec())];
+/// given, the verdict under the result's `_meta` (or an error's `data`).
+pub(crate) fn relay_reply(reply: &Reply, client_id: &[u8], verdict: Option<&str>) -> Vec<u8> {
+    let message = &reply.message[..];
+    let mut edits: Vec<(Range<usize>, Vec<u8>)> = vec![(reply.id.clone(), client_id.to_vec())];
     if let Some(verdict) = verdict {
-        let (object, member) = match (env.result, env.error) {
-            (Some(result), _) => (result, "_meta"),
-            (None, Some(error)) => (error, "data"),
-            _ => return None,
+        let (body, member) = match &reply.body {
+            Ok(result) => (result, "_meta"),
+            Err(error) => (error, "data"),
         };
-        if let Some(edit) = add_verdict(reply, object, member, verdict) {
+        if let Some(edit) = add_verdict(message, body.clone(), member, verdict) {
             edits.push(edit);
         }
     }
     let mut edits: Vec<_> = edits.iter().map(|(r, b)| (r.clone(), b.as_slice())).collect();
-    Some(splice(reply, &mut edits))
+    splice(message, &mut edits)
 }
 
 /// The edit that puts the verdict into `object[member]` (an object; created when absent). A
 /// verdict the server wrote itself is dropped: only the gate's counts.
 fn add_verdict(
     message: &[u8],
-    object: &RawValue,
+    object: Range<usize>,
     member: &str,
-    verdict: &Value,
-) -> Option<(std::ops::Range<usize>, Vec<u8>)> {
+    verdict: &str,
+) -> Option<(Range<usize>, Vec<u8>)> {
+    let object: &RawValue = serde_json::from_slice(&message[object]).ok()?;
     let members = Members::parse(object).ok()?;
     let entry = format!("{}:{}", json_string(VERDICT_META_KEY), verdict);
     match members.get(member) {
@@ -69,7 +70,7 @@ fn add_verdict(
 
 /// The relay's own answer to a call that has no server result: an `isError` result that says
 /// why, with the verdict.
-pub(crate) fn error_result(client_id: &[u8], explanation: &str, verdict: &Value) -> bytes::Bytes {
+pub(crate) fn error_result(client_id: &[u8], explanation: &str, verdict: &str) -> bytes::Bytes {
     let result = format!(
         "{{\"content\":[{{\"type\":\"text\",\"text\":{}}}],\"isError\":true,\"resultType\":\"complete\",\"_meta\":{{{}:{}}}}}",
         json_string(explanation),
@@ -126,38 +127,58 @@ pub(crate) fn filter_tools_list(reply: &[u8], client_id: &[u8], tools: &RelayToo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    fn parsed(message: &[u8]) -> Reply {
+        let env = Envelope::parse(message).unwrap();
+        let body = match (env.result, env.error) {
+            (Some(r), _) => Ok(range_in(message, r)),
+            (None, e) => Err(range_in(message, e.unwrap())),
+        };
+        Reply {
+            id: range_in(message, env.id.unwrap()),
+            body,
+            message: bytes::Bytes::copy_from_slice(message),
+        }
+    }
 
     #[test]
     fn the_verdict_is_added_and_everything_else_keeps_its_bytes() {
-        let verdict = json!({"mcp_result_status": "returned"});
+        let verdict = json!({"mcp_result_status": "returned"}).to_string();
         let reply = br#"{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"n=1.50"}],"x":9007199254740993}}"#;
-        let out = relay_reply(reply, b"\"c-1\"", Some(&verdict)).unwrap();
+        let out = relay_reply(&parsed(reply), b"\"c-1\"", Some(&verdict));
         assert_eq!(
             String::from_utf8(out).unwrap(),
             r#"{"jsonrpc":"2.0","id":"c-1","result":{"_meta":{"aml.action-boundary/verdict":{"mcp_result_status":"returned"}},"content":[{"type":"text","text":"n=1.50"}],"x":9007199254740993}}"#
         );
         let with_meta = br#"{"jsonrpc":"2.0","id":5,"result":{"_meta":{"k":1.0,"aml.action-boundary/verdict":"forged"}}}"#;
-        let out = relay_reply(with_meta, b"1", Some(&verdict)).unwrap();
+        let out = relay_reply(&parsed(with_meta), b"1", Some(&verdict));
         assert_eq!(
             String::from_utf8(out).unwrap(),
             r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":{"k":1.0,"aml.action-boundary/verdict":{"mcp_result_status":"returned"}}}}"#
         );
         let empty = br#"{"jsonrpc":"2.0","id":5,"result":{}}"#;
-        let out = relay_reply(empty, b"1", Some(&verdict)).unwrap();
+        let out = relay_reply(&parsed(empty), b"1", Some(&verdict));
         assert!(out.ends_with(
             br#""result":{"_meta":{"aml.action-boundary/verdict":{"mcp_result_status":"returned"}}}}"#
         ));
         let error = br#"{"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"m"}}"#;
-        let out = relay_reply(error, b"1", Some(&verdict)).unwrap();
+        let out = relay_reply(&parsed(error), b"1", Some(&verdict));
         let v: Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["error"]["data"][VERDICT_META_KEY], verdict);
+        assert_eq!(
+            v["error"]["data"][VERDICT_META_KEY],
+            json!({"mcp_result_status": "returned"})
+        );
         assert_eq!(v["error"]["code"], -32602);
     }
 
     #[test]
     fn error_results_parse_as_mcp_results() {
-        let out = error_result(b"3", "refused \"x\"", &json!({"rejection": "inexact_number"}));
+        let out = error_result(
+            b"3",
+            "refused \"x\"",
+            &json!({"rejection": "inexact_number"}).to_string(),
+        );
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["id"], 3);
         assert_eq!(v["result"]["isError"], true);

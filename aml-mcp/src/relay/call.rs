@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 
 use super::answer::{error_result, relay_reply};
 use super::jsonrpc::{self, json_string, Envelope, Members};
-use super::session::{flight_key, Flight, Pending, Relay};
+use super::session::{flight_key, Flight, Pending, Relay, Reply};
 use super::ServerRequestPolicy;
 use crate::{ForwardError, McpVerdict, ResultStatus};
 
@@ -37,11 +37,11 @@ struct CallRequest {
 pub(crate) async fn start_call(
     relay: &Arc<Relay>,
     client_id: Bytes,
-    message: &[u8],
     env: &Envelope<'_>,
+    params: Option<Value>,
     calls: &mut JoinSet<()>,
 ) {
-    let mut request = match check(client_id.clone(), env) {
+    let mut request = match check(client_id.clone(), env, params) {
         Ok(request) => request,
         Err(Checked::BadParams(why)) => {
             let message = format!("invalid params: {why}");
@@ -54,7 +54,6 @@ pub(crate) async fn start_call(
             return refuse_call(relay, &client_id, env, refusal, &detail).await;
         }
     };
-    let _ = message;
     let flight = request.flight.clone();
     // Planned now, so that a call dropped before its task runs is still recorded.
     let (retry, prepared) = prepare(relay, &mut request);
@@ -65,7 +64,8 @@ pub(crate) async fn start_call(
             task: None,
         },
     );
-    let task = calls.spawn(run_call(Arc::clone(relay), request, retry, prepared));
+    // Boxed: the call's future is large, and spawning would copy it.
+    let task = calls.spawn(Box::pin(run_call(Arc::clone(relay), request, retry, prepared)));
     if let Some(Flight::Call { task: slot, .. }) = relay.state().flights.get_mut(&flight) {
         *slot = Some(task);
     }
@@ -76,34 +76,43 @@ enum Checked {
     Refused(Refusal, String),
 }
 
-fn check(client_id: Bytes, env: &Envelope<'_>) -> Result<CallRequest, Checked> {
+/// `params` is the strictly parsed params object; `env` gives its raw text.
+fn check(client_id: Bytes, env: &Envelope<'_>, params: Option<Value>) -> Result<CallRequest, Checked> {
     let bad = |why: &str| Checked::BadParams(why.to_owned());
-    let params = env
-        .params
-        .ok_or_else(|| bad("tools/call needs params {\"name\": …, \"arguments\": {…}}"))?;
-    let members = Members::parse(params).map_err(|_| bad("tools/call params must be a JSON object"))?;
-    if let Some((unknown, _)) = members.0.iter().find(|(k, _)| !FORWARDED.contains(&k.as_ref())) {
+    let Some(Value::Object(mut params)) = params else {
+        return Err(bad("tools/call needs params {\"name\": …, \"arguments\": {…}}"));
+    };
+    if let Some(unknown) = params.keys().find(|k| !FORWARDED.contains(&k.as_str())) {
         return Err(Checked::BadParams(format!(
             "aml-mcp-gate does not forward the tools/call member {unknown:?}: it would reach the server without being in the approved digest"
         )));
     }
-    let name: String = members
-        .get("name")
-        .and_then(|n| serde_json::from_str(n.get()).ok())
-        .ok_or_else(|| bad("tools/call needs a string \"name\""))?;
-    let object = |member: &str| -> Result<Option<Value>, Checked> {
-        match members.get(member) {
-            None => Ok(None),
-            Some(raw) => match serde_json::from_str::<Value>(raw.get()) {
-                Ok(v @ Value::Object(_)) => Ok(Some(v)),
-                _ => Err(Checked::BadParams(format!(
-                    "tools/call {member:?} must be a JSON object"
-                ))),
-            },
-        }
+    let name = match params.remove("name") {
+        Some(Value::String(name)) => name,
+        _ => return Err(bad("tools/call needs a string \"name\"")),
     };
+    let arguments = match params.remove("arguments") {
+        None => Map::new(),
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(bad("tools/call \"arguments\" must be a JSON object")),
+    };
+    let input_responses = match params.remove("inputResponses") {
+        None => None,
+        Some(v @ Value::Object(_)) => Some(v),
+        Some(_) => return Err(bad("tools/call \"inputResponses\" must be a JSON object")),
+    };
+    let request_state = match params.remove("requestState") {
+        None => None,
+        Some(v @ Value::String(_)) => Some(v),
+        Some(_) => return Err(bad("tools/call \"requestState\" must be a string")),
+    };
+    // The raw text: numbers as written, and the client's `_meta` to pass on as it is.
+    let raw = env
+        .params
+        .and_then(|p| Members::parse(p).ok())
+        .ok_or_else(|| bad("tools/call params must be a JSON object"))?;
     for member in ["arguments", "inputResponses"] {
-        if let Some(inexact) = members
+        if let Some(inexact) = raw
             .get(member)
             .and_then(|raw| first_inexact_number(raw.get().as_bytes()))
         {
@@ -113,18 +122,6 @@ fn check(client_id: Bytes, env: &Envelope<'_>) -> Result<CallRequest, Checked> {
             ));
         }
     }
-    let arguments = match object("arguments")? {
-        Some(Value::Object(map)) => map,
-        _ => Map::new(),
-    };
-    let input_responses = object("inputResponses")?;
-    let request_state = match members.get("requestState") {
-        None => None,
-        Some(raw) => match serde_json::from_str::<Value>(raw.get()) {
-            Ok(v @ Value::String(_)) => Some(v),
-            _ => return Err(bad("tools/call \"requestState\" must be a string")),
-        },
-    };
     Ok(CallRequest {
         flight: flight_key(&client_id),
         client_id,
@@ -132,7 +129,7 @@ fn check(client_id: Bytes, env: &Envelope<'_>) -> Result<CallRequest, Checked> {
         arguments,
         input_responses,
         request_state,
-        meta: members.get("_meta").map(|m| m.get().to_owned()),
+        meta: raw.get("_meta").map(|m| m.get().to_owned()),
     })
 }
 
@@ -159,7 +156,7 @@ pub(crate) async fn refuse_call(
     let verdict = McpVerdict::refused(refusal);
     let text = format!("{}: {detail}", verdict.explanation());
     relay
-        .answer(error_result(client_id, &text, &verdict.to_value()))
+        .answer(error_result(client_id, &text, &verdict.to_json()))
         .await;
 }
 
@@ -213,7 +210,7 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
                     "The server asked for {method} to finish this call; this host does not relay it. {}",
                     "The call was made; its outcome is the server's interim result."
                 );
-                error_result(&request.client_id, &text, &verdict.to_value())
+                error_result(&request.client_id, &text, &verdict.to_json())
             }
             None => relayed(&request.client_id, &reply, &verdict),
         },
@@ -225,23 +222,21 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
             if let Some(detail) = verdict.outcome().and_then(|o| o.detail()) {
                 text = format!("{text} ({detail})");
             }
-            error_result(&request.client_id, &text, &verdict.to_value())
+            error_result(&request.client_id, &text, &verdict.to_json())
         }
     };
     relay.answer(answer).await;
 }
 
-fn relayed(client_id: &[u8], reply: &[u8], verdict: &McpVerdict) -> Bytes {
-    match relay_reply(reply, client_id, Some(&verdict.to_value())) {
-        Some(answer) => Bytes::from(answer),
-        None => error_result(client_id, &verdict.explanation(), &verdict.to_value()),
-    }
+fn relayed(client_id: &[u8], reply: &Reply, verdict: &McpVerdict) -> Bytes {
+    Bytes::from(relay_reply(reply, client_id, Some(&verdict.to_json())))
 }
 
 /// The kind of input an `input_required` result asks for that the host does not relay.
-fn refused_input(relay: &Relay, reply: &[u8]) -> Option<String> {
-    let env = Envelope::parse(reply).ok()?;
-    let requests = Members::parse(env.result?).ok()?.get("inputRequests")?;
+fn refused_input(relay: &Relay, reply: &Reply) -> Option<String> {
+    let result = reply.body.as_ref().ok()?;
+    let result: &serde_json::value::RawValue = serde_json::from_slice(&reply.message[result.clone()]).ok()?;
+    let requests = Members::parse(result).ok()?.get("inputRequests")?;
     let requests = Members::parse(requests).ok()?;
     for (key, request) in &requests.0 {
         let method: String = Members::parse(request)
@@ -272,7 +267,7 @@ struct Forward {
     /// The client's `_meta`, as it sent it (protocol metadata: progress token, version).
     meta: Option<String>,
     retry: bool,
-    reply: Mutex<Option<Bytes>>,
+    reply: Mutex<Option<Reply>>,
     cancelled: AtomicBool,
 }
 
@@ -347,20 +342,16 @@ impl Forward {
                 return Err(ForwardError::Timeout(limit));
             }
         };
-        let outcome = {
-            let env = Envelope::parse(&reply).map_err(|e| ForwardError::Unreadable(e.to_string()))?;
-            match (env.result, env.error) {
-                (Some(result), _) => serde_json::from_str::<Value>(result.get()).map_err(|e| {
-                    ForwardError::Unreadable(format!("its result is not JSON the gate can read ({e})"))
-                }),
-                (None, Some(error)) => {
-                    let error: Value = serde_json::from_str(error.get()).unwrap_or_default();
-                    Err(ForwardError::Server {
-                        code: error["code"].as_i64().unwrap_or_default() as i32,
-                        message: error["message"].as_str().unwrap_or_default().to_owned(),
-                    })
-                }
-                _ => Err(ForwardError::Unreadable("neither a result nor an error".into())),
+        let outcome = match &reply.body {
+            Ok(result) => serde_json::from_slice::<Value>(&reply.message[result.clone()]).map_err(|e| {
+                ForwardError::Unreadable(format!("its result is not JSON the gate can read ({e})"))
+            }),
+            Err(error) => {
+                let error: Value = serde_json::from_slice(&reply.message[error.clone()]).unwrap_or_default();
+                Err(ForwardError::Server {
+                    code: error["code"].as_i64().unwrap_or_default() as i32,
+                    message: error["message"].as_str().unwrap_or_default().to_owned(),
+                })
             }
         };
         if !matches!(outcome, Err(ForwardError::Unreadable(_))) {

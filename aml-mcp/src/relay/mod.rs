@@ -25,6 +25,7 @@
 
 mod answer;
 mod call;
+mod deferred;
 pub mod frame;
 mod jsonrpc;
 mod session;
@@ -36,6 +37,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+pub use deferred::DeferredSink;
 pub use frame::Inbound;
 pub use jsonrpc::{
     INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, REFUSED_BY_HOST, UPSTREAM_GONE, UPSTREAM_TIMEOUT,

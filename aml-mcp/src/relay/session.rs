@@ -100,10 +100,19 @@ pub(crate) enum Pending {
     },
     /// A gated `tools/call`: its task takes the answer.
     Call {
-        reply: oneshot::Sender<Result<Bytes, ForwardError>>,
+        reply: oneshot::Sender<Result<Reply, ForwardError>>,
     },
     /// Cancelled or timed out: a late answer is dropped.
     Cancelled,
+}
+
+/// The server's answer to a forwarded call, with where its members are.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) message: Bytes,
+    pub(crate) id: std::ops::Range<usize>,
+    /// The result's range, else the error's.
+    pub(crate) body: Result<std::ops::Range<usize>, std::ops::Range<usize>>,
 }
 
 /// A client request in flight, by its id (as normalized JSON text).
@@ -365,9 +374,9 @@ async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut JoinSet<()>
                 .await;
         }
     };
-    let env = match (value, env) {
+    let (mut message, env) = match (value, env) {
         (Value::Array(items), _) => return answer_batch(relay, &items).await,
-        (Value::Object(_), Ok(env)) => env,
+        (Value::Object(message), Ok(env)) => (message, env),
         (_, env) => {
             let id = readable_id(&env);
             let message = "invalid request: a message must be a JSON object";
@@ -396,7 +405,7 @@ async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut JoinSet<()>
                     Some(reason) => {
                         refuse_call(relay, &client_id, &env, Refusal::UpstreamGone, &reason).await
                     }
-                    None => start_call(relay, client_id, &bytes, &env, calls).await,
+                    None => start_call(relay, client_id, &env, message.remove("params"), calls).await,
                 }
                 return;
             }
@@ -578,8 +587,18 @@ async fn on_upstream(relay: &Relay, inbound: Inbound) {
     };
     match env.kind() {
         Ok(Kind::Response) => {
+            let body = match (env.result, env.error) {
+                (Some(result), _) => Ok(range_in(&bytes, result)),
+                (None, Some(error)) => Err(range_in(&bytes, error)),
+                _ => return,
+            };
             if let Some(id) = env.id {
-                reply(relay, id.get(), bytes.clone()).await;
+                let answer = Reply {
+                    id: range_in(&bytes, id),
+                    body,
+                    message: bytes.clone(),
+                };
+                reply(relay, id.get(), answer).await;
             }
         }
         Ok(Kind::Request) => {
@@ -627,7 +646,7 @@ async fn echoed(relay: &Relay, method: &str) {
 }
 
 /// Routes the server's answer to what waits for it.
-async fn reply(relay: &Relay, id: &str, message: Bytes) {
+async fn reply(relay: &Relay, id: &str, answer: Reply) {
     let Ok(upstream_id) = id.parse::<u64>() else {
         tracing::warn!(target: "aml_mcp::relay", id, "the server answered an id the gate never sent; dropped");
         return;
@@ -649,9 +668,9 @@ async fn reply(relay: &Relay, id: &str, message: Bytes) {
         }) => {
             timer.abort();
             let answer = if tools_list {
-                filter_tools_list(&message, &client_id, &relay.tools)
+                filter_tools_list(&answer.message, &client_id, &relay.tools)
             } else {
-                relay_reply(&message, &client_id, None)
+                Some(relay_reply(&answer, &client_id, None))
             };
             match answer {
                 Some(answer) => relay.answer(Bytes::from(answer)).await,
@@ -662,7 +681,7 @@ async fn reply(relay: &Relay, id: &str, message: Bytes) {
             }
         }
         Some(Pending::Call { reply }) => {
-            let _ = reply.send(Ok(message));
+            let _ = reply.send(Ok(answer));
         }
         Some(Pending::Cancelled) => {
             tracing::info!(target: "aml_mcp::relay", upstream_id,

@@ -733,3 +733,7 @@ async fn refuse_server_request(relay: &Relay, id: &str, method: &str) {
     let answer = error_response(Some(id.as_bytes()), jsonrpc::REFUSED_BY_HOST, &message, None);
     let _ = relay.to_upstream.send(answer).await;
 }
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod tests;

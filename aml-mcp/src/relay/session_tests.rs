@@ -1,0 +1,198 @@
+//! The engine over plain channels (no process, no stdio), on tokio's paused clock: time
+//! limits pass at once when nothing else can happen.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aml_core::{ActionBoundary, MemorySink, Policy};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::*;
+
+struct Ends {
+    to_relay: mpsc::Sender<Inbound>,
+    from_relay: mpsc::Receiver<Bytes>,
+    server_in: mpsc::Sender<Inbound>,
+    server_out: mpsc::Receiver<Bytes>,
+    exit: oneshot::Sender<String>,
+    sink: MemorySink,
+    relay: tokio::task::JoinHandle<RelayEnd>,
+}
+
+fn start(config: RelayConfig) -> Ends {
+    let sink = MemorySink::new();
+    let catalog = r#"{"tools": [{"name": "send", "effect": "send", "purpose": "Send a note",
+        "resource": {"argument": "to"}, "input_schema": {"type": "object", "required": ["to"]}}]}"#;
+    let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "send", "effect": "send", "resource": "team", "requires_approval": false}]}));
+    let boundary = ActionBoundary::builder(Arc::new(policy))
+        .sink(sink.clone())
+        .build();
+    let tools = RelayTools::from_json(catalog, boundary).unwrap();
+    let (to_relay, incoming) = mpsc::channel(16);
+    let (outgoing, from_relay) = mpsc::channel(16);
+    let (server_in, up_incoming) = mpsc::channel(16);
+    let (up_outgoing, server_out) = mpsc::channel(16);
+    let (exit, exited) = oneshot::channel();
+    let upstream = Upstream {
+        connection: Connection {
+            incoming: up_incoming,
+            outgoing: up_outgoing,
+        },
+        exited,
+    };
+    let relay = tokio::spawn(run(
+        tools,
+        config,
+        Connection { incoming, outgoing },
+        upstream,
+        Vec::new(),
+    ));
+    Ends {
+        to_relay,
+        from_relay,
+        server_in,
+        server_out,
+        exit,
+        sink,
+        relay,
+    }
+}
+
+fn message(v: Value) -> Inbound {
+    Inbound::Message(Bytes::from(v.to_string()))
+}
+
+fn parse(b: Bytes) -> Value {
+    serde_json::from_slice(&b).unwrap()
+}
+
+const VERDICT: &str = "aml.action-boundary/verdict";
+
+#[tokio::test(start_paused = true)]
+async fn a_call_the_server_never_answers_is_unknown_once_the_limit_passes() {
+    let mut ends = start(RelayConfig::default().with_upstream_timeout(Duration::from_secs(30)));
+    let call = json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
+                      "params": {"name": "send", "arguments": {"to": "team", "n": 1.50}}});
+    ends.to_relay.send(message(call)).await.unwrap();
+    let forwarded = parse(ends.server_out.recv().await.unwrap());
+    assert_eq!(forwarded["params"]["arguments"], json!({"n": 1.5, "to": "team"}));
+    let upstream_id = forwarded["id"].clone();
+    assert!(upstream_id.is_u64());
+    // The server stays silent; the paused clock runs to the limit.
+    let started = tokio::time::Instant::now();
+    let answer = parse(ends.from_relay.recv().await.unwrap());
+    assert_eq!(started.elapsed(), Duration::from_secs(30));
+    assert_eq!(answer["id"], "c1");
+    assert_eq!(answer["result"]["isError"], true);
+    assert_eq!(answer["result"]["_meta"][VERDICT]["mcp_result_status"], "unknown");
+    let cancel = parse(ends.server_out.recv().await.unwrap());
+    assert_eq!(cancel["method"], "notifications/cancelled");
+    assert_eq!(cancel["params"]["requestId"], upstream_id);
+    // A late answer is dropped; the client closes; the one record says unknown.
+    let late = json!({"jsonrpc": "2.0", "id": upstream_id, "result": {"content": []}});
+    ends.server_in.send(message(late)).await.unwrap();
+    drop(ends.to_relay);
+    assert_eq!(ends.relay.await.unwrap(), RelayEnd::ClientClosed);
+    let calls = ends.sink.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0].receipt.as_ref().unwrap().execution_status(),
+        aml_core::ExecutionStatus::Unknown
+    );
+    assert!(ends.from_relay.try_recv().is_err(), "nothing more for the client");
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_the_server_exits_calls_are_refused_and_the_relay_ends_after_its_grace() {
+    let mut ends = start(RelayConfig::default().with_gone_grace(Duration::from_secs(3)));
+    ends.to_relay
+        .send(message(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                             "params": {"name": "send", "arguments": {"to": "team"}}})))
+        .await
+        .unwrap();
+    ends.server_out.recv().await.unwrap();
+    ends.exit.send("signal: 9 (SIGKILL)".into()).unwrap();
+    let in_flight = parse(ends.from_relay.recv().await.unwrap());
+    assert_eq!(
+        in_flight["result"]["_meta"][VERDICT]["mcp_result_status"],
+        "unknown"
+    );
+    ends.to_relay
+        .send(message(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                             "params": {"name": "send", "arguments": {"to": "team"}}})))
+        .await
+        .unwrap();
+    let refused = parse(ends.from_relay.recv().await.unwrap());
+    assert_eq!(refused["result"]["_meta"][VERDICT]["rejection"], "upstream_gone");
+    ends.to_relay
+        .send(message(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "resources/list"}),
+        ))
+        .await
+        .unwrap();
+    let gone = parse(ends.from_relay.recv().await.unwrap());
+    assert_eq!(gone["error"]["code"], jsonrpc::UPSTREAM_GONE);
+    let started = tokio::time::Instant::now();
+    let end = ends.relay.await.unwrap();
+    assert!(
+        matches!(end, RelayEnd::UpstreamGone(ref why) if why.contains("SIGKILL")),
+        "{end:?}"
+    );
+    assert!(started.elapsed() <= Duration::from_secs(3));
+    assert!(
+        ends.server_out.try_recv().is_err(),
+        "nothing was sent after the exit"
+    );
+    let calls = ends.sink.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].refusal, Some(aml_core::Refusal::UpstreamGone));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answered_call_keeps_the_servers_bytes_and_gains_the_verdict() {
+    let mut ends = start(RelayConfig::default());
+    ends.to_relay
+        .send(message(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                             "params": {"name": "send", "arguments": {"to": "team"}, "_meta": {"progressToken": 4}}})))
+        .await
+        .unwrap();
+    let forwarded = parse(ends.server_out.recv().await.unwrap());
+    assert_eq!(forwarded["params"]["_meta"], json!({"progressToken": 4}));
+    let id = forwarded["id"].to_string();
+    let progress =
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":4,"progress":1}}"#;
+    ends.server_in
+        .send(Inbound::Message(Bytes::from_static(progress.as_bytes())))
+        .await
+        .unwrap();
+    let result = format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"ok"}}],"x":1.50}}}}"#
+    );
+    ends.server_in
+        .send(Inbound::Message(Bytes::from(result)))
+        .await
+        .unwrap();
+    assert_eq!(&ends.from_relay.recv().await.unwrap()[..], progress.as_bytes());
+    let answer = ends.from_relay.recv().await.unwrap();
+    let text = std::str::from_utf8(&answer).unwrap();
+    assert!(
+        text.starts_with(r#"{"jsonrpc":"2.0","id":9,"result":{"_meta":{"aml.action-boundary/verdict":{"#),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(r#"},"content":[{"type":"text","text":"ok"}],"x":1.50}}"#),
+        "{text}"
+    );
+    let verdict = &parse(answer)["result"]["_meta"][VERDICT];
+    assert_eq!(verdict["mcp_result_status"], "returned");
+    drop(ends.to_relay);
+    ends.relay.await.unwrap();
+    let calls = ends.sink.calls();
+    assert_eq!(
+        calls[0].result.map(|r| r.sha256.to_string()),
+        verdict["result_digest"]["sha256"].as_str().map(String::from)
+    );
+}

@@ -196,3 +196,35 @@ async fn an_answered_call_keeps_the_servers_bytes_and_gains_the_verdict() {
         verdict["result_digest"]["sha256"].as_str().map(String::from)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn when_the_client_leaves_a_call_still_running_is_recorded_after_the_drain_limit() {
+    let config = RelayConfig::default()
+        .with_drain_timeout(Duration::from_secs(10))
+        .with_upstream_timeout(Duration::from_secs(600));
+    let mut ends = start(config);
+    ends.to_relay
+        .send(message(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                             "params": {"name": "send", "arguments": {"to": "team"}}})))
+        .await
+        .unwrap();
+    let forwarded = parse(ends.server_out.recv().await.unwrap());
+    drop(ends.to_relay);
+    let started = tokio::time::Instant::now();
+    assert_eq!(ends.relay.await.unwrap(), RelayEnd::ClientClosed);
+    assert_eq!(started.elapsed(), Duration::from_secs(10));
+    let calls = ends.sink.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0].receipt.as_ref().unwrap().execution_status(),
+        aml_core::ExecutionStatus::Unknown
+    );
+    assert!(calls[0]
+        .detail
+        .as_deref()
+        .unwrap()
+        .contains("went away while the tool was running"));
+    // The server is told the abandoned request is cancelled.
+    let cancel = parse(ends.server_out.recv().await.unwrap());
+    assert_eq!(cancel["params"]["requestId"], forwarded["id"]);
+}

@@ -172,7 +172,9 @@ fn aml_mcp_gate_forwards_allowed_calls_and_stops_the_rest() {
         .all(|l| l["record"] == "aml-call-record/1" && l["adapter"] == "mcp" && l["started_at_ms"].is_u64()));
     // Records hold the result's digest, never the result.
     assert!(log[0]["result"]["sha256"].is_string());
-    assert!(!std::fs::read_to_string(&receipts).unwrap().contains("recorded locally"));
+    assert!(!std::fs::read_to_string(&receipts)
+        .unwrap()
+        .contains("recorded locally"));
 }
 
 async fn http(address: &str, request: String) -> String {

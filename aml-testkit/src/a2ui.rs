@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use aml_a2ui::{FunctionGate, FunctionRegistry, HostCatalog, HostFunction};
+use aml_a2ui::{FunctionGate, FunctionRegistry, HostCatalog, HostFunction, WireForm};
 use aml_core::{async_trait, Effect, GuardedTool, LivePolicy, Plan, Policy, Receipt, Rule, Sha256Digest};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -188,10 +188,28 @@ pub async fn report() -> Result<Value, HarnessError> {
 
 /// Carries guarded-tool calls over A2UI v1.0: each call is a fresh `callRendererFunction`
 /// message (bytes in) through a [`FunctionGate`], and the `rendererFunctionResponse` bytes
-/// that come out are decoded for the result.
-#[derive(Debug, Default)]
+/// that come out are decoded for the result. The default is the current form (`@call`),
+/// the one the A2UI SDKs send.
+#[derive(Debug)]
 pub struct A2uiHarness {
+    form: WireForm,
     next_id: AtomicU64,
+}
+
+impl A2uiHarness {
+    /// A harness that writes its messages in `form`.
+    pub fn new(form: WireForm) -> Self {
+        A2uiHarness {
+            form,
+            next_id: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Default for A2uiHarness {
+    fn default() -> Self {
+        A2uiHarness::new(WireForm::Current)
+    }
 }
 
 #[async_trait]
@@ -204,10 +222,11 @@ impl Harness for A2uiHarness {
         let catalog = host_catalog(Some(tool)).map_err(|e| HarnessError(e.to_string()))?;
         let gate = FunctionGate::new(Arc::new(FunctionRegistry::new().with_catalog(catalog)));
         let call_id = format!("call_{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let key = self.form.function_key();
         // The agent's message text, written once from the arguments as they are now.
         let message = args.with(|a| {
             format!(
-                r#"{{"version":"v1.0","callRendererFunction":{{"functionCallId":{},"callFunction":{{"call":"{FUNCTION}","catalogId":"{CATALOG_ID}","args":{}}}}}}}"#,
+                r#"{{"version":"v1.0","callRendererFunction":{{"functionCallId":{},"callFunction":{{"{key}":"{FUNCTION}","catalogId":"{CATALOG_ID}","args":{}}}}}}}"#,
                 Value::from(call_id.as_str()),
                 a.agent_json()
             )

@@ -42,9 +42,9 @@ pub fn host_catalog(tool: Option<Arc<GuardedTool>>) -> Result<HostCatalog, aml_a
     Ok(HostCatalog::new(CATALOG_ID, "AML action boundary host functions").with_function(function))
 }
 
-fn request(call_id: &str, call: &str, catalog_id: &str, args: Value) -> Value {
+fn request(form: WireForm, call_id: &str, call: &str, catalog_id: &str, args: Value) -> Value {
     json!({"version": "v1.0", "callRendererFunction": {"functionCallId": call_id,
-           "callFunction": {"call": call, "catalogId": catalog_id, "args": args}}})
+           "callFunction": {form.function_key(): call, "catalogId": catalog_id, "args": args}}})
 }
 
 /// Title and description of one documented A2UI case.
@@ -78,8 +78,15 @@ fn receipt_json(receipt: Option<Receipt>) -> Value {
     receipt.map_or(Value::Null, |r| r.to_value())
 }
 
-/// Plays one documented A2UI case and returns its report entry.
+/// Plays one documented A2UI case and returns its report entry (the Candidate form the
+/// documented report uses).
 pub async fn run_case(text: &CaseText) -> Result<Value, HarnessError> {
+    run_case_in(text, WireForm::Candidate).await
+}
+
+/// Plays one documented A2UI case with the request written in `form`; the answer comes
+/// back in the same form.
+pub async fn run_case_in(text: &CaseText, form: WireForm) -> Result<Value, HarnessError> {
     let id = text.id.as_str();
     let policy = LivePolicy::new(
         Policy::from_rules([Rule {
@@ -106,6 +113,7 @@ pub async fn run_case(text: &CaseText) -> Result<Value, HarnessError> {
         _ => (FUNCTION, CATALOG_ID),
     };
     let shared_request = Arc::new(Mutex::new(request(
+        form,
         "send_1",
         call,
         catalog_id,

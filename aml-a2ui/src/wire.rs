@@ -235,53 +235,51 @@ pub fn decode_with(message: &[u8], limits: GateLimits) -> Result<CallRendererFun
             "the message has no callRendererFunction".into(),
         )
     })?;
-    let probe = serde_json::from_str::<Probe<'_>>(raw.get()).ok();
-    let form = probe
-        .as_ref()
-        .and_then(|p| p.call_function)
-        .and_then(|f| serde_json::from_str::<FormProbe>(f.get()).ok())
-        .map_or(WireForm::Current, |f| match (f.at_call, f.call) {
-            (None, Some(_)) => WireForm::Candidate,
-            _ => WireForm::Current,
-        });
-    let call_id = probe
-        .and_then(|p| p.function_call_id)
-        .and_then(|id| serde_json::from_str::<String>(id.get()).ok());
-    if let Some(id) = &call_id {
-        if id.len() > limits.max_call_id_bytes {
-            return Err(fail(
-                GateReason::CallIdTooLong,
-                form,
-                None,
-                format!(
-                    "functionCallId is {} bytes, the limit is {}",
-                    id.len(),
-                    limits.max_call_id_bytes
-                ),
-            ));
+    let too_long = |form, id: &str| {
+        (id.len() > limits.max_call_id_bytes).then(|| {
+            let detail = format!(
+                "functionCallId is {} bytes, the limit is {}",
+                id.len(),
+                limits.max_call_id_bytes
+            );
+            fail(GateReason::CallIdTooLong, form, None, detail)
+        })
+    };
+    let call: Call<'_> = match serde_json::from_str(raw.get()) {
+        Ok(call) => call,
+        Err(e) => {
+            // Only now read what can still be read: the call id and the form.
+            let (form, id) = probe(raw.get());
+            if let Some(err) = id.as_deref().and_then(|id| too_long(form, id)) {
+                return Err(err);
+            }
+            return Err(malformed(form, id, e.to_string()));
         }
-    }
-    if envelope.version.as_deref() != Some(VERSION) {
-        return Err(malformed(
-            form,
-            call_id,
-            format!("version must be {VERSION:?}, got {:?}", envelope.version),
-        ));
-    }
-    let call: Call<'_> =
-        serde_json::from_str(raw.get()).map_err(|e| malformed(form, call_id.clone(), e.to_string()))?;
+    };
     let f = call.call_function;
+    let hint = match (&f.call, &f.at_call) {
+        (Some(_), None) => WireForm::Candidate,
+        _ => WireForm::Current,
+    };
+    if let Some(err) = too_long(hint, &call.function_call_id) {
+        return Err(err);
+    }
+    let id = Some(call.function_call_id.clone());
+    if envelope.version.as_deref() != Some(VERSION) {
+        let detail = format!("version must be {VERSION:?}, got {:?}", envelope.version);
+        return Err(malformed(hint, id, detail));
+    }
     let (form, name) = match (f.call, f.at_call) {
         (Some(name), None) => (WireForm::Candidate, name),
         (None, Some(name)) => (WireForm::Current, name),
         _ => {
             let detail = "callFunction must name the function in exactly one of `call` and `@call`";
-            return Err(malformed(form, call_id, detail.into()));
+            return Err(malformed(hint, id, detail.into()));
         }
     };
     if form == WireForm::Candidate && call.surface_id.is_some() {
         let detail = "surfaceId belongs to the `@call` form, not to the `call` form";
-        return Err(malformed(form, call_id, detail.into()));
+        return Err(malformed(form, id, detail.into()));
     }
     Ok(CallRendererFunction {
         form,
@@ -291,6 +289,24 @@ pub fn decode_with(message: &[u8], limits: GateLimits) -> Result<CallRendererFun
         catalog_id: f.catalog_id,
         args_json: f.args.map(RawValue::get),
     })
+}
+
+/// The form and call id of a `callRendererFunction` that did not decode, as far as they
+/// can be read (the current form when the function key shows neither).
+fn probe(raw: &str) -> (WireForm, Option<String>) {
+    let probe = serde_json::from_str::<Probe<'_>>(raw).ok();
+    let form = probe
+        .as_ref()
+        .and_then(|p| p.call_function)
+        .and_then(|f| serde_json::from_str::<FormProbe>(f.get()).ok())
+        .map_or(WireForm::Current, |f| match (f.at_call, f.call) {
+            (None, Some(_)) => WireForm::Candidate,
+            _ => WireForm::Current,
+        });
+    let id = probe
+        .and_then(|p| p.function_call_id)
+        .and_then(|id| serde_json::from_str::<String>(id.get()).ok());
+    (form, id)
 }
 
 /// A message the renderer host sends back to the agent.

@@ -6,12 +6,14 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use aml_core::{DispatchOutcome, ExecutionStatus, GuardedToolError, Plan, Receipt};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::binding::{find_unresolved, BindingRequest, BindingResolver};
-use crate::catalog::FunctionRegistry;
+use crate::catalog::{FunctionRegistry, HostFunction};
 use crate::reason::GateReason;
-use crate::wire::{decode_with, respond, Answer, DecodeError, GateLimits, RendererMessage, WireForm};
+use crate::wire::{
+    decode_with, respond, Answer, CallRendererFunction, DecodeError, GateLimits, RendererMessage, WireForm,
+};
 
 /// Whether the call reached the boundary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,7 +164,7 @@ impl FunctionGate {
                 None => return Err(e),
             },
         };
-        let (form, id) = (call.form, call.function_call_id);
+        let (form, id) = (call.form, call.function_call_id.clone());
         let refuse = |id, reason, detail| Ok(GateOutcome::refused(form, id, reason, detail));
         let function = match self.registry.find(&call.catalog_id, &call.call) {
             Ok(function) => function,
@@ -185,47 +187,9 @@ impl FunctionGate {
             }
             None => "{}",
         };
-        if !args_text.starts_with('{') {
-            let detail = format!("args is {}", clip(args_text, 16));
-            return refuse(id, GateReason::ArgsNotObject, detail);
-        }
-        // Argument text the strict parser refuses skips the checks below: the boundary
-        // blocks it with its canonical code and leaves a receipt.
-        let args = match aml_core::strict::parse_str(args_text) {
-            Ok(Value::Object(map)) => {
-                let map = match find_unresolved(form, &map) {
-                    None => map,
-                    Some((reason, at)) => {
-                        let Some(resolver) = &self.resolver else {
-                            return refuse(id, reason, format!("{reason} at {at}"));
-                        };
-                        let request = BindingRequest {
-                            form,
-                            surface_id: call.surface_id.as_deref(),
-                            catalog_id: &call.catalog_id,
-                            function: &call.call,
-                            args: &map,
-                        };
-                        match resolver.resolve(&request).await {
-                            Err(e) => return refuse(id, GateReason::BindingsUnresolved, e.to_string()),
-                            Ok(resolved) => match find_unresolved(form, &resolved) {
-                                None => resolved,
-                                Some((left, at)) => {
-                                    let detail = format!("the resolver left {left} at {at}");
-                                    return refuse(id, GateReason::BindingsUnresolved, detail);
-                                }
-                            },
-                        }
-                    }
-                };
-                let args = Value::Object(map);
-                if let Err(detail) = function.check(&args) {
-                    return refuse(id, GateReason::ArgsSchemaMismatch, detail);
-                }
-                Some(args)
-            }
-            Ok(_) => return refuse(id, GateReason::ArgsNotObject, "args is not an object".into()),
-            Err(_) => None,
+        let args = match self.arguments(&call, function, args_text).await {
+            Ok(args) => args,
+            Err(Refusal { reason, detail }) => return refuse(id, reason, detail),
         };
         let fresh = self
             .claimed_ids
@@ -243,6 +207,72 @@ impl FunctionGate {
             Ok(outcome) => answered(form, id, outcome),
             Err(host_error) => host_failed(form, id, host_error),
         })
+    }
+}
+
+impl FunctionGate {
+    /// The arguments to run with: checked (and resolved) literal arguments, or `None` for
+    /// text the strict parser refuses, which skips the checks so that the boundary blocks
+    /// it with its canonical code and leaves a receipt.
+    async fn arguments(
+        &self,
+        call: &CallRendererFunction<'_>,
+        function: &HostFunction,
+        text: &str,
+    ) -> Result<Option<Value>, Refusal> {
+        let refusal = |reason, detail| Err(Refusal { reason, detail });
+        if !text.starts_with('{') {
+            return refusal(GateReason::ArgsNotObject, format!("args is {}", clip(text, 16)));
+        }
+        let map = match aml_core::strict::parse_str(text) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) => return refusal(GateReason::ArgsNotObject, "args is not an object".into()),
+            Err(_) => return Ok(None),
+        };
+        let args = Value::Object(match find_unresolved(call.form, &map) {
+            None => map,
+            Some((reason, at)) => self.resolve(call, &map, reason, &at).await?,
+        });
+        match function.check(&args) {
+            Ok(()) => Ok(Some(args)),
+            Err(detail) => refusal(GateReason::ArgsSchemaMismatch, detail),
+        }
+    }
+
+    /// Bindings and nested calls: refused (`reason` at `at`) without a resolver, else
+    /// whatever literals the host's resolver returns.
+    async fn resolve(
+        &self,
+        call: &CallRendererFunction<'_>,
+        args: &Map<String, Value>,
+        reason: GateReason,
+        at: &str,
+    ) -> Result<Map<String, Value>, Refusal> {
+        let unresolved = |detail| Refusal {
+            reason: GateReason::BindingsUnresolved,
+            detail,
+        };
+        let Some(resolver) = &self.resolver else {
+            return Err(Refusal {
+                reason,
+                detail: format!("{reason} at {at}"),
+            });
+        };
+        let request = BindingRequest {
+            form: call.form,
+            surface_id: call.surface_id.as_deref(),
+            catalog_id: &call.catalog_id,
+            function: &call.call,
+            args,
+        };
+        let resolved = resolver
+            .resolve(&request)
+            .await
+            .map_err(|e| unresolved(e.to_string()))?;
+        match find_unresolved(call.form, &resolved) {
+            None => Ok(resolved),
+            Some((left, at)) => Err(unresolved(format!("the resolver left {left} at {at}"))),
+        }
     }
 }
 

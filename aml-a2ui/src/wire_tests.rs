@@ -1,4 +1,5 @@
 use super::*;
+use aml_core::ReceiptReason;
 
 #[test]
 fn decodes_the_candidate_request() {

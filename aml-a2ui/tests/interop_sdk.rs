@@ -5,7 +5,6 @@
 //! against its `RpcHandler` given the same call (`scripts/interop/a2ui_sdk.py`).
 
 #[path = "../examples/gate_stdio/host.rs"]
-#[allow(dead_code)]
 mod host;
 
 use std::io::BufReader;

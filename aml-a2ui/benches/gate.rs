@@ -40,17 +40,24 @@ fn bench_gate(c: &mut Criterion) {
         .with_function(HostFunction::agent_callable("sendMessage", "Send", schema, Arc::new(tool)).unwrap());
     let gate = FunctionGate::new(Arc::new(FunctionRegistry::new().with_catalog(catalog)));
     let mut n = 0u64;
-    c.bench_function("a2ui/gated_call_renderer_function", |b| {
-        b.iter(|| {
-            n += 1;
-            // Each call needs a fresh id: the gate never takes one up twice.
-            let message = format!(
-                r#"{{"version":"v1.0","callRendererFunction":{{"functionCallId":"c{n}","callFunction":{{"call":"sendMessage","catalogId":"https://example.test/catalog/action.json","args":{{"to":"team@example.test","body":"Build passed."}}}}}}}}"#
-            );
-            let outcome = ready(gate.handle(black_box(message.as_bytes()))).unwrap();
-            black_box(outcome.response.to_bytes())
-        })
-    });
+    // The Candidate form (`call`) keeps this benchmark's name comparable with earlier runs.
+    for (name, key) in [
+        ("a2ui/gated_call_renderer_function", "call"),
+        ("a2ui/gated_call_renderer_function_current", "@call"),
+    ] {
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                n += 1;
+                // Each call needs a fresh id: the gate never takes one up twice.
+                let message = format!(
+                    r#"{{"version":"v1.0","callRendererFunction":{{"functionCallId":"c{n}","callFunction":{{"{key}":"sendMessage","catalogId":"https://example.test/catalog/action.json","args":{{"to":"team@example.test","body":"Build passed."}}}}}}}}"#
+                );
+                let outcome = ready(gate.handle(black_box(message.as_bytes()))).unwrap();
+                assert!(outcome.receipt.is_some());
+                black_box(outcome.response.to_bytes())
+            })
+        });
+    }
 }
 
 criterion_group! {

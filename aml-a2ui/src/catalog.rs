@@ -7,6 +7,9 @@ use std::sync::Arc;
 use aml_core::GuardedTool;
 use serde_json::{json, Map, Value};
 
+use crate::reason::GateReason;
+use crate::wire::WireForm;
+
 /// Who may invoke a catalog function (`allowedCallers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -33,6 +36,26 @@ impl AllowedCallers {
     /// Whether an agent may invoke the function.
     pub const fn agent_may_call(self) -> bool {
         !matches!(self, AllowedCallers::RendererOnly)
+    }
+}
+
+/// A string that is not an `allowedCallers` value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown allowedCallers value {0:?} (expected agentOnly, rendererOrAgent or rendererOnly)")]
+pub struct UnknownAllowedCallers(String);
+
+impl core::str::FromStr for AllowedCallers {
+    type Err = UnknownAllowedCallers;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            AllowedCallers::RendererOnly,
+            AllowedCallers::AgentOnly,
+            AllowedCallers::RendererOrAgent,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+        .ok_or_else(|| UnknownAllowedCallers(s.to_owned()))
     }
 }
 
@@ -64,6 +87,7 @@ pub struct HostFunction {
     validator: jsonschema::Validator,
     allowed_callers: AllowedCallers,
     requires_user_activation: bool,
+    requires_args: bool,
     return_type: &'static str,
     tool: Option<Arc<GuardedTool>>,
 }
@@ -139,6 +163,7 @@ impl HostFunction {
             validator,
             allowed_callers,
             requires_user_activation: false,
+            requires_args: true,
             return_type: "any",
             tool,
         })
@@ -153,9 +178,24 @@ impl HostFunction {
         Ok(self)
     }
 
-    /// The function name (`call`).
+    /// Lets calls leave `args` out (they then run with `{}`). By default the catalog
+    /// requires `args`, and a call without them is refused (`args_missing`).
+    pub fn with_optional_args(mut self) -> Self {
+        self.requires_args = false;
+        self
+    }
+
+    /// The function name (`call` / `@call`).
     pub fn name(&self) -> &str {
         &self.name
+    }
+    /// The description.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+    /// Whether calls must carry `args`.
+    pub fn requires_args(&self) -> bool {
+        self.requires_args
     }
     /// Who may call it.
     pub fn allowed_callers(&self) -> AllowedCallers {
@@ -170,8 +210,30 @@ impl HostFunction {
         self.validator.is_valid(args)
     }
 
-    /// The catalog `FunctionDefinition` (`catalog_definition.json`).
+    /// `Ok` if `args` match the argument schema, else the first violation.
+    pub fn check(&self, args: &Value) -> Result<(), String> {
+        if self.validator.is_valid(args) {
+            return Ok(());
+        }
+        match self.validator.iter_errors(args).next() {
+            None => Ok(()),
+            Some(e) => Err(format!("{} at {:?}", e, e.instance_path().as_str())),
+        }
+    }
+
+    /// The catalog `FunctionDefinition` in the Candidate form (`call`).
     pub fn definition(&self) -> Value {
+        self.definition_in(WireForm::Candidate)
+    }
+
+    /// The catalog `FunctionDefinition` in `form` (function key `call` or `@call`).
+    pub fn definition_in(&self, form: WireForm) -> Value {
+        let key = form.function_key();
+        let required: &[&str] = if self.requires_args {
+            &[key, "args"]
+        } else {
+            &[key]
+        };
         json!({
             "type": "object",
             "description": self.description,
@@ -183,8 +245,8 @@ impl HostFunction {
                 {"$ref": "common_types.json#/$defs/FunctionCommon"},
                 {
                     "type": "object",
-                    "properties": {"call": {"const": self.name}, "args": self.args_schema},
-                    "required": ["call", "args"],
+                    "properties": {key: {"const": self.name}, "args": self.args_schema},
+                    "required": required,
                 },
             ],
             "unevaluatedProperties": false,
@@ -226,12 +288,27 @@ impl HostCatalog {
         self.functions.get(name)
     }
 
-    /// The catalog document (`catalog_definition.json`).
+    /// The title.
+    pub fn title(&self) -> &str {
+        &self.title
+    }
+
+    /// The functions, by name.
+    pub fn functions(&self) -> impl Iterator<Item = &HostFunction> {
+        self.functions.values()
+    }
+
+    /// The catalog document in the Candidate form (`catalog_definition.json`).
     pub fn definition(&self) -> Value {
+        self.definition_in(WireForm::Candidate)
+    }
+
+    /// The catalog document in `form`.
+    pub fn definition_in(&self, form: WireForm) -> Value {
         let functions: Map<String, Value> = self
             .functions
             .values()
-            .map(|f| (f.name.clone(), f.definition()))
+            .map(|f| (f.name.clone(), f.definition_in(form)))
             .collect();
         let any_function: Vec<Value> = self
             .functions
@@ -271,6 +348,21 @@ impl FunctionRegistry {
     /// A function, if the catalog and the function both exist.
     pub fn lookup(&self, catalog_id: &str, function: &str) -> Option<&HostFunction> {
         self.catalogs.get(catalog_id)?.function(function)
+    }
+
+    /// A function, or which of the two was not found (`catalog_not_found`,
+    /// `function_not_found`).
+    pub fn find(&self, catalog_id: &str, function: &str) -> Result<&HostFunction, GateReason> {
+        self.catalogs
+            .get(catalog_id)
+            .ok_or(GateReason::CatalogNotFound)?
+            .function(function)
+            .ok_or(GateReason::FunctionNotFound)
+    }
+
+    /// The catalogs, by `catalogId`.
+    pub fn catalogs(&self) -> impl Iterator<Item = &HostCatalog> {
+        self.catalogs.values()
     }
 
     /// A catalog.

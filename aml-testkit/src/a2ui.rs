@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use aml_a2ui::{FunctionGate, FunctionRegistry, HostCatalog, HostFunction};
+use aml_a2ui::{FunctionGate, FunctionRegistry, HostCatalog, HostFunction, WireForm};
 use aml_core::{async_trait, Effect, GuardedTool, LivePolicy, Plan, Policy, Receipt, Rule, Sha256Digest};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -42,9 +42,9 @@ pub fn host_catalog(tool: Option<Arc<GuardedTool>>) -> Result<HostCatalog, aml_a
     Ok(HostCatalog::new(CATALOG_ID, "AML action boundary host functions").with_function(function))
 }
 
-fn request(call_id: &str, call: &str, catalog_id: &str, args: Value) -> Value {
+fn request(form: WireForm, call_id: &str, call: &str, catalog_id: &str, args: Value) -> Value {
     json!({"version": "v1.0", "callRendererFunction": {"functionCallId": call_id,
-           "callFunction": {"call": call, "catalogId": catalog_id, "args": args}}})
+           "callFunction": {form.function_key(): call, "catalogId": catalog_id, "args": args}}})
 }
 
 /// Title and description of one documented A2UI case.
@@ -78,8 +78,15 @@ fn receipt_json(receipt: Option<Receipt>) -> Value {
     receipt.map_or(Value::Null, |r| r.to_value())
 }
 
-/// Plays one documented A2UI case and returns its report entry.
+/// Plays one documented A2UI case and returns its report entry (the Candidate form the
+/// documented report uses).
 pub async fn run_case(text: &CaseText) -> Result<Value, HarnessError> {
+    run_case_in(text, WireForm::Candidate).await
+}
+
+/// Plays one documented A2UI case with the request written in `form`; the answer comes
+/// back in the same form.
+pub async fn run_case_in(text: &CaseText, form: WireForm) -> Result<Value, HarnessError> {
     let id = text.id.as_str();
     let policy = LivePolicy::new(
         Policy::from_rules([Rule {
@@ -106,6 +113,7 @@ pub async fn run_case(text: &CaseText) -> Result<Value, HarnessError> {
         _ => (FUNCTION, CATALOG_ID),
     };
     let shared_request = Arc::new(Mutex::new(request(
+        form,
         "send_1",
         call,
         catalog_id,
@@ -188,10 +196,28 @@ pub async fn report() -> Result<Value, HarnessError> {
 
 /// Carries guarded-tool calls over A2UI v1.0: each call is a fresh `callRendererFunction`
 /// message (bytes in) through a [`FunctionGate`], and the `rendererFunctionResponse` bytes
-/// that come out are decoded for the result.
-#[derive(Debug, Default)]
+/// that come out are decoded for the result. The default is the current form (`@call`),
+/// the one the A2UI SDKs send.
+#[derive(Debug)]
 pub struct A2uiHarness {
+    form: WireForm,
     next_id: AtomicU64,
+}
+
+impl A2uiHarness {
+    /// A harness that writes its messages in `form`.
+    pub fn new(form: WireForm) -> Self {
+        A2uiHarness {
+            form,
+            next_id: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Default for A2uiHarness {
+    fn default() -> Self {
+        A2uiHarness::new(WireForm::Current)
+    }
 }
 
 #[async_trait]
@@ -204,10 +230,11 @@ impl Harness for A2uiHarness {
         let catalog = host_catalog(Some(tool)).map_err(|e| HarnessError(e.to_string()))?;
         let gate = FunctionGate::new(Arc::new(FunctionRegistry::new().with_catalog(catalog)));
         let call_id = format!("call_{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let key = self.form.function_key();
         // The agent's message text, written once from the arguments as they are now.
         let message = args.with(|a| {
             format!(
-                r#"{{"version":"v1.0","callRendererFunction":{{"functionCallId":{},"callFunction":{{"call":"{FUNCTION}","catalogId":"{CATALOG_ID}","args":{}}}}}}}"#,
+                r#"{{"version":"v1.0","callRendererFunction":{{"functionCallId":{},"callFunction":{{"{key}":"{FUNCTION}","catalogId":"{CATALOG_ID}","args":{}}}}}}}"#,
                 Value::from(call_id.as_str()),
                 a.agent_json()
             )

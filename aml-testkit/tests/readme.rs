@@ -208,6 +208,9 @@ fn every_readme_command_runs_and_does_what_the_readme_says() {
                     aml_testkit::mcp::gate_binary_path().expect("aml-mcp-gate is built");
                 }
                 ["target/release/aml-mcp-gate", args @ ..] => gate_command(&command, args),
+                ["cargo", "run", "-p", "aml-a2ui", "--example", "gate_stdio", "--", args @ ..] => {
+                    a2ui_example(&command, args, block.shown_output.as_deref())
+                }
                 ["bash", "scripts/test"] => not_run(&command),
                 other => panic!(
                     "README command {line:?} ({other:?}) is not run by any test: teach tests/readme.rs to run it"
@@ -297,6 +300,30 @@ fn testkit_command(command: &ReadmeCommand, args: &[&str], shown_output: Option<
         }
         other => panic!("{}: no check for aml-testkit {other:?}", command.line),
     }
+}
+
+/// The A2UI example gate (built with the workspace's tests, under `target/<profile>/examples`):
+/// one message in, exactly the response the README shows out.
+fn a2ui_example(command: &ReadmeCommand, args: &[&str], shown_output: Option<&str>) {
+    let exe = std::env::current_exe().unwrap();
+    let examples = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("examples");
+    let mut process = Command::new(examples.join("gate_stdio"));
+    process.args(args).current_dir(repo()).env_remove("RUST_LOG");
+    let input = command.stdin.as_deref().expect("the README pipes one message in");
+    let (code, stdout, stderr) = output_within(&mut process, Some(input), Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{}: {stderr}", command.line);
+    let shown: Value = serde_json::from_str(shown_output.expect("the README shows the response")).unwrap();
+    let lines: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(
+        lines,
+        [shown],
+        "the README shows another response for {}",
+        command.line
+    );
 }
 
 fn interop_peers() -> PathBuf {

@@ -39,6 +39,7 @@ pub enum StoreError {
     Random(#[source] getrandom::Error),
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl StoreError {
     /// A database failure during `operation`, keeping `source` and its cause chain.
     pub(crate) fn database(
@@ -55,6 +56,7 @@ impl StoreError {
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 /// `error: cause: cause…`, skipping a cause whose text the previous message already ends
 /// with (some errors print their source themselves).
 pub(crate) fn cause_chain(error: &(dyn std::error::Error + 'static)) -> String {
@@ -103,6 +105,7 @@ impl GrantLifetimes {
     }
 
     /// [`resolve`](Self::resolve), in whole milliseconds.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn resolve_ms(&self, requested: Option<Duration>) -> Result<i64, StoreError> {
         Ok(i64::try_from(self.resolve(requested)?.as_millis()).unwrap_or(i64::MAX))
     }
@@ -180,7 +183,7 @@ pub(crate) fn classify(consumed: bool, expired: bool) -> aml_core::ClaimStatus {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
 mod tests {
     use super::*;
 

@@ -236,9 +236,10 @@ async fn with_approvals(
         };
         // Every signed decision is journaled beside the receipts.
         let decisions = log.clone();
-        let record: aml_approval::DecisionLog =
-            Arc::new(move |signed| decisions.append(json!({"approval_statement": signed.to_value()})));
-        let page = WebApprovals::start(port, key, Some(record))
+        let page = WebApprovals::builder(key)
+            .port(port)
+            .on_decision(move |signed| decisions.append(json!({"approval_statement": signed.to_value()})))
+            .start()
             .await
             .map_err(|e| format!("approval page: {e}"))?;
         eprintln!("aml-mcp-gate: approve or deny pending calls at {}", page.url());

@@ -49,6 +49,7 @@ pub(crate) fn shown(text: &str) -> Shown {
     Shown { text: out, escaped }
 }
 
+#[cfg(feature = "web")]
 /// Like [`shown`] for multi-line text whose line breaks are layout (pretty-printed JSON,
 /// where a line break inside a string is always written `\n`): breaks stay breaks.
 pub(crate) fn shown_lines(text: &str) -> Shown {
@@ -62,6 +63,19 @@ pub(crate) fn shown_lines(text: &str) -> Shown {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(feature = "web")]
+    fn pretty_printed_line_breaks_stay_breaks() {
+        assert_eq!(
+            shown_lines("{\n  \"a\": \"\u{202E}\"\n}"),
+            Shown {
+                text: "{\n  \"a\": \"\\u{202E}\"\n}".into(),
+                escaped: true
+            }
+        );
+        assert!(!shown_lines("{\n  \"a\": 1\n}").escaped);
+    }
 
     #[test]
     fn controls_bidi_and_invisible_characters_become_visible_escapes() {
@@ -78,14 +92,6 @@ mod tests {
             ("new\nline", "new\\u{000A}line", true),
             ("back\\slash", "back\\slash", false),
         ];
-        assert_eq!(
-            shown_lines("{\n  \"a\": \"\u{202E}\"\n}"),
-            Shown {
-                text: "{\n  \"a\": \"\\u{202E}\"\n}".into(),
-                escaped: true
-            }
-        );
-        assert!(!shown_lines("{\n  \"a\": 1\n}").escaped);
         for (input, text, escaped) in cases {
             assert_eq!(
                 shown(input),

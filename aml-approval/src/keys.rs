@@ -53,7 +53,7 @@ pub enum KeyError {
     WeakKey(String),
     /// No randomness for a new key.
     #[error("no randomness for a new key: {0}")]
-    Random(String),
+    Random(#[source] getrandom::Error),
 }
 
 /// An approver's signing key and its id.
@@ -100,7 +100,7 @@ impl ApproverKey {
     pub fn generate(key_id: impl Into<String>) -> Result<Self, KeyError> {
         let key_id = non_blank(key_id.into())?;
         let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| KeyError::Random(e.to_string()))?;
+        getrandom::fill(&mut seed).map_err(KeyError::Random)?;
         Ok(ApproverKey {
             key_id,
             signing: SigningKey::from_bytes(&seed),

@@ -221,7 +221,7 @@ fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
             peer.call_tool(CallToolRequestParams::new("send_notice").with_arguments(args)).await.unwrap()
         });
         let pending = loop {
-            let response = http(&origin, format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: x\r\n\r\n")).await;
+            let response = http(&origin, format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: {origin}\r\n\r\n")).await;
             let list: Value = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
             if let Some(first) = list.as_array().and_then(|l| l.first()) {
                 break first.clone();
@@ -231,7 +231,7 @@ fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
         assert_eq!(pending["tool"], "send_notice");
         let form = format!("t={token}&grant_id={}&proposal_sha256={}&decision=approve", pending["grant_id"].as_str().unwrap(),
                            pending["proposal_sha256"].as_str().unwrap());
-        let decided = http(&origin, format!("POST /decide HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}", form.len())).await;
+        let decided = http(&origin, format!("POST /decide HTTP/1.1\r\nHost: {origin}\r\nOrigin: http://{origin}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}", form.len())).await;
         assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
         let approved = call.await.unwrap();
         let statement: Value = read_json_lines(&dir.join("receipts.jsonl"))

@@ -98,14 +98,56 @@ pub(crate) fn args() -> serde_json::Value {
     json!({"to": "team@example.test", "body": "Build passed."})
 }
 
+/// The frozen proposal the tool above makes of [`args`].
+pub(crate) fn args_proposal() -> aml_core::FrozenProposal {
+    aml_core::FrozenProposal::from_value(&json!({"protocol": "aml-proposed-action/1", "tool": "send_message",
+        "effect": "send", "resource": "team@example.test", "purpose": "Send a status update", "arguments": args()}))
+    .unwrap()
+}
+
 /// The digest the tool above computes for [`args`].
 pub(crate) fn args_digest() -> Sha256Digest {
-    let planned = aml_core::plan(
-        &json!({"protocol": "aml-proposed-action/1", "tool": "send_message", "effect": "send",
-                "resource": "team@example.test", "purpose": "Send a status update", "arguments": args()}),
-        &policy(),
-    );
-    planned.plan().proposal_sha256().unwrap()
+    args_proposal().digest()
+}
+
+/// A guarded tool like [`tool_with_grant`], reading its policy from `policy`.
+pub(crate) fn tool_with_policy(
+    policy: impl aml_core::PolicySource + 'static,
+    store: Arc<dyn GrantStore>,
+    id: String,
+    executor: Arc<dyn ToolExecutor>,
+) -> GuardedTool {
+    GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy)
+        .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
+        .approval(approval_fn(move |req| {
+            let id = id.clone();
+            async move { Ok(Approval::approve(req.proposal().digest()).with_id(id)) }
+        }))
+        .grants_arc(store)
+        .executor_arc(executor)
+        .build()
+        .unwrap()
+}
+
+/// Waits for `child` at most `limit` (killing it then, and failing); its stdout.
+pub(crate) fn wait_bounded(mut child: std::process::Child, limit: Duration) -> String {
+    use std::io::Read;
+    let start = std::time::Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            let mut out = String::new();
+            if let Some(mut stdout) = child.stdout.take() {
+                stdout.read_to_string(&mut out).unwrap();
+            }
+            return out;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a child process did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Counts how the attempts ended.

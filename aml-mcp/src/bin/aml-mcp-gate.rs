@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use aml_core::{
     ActionBoundary, ActionBoundaryBuilder, ApprovalRecord, JsonLinesSink, LivePolicy, Policy, ReceiptSink,
-    Record, Sha256Digest,
+    Record,
 };
 use aml_mcp::proxy::Upstream;
 use aml_mcp::{GatedServer, McpGate, ToolCatalog, ToolGate};
@@ -179,7 +179,8 @@ async fn with_approvals(
     sink: &Arc<JsonLinesSink>,
 ) -> Result<ActionBoundaryBuilder, String> {
     use aml_approval::{
-        ApproverKey, DecisionChannel, Keyring, SignedApprovalHook, TtyApprovals, WebApprovals,
+        ApproverKey, DecisionChannel, Keyring, SignedApprovalHook, StatementDecision, TtyApprovals,
+        WebApprovals,
     };
     use aml_grants::MemoryGrants;
 
@@ -205,21 +206,18 @@ async fn with_approvals(
         };
         // Every signed decision is journaled beside the receipts.
         let decisions = Arc::clone(sink);
-        let record: aml_approval::DecisionLog = Arc::new(move |signed| {
-            let statement = &signed.statement;
-            match statement.proposal_sha256.parse::<Sha256Digest>() {
-                Ok(digest) => decisions.record(&Record::Approval(ApprovalRecord::new(
-                    digest,
-                    statement.decision == aml_approval::Verdict::Approve,
-                    Some(statement.grant_id.clone()),
+        let page = WebApprovals::builder(key)
+            .port(port)
+            .on_decision(move |signed| {
+                let statement = signed.statement();
+                decisions.record(&Record::Approval(ApprovalRecord::new(
+                    statement.proposal_sha256(),
+                    statement.decision() == StatementDecision::Approve,
+                    Some(statement.grant_id().to_owned()),
                     signed.to_value(),
-                ))),
-                Err(e) => {
-                    eprintln!("aml-mcp-gate: a signed decision names no valid digest ({e}); not counted")
-                }
-            }
-        });
-        let page = WebApprovals::start(port, key, Some(record))
+                )));
+            })
+            .start()
             .await
             .map_err(|e| format!("approval page: {e}"))?;
         eprintln!("aml-mcp-gate: approve or deny pending calls at {}", page.url());

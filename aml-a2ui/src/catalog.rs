@@ -2,9 +2,8 @@
 //! schemas, and the guarded tool behind each agent-callable one.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use aml_core::GuardedTool;
+use aml_core::{ToolCatalog, ToolRegistration};
 use serde_json::{json, Map, Value};
 
 use crate::reason::GateReason;
@@ -62,8 +61,8 @@ impl core::str::FromStr for AllowedCallers {
 /// A catalog or function definition the host cannot use.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum CatalogError {
-    /// The argument schema does not compile (draft 2020-12, no remote references).
+pub enum FunctionCatalogError {
+    /// A renderer-only function's argument schema is not a valid JSON Schema object.
     #[error("function {function}: argument schema is invalid: {detail}")]
     InvalidSchema {
         /// The function.
@@ -71,62 +70,50 @@ pub enum CatalogError {
         /// Why.
         detail: String,
     },
-    /// An agent-callable function has no guarded tool, or a renderer-only one has one.
-    #[error("function {0}: agent-callable functions need a guarded tool, and only they may have one")]
+    /// An agent-callable function has no tool registration, or a renderer-only one has one.
+    #[error("function {0}: agent-callable functions need a tool registration, and only they may have one")]
     ToolBinding(String),
     /// `requiresUserActivation` forces `rendererOnly`.
     #[error("function {0}: a function that requires user activation can only be renderer-only")]
     UserActivation(String),
+    /// Two functions bind different registrations under one tool name.
+    #[error("tool {0:?} is bound by several functions with different registrations")]
+    ConflictingTool(String),
 }
 
 /// One catalog function.
+#[derive(Debug)]
 pub struct HostFunction {
     name: String,
     description: String,
-    args_schema: Value,
-    validator: jsonschema::Validator,
+    /// The argument schema of a renderer-only function (an agent-callable one uses its
+    /// registration's input schema).
+    renderer_args_schema: Value,
     allowed_callers: AllowedCallers,
     requires_user_activation: bool,
     requires_args: bool,
     return_type: &'static str,
-    tool: Option<Arc<GuardedTool>>,
-}
-
-impl core::fmt::Debug for HostFunction {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("HostFunction")
-            .field("name", &self.name)
-            .field("allowed_callers", &self.allowed_callers)
-            .field("tool", &self.tool)
-            .finish_non_exhaustive()
-    }
-}
-
-fn compile(name: &str, schema: &Value) -> Result<jsonschema::Validator, CatalogError> {
-    jsonschema::options()
-        .with_draft(jsonschema::Draft::Draft202012)
-        .build(schema)
-        .map_err(|e| CatalogError::InvalidSchema {
-            function: name.to_owned(),
-            detail: e.to_string(),
-        })
+    tool: Option<ToolRegistration>,
 }
 
 impl HostFunction {
-    /// A function agents may call (`agentOnly`), gated by `tool`.
+    /// A function agents may call (`agentOnly`), run through the host's tool catalog as
+    /// `tool`: its input schema is the function's argument schema, checked before planning.
     pub fn agent_callable(
         name: impl Into<String>,
         description: impl Into<String>,
-        args_schema: Value,
-        tool: Arc<GuardedTool>,
-    ) -> Result<Self, CatalogError> {
-        Self::new(
-            name.into(),
-            description.into(),
-            args_schema,
-            AllowedCallers::AgentOnly,
-            Some(tool),
-        )
+        tool: ToolRegistration,
+    ) -> Self {
+        HostFunction {
+            name: name.into(),
+            description: description.into(),
+            renderer_args_schema: Value::Null,
+            allowed_callers: AllowedCallers::AgentOnly,
+            requires_user_activation: false,
+            requires_args: true,
+            return_type: "any",
+            tool: Some(tool),
+        }
     }
 
     /// A function only the renderer may call; an agent's call to it is refused.
@@ -134,33 +121,49 @@ impl HostFunction {
         name: impl Into<String>,
         description: impl Into<String>,
         args_schema: Value,
-    ) -> Result<Self, CatalogError> {
+    ) -> Result<Self, FunctionCatalogError> {
         Self::new(
             name.into(),
             description.into(),
-            args_schema,
             AllowedCallers::RendererOnly,
-            None,
+            Err(args_schema),
         )
     }
 
-    /// Any combination, checked: agent-callable functions must have a tool, others none.
+    /// Any combination, checked: an agent-callable function takes its tool registration
+    /// (`Ok`), a renderer-only one its argument schema (`Err`).
     pub fn new(
         name: String,
         description: String,
-        args_schema: Value,
         allowed_callers: AllowedCallers,
-        tool: Option<Arc<GuardedTool>>,
-    ) -> Result<Self, CatalogError> {
-        if allowed_callers.agent_may_call() != tool.is_some() {
-            return Err(CatalogError::ToolBinding(name));
+        tool_or_schema: Result<ToolRegistration, Value>,
+    ) -> Result<Self, FunctionCatalogError> {
+        if allowed_callers.agent_may_call() != tool_or_schema.is_ok() {
+            return Err(FunctionCatalogError::ToolBinding(name));
         }
-        let validator = compile(&name, &args_schema)?;
+        let (tool, renderer_args_schema) = match tool_or_schema {
+            Ok(tool) => (Some(tool), Value::Null),
+            Err(schema) => {
+                let invalid = |detail: String| FunctionCatalogError::InvalidSchema {
+                    function: name.clone(),
+                    detail,
+                };
+                if !schema.is_object() {
+                    return Err(invalid("an argument schema must be a JSON object".into()));
+                }
+                // Compiled once here only to refuse a schema that would make the catalog
+                // document invalid; agents cannot call this function.
+                jsonschema::options()
+                    .with_draft(jsonschema::Draft::Draft202012)
+                    .build(&schema)
+                    .map_err(|e| invalid(e.to_string()))?;
+                (None, schema)
+            }
+        };
         Ok(HostFunction {
             name,
             description,
-            args_schema,
-            validator,
+            renderer_args_schema,
             allowed_callers,
             requires_user_activation: false,
             requires_args: true,
@@ -170,9 +173,9 @@ impl HostFunction {
     }
 
     /// Marks the function as needing user activation; only renderer-only functions may.
-    pub fn requiring_user_activation(mut self) -> Result<Self, CatalogError> {
+    pub fn requiring_user_activation(mut self) -> Result<Self, FunctionCatalogError> {
         if self.allowed_callers.agent_may_call() {
-            return Err(CatalogError::UserActivation(self.name));
+            return Err(FunctionCatalogError::UserActivation(self.name));
         }
         self.requires_user_activation = true;
         Ok(self)
@@ -201,23 +204,15 @@ impl HostFunction {
     pub fn allowed_callers(&self) -> AllowedCallers {
         self.allowed_callers
     }
-    /// The guarded tool behind an agent-callable function.
-    pub fn tool(&self) -> Option<&Arc<GuardedTool>> {
+    /// The tool registration behind an agent-callable function.
+    pub fn tool(&self) -> Option<&ToolRegistration> {
         self.tool.as_ref()
     }
-    /// Whether `args` match the argument schema.
-    pub fn accepts(&self, args: &Value) -> bool {
-        self.validator.is_valid(args)
-    }
-
-    /// `Ok` if `args` match the argument schema, else the first violation.
-    pub fn check(&self, args: &Value) -> Result<(), String> {
-        if self.validator.is_valid(args) {
-            return Ok(());
-        }
-        match self.validator.iter_errors(args).next() {
-            None => Ok(()),
-            Some(e) => Err(format!("{} at {:?}", e, e.instance_path().as_str())),
+    /// The argument schema.
+    pub fn args_schema(&self) -> &Value {
+        match &self.tool {
+            Some(tool) => tool.input_schema(),
+            None => &self.renderer_args_schema,
         }
     }
 
@@ -245,7 +240,7 @@ impl HostFunction {
                 {"$ref": "common_types.json#/$defs/FunctionCommon"},
                 {
                     "type": "object",
-                    "properties": {key: {"const": self.name}, "args": self.args_schema},
+                    "properties": {key: {"const": self.name}, "args": self.args_schema()},
                     "required": required,
                 },
             ],
@@ -368,5 +363,35 @@ impl FunctionRegistry {
     /// A catalog.
     pub fn catalog(&self, catalog_id: &str) -> Option<&HostCatalog> {
         self.catalogs.get(catalog_id)
+    }
+
+    /// The host tool catalog behind every agent-callable function: one registration per tool
+    /// name (functions in several catalogs may bind the same tool, with the same effect,
+    /// purpose and input schema).
+    pub fn tool_catalog(&self) -> Result<ToolCatalog, FunctionCatalogError> {
+        let mut tools: BTreeMap<&str, &ToolRegistration> = BTreeMap::new();
+        for tool in self
+            .catalogs()
+            .flat_map(HostCatalog::functions)
+            .filter_map(HostFunction::tool)
+        {
+            match tools.get(tool.name()) {
+                None => {
+                    tools.insert(tool.name(), tool);
+                }
+                Some(bound)
+                    if bound.effect() == tool.effect()
+                        && bound.purpose() == tool.purpose()
+                        && bound.input_schema() == tool.input_schema() => {}
+                Some(_) => return Err(FunctionCatalogError::ConflictingTool(tool.name().to_owned())),
+            }
+        }
+        let mut catalog = ToolCatalog::new();
+        for tool in tools.into_values() {
+            catalog
+                .register(tool.clone())
+                .map_err(|_| FunctionCatalogError::ConflictingTool(tool.name().to_owned()))?;
+        }
+        Ok(catalog)
     }
 }

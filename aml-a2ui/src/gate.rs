@@ -5,11 +5,11 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use aml_core::{DispatchOutcome, ExecutionStatus, GuardedToolError, Plan, Receipt};
-use serde_json::{json, Map, Value};
+use aml_core::{ActionBoundary, CallStatus, GateOutcome, Plan, Receipt, ToolGate};
+use serde_json::{Map, Value};
 
 use crate::binding::{find_unresolved, BindingRequest, BindingResolver};
-use crate::catalog::{FunctionRegistry, HostFunction};
+use crate::catalog::{FunctionCatalogError, FunctionRegistry};
 use crate::reason::GateReason;
 use crate::wire::{
     decode_with, respond, Answer, CallRendererFunction, DecodeError, GateLimits, RendererMessage, WireForm,
@@ -40,7 +40,7 @@ impl Invocation {
 
 /// Why the gate refused a call before the boundary, for the host's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub struct MessageRefusal {
     /// The code.
     pub reason: GateReason,
     /// What exactly was wrong (a parser message, a schema violation, a JSON pointer).
@@ -50,7 +50,7 @@ pub struct Refusal {
 /// What the gate did with one message.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub struct GateOutcome {
+pub struct MessageOutcome {
     /// The message to send back to the agent, in the call's own form.
     pub response: RendererMessage,
     /// The form the call used.
@@ -58,7 +58,7 @@ pub struct GateOutcome {
     /// Whether the boundary ran.
     pub invocation: Invocation,
     /// The gate's refusal, when it refused before the boundary.
-    pub refusal: Option<Refusal>,
+    pub refusal: Option<MessageRefusal>,
     /// The plan, when the boundary ran.
     pub plan: Option<Plan>,
     /// The receipt, when the boundary ran.
@@ -67,9 +67,9 @@ pub struct GateOutcome {
     pub host_error: Option<String>,
 }
 
-impl GateOutcome {
+impl MessageOutcome {
     fn refused(form: WireForm, function_call_id: String, reason: GateReason, detail: String) -> Self {
-        GateOutcome {
+        MessageOutcome {
             response: respond(form, function_call_id, Answer::Refused(reason)),
             form,
             invocation: if reason == GateReason::Replayed {
@@ -77,7 +77,7 @@ impl GateOutcome {
             } else {
                 Invocation::NotReached
             },
-            refusal: Some(Refusal { reason, detail }),
+            refusal: Some(MessageRefusal { reason, detail }),
             plan: None,
             receipt: None,
             host_error: None,
@@ -93,50 +93,38 @@ impl GateOutcome {
             (None, None) => "host_error",
         }
     }
-
-    /// One JSON record for the host's log: call id, form, invocation, code, detail, the
-    /// wire code sent, plan and receipt.
-    pub fn record(&self) -> Value {
-        let detail = match (&self.refusal, &self.host_error) {
-            (Some(r), _) => Some(r.detail.as_str()),
-            (None, Some(e)) => Some(e.as_str()),
-            (None, None) => None,
-        };
-        json!({
-            "function_call_id": self.response.function_call_id(),
-            "form": self.form.as_str(),
-            "invocation": self.invocation.as_str(),
-            "code": self.code(),
-            "detail": detail,
-            "response_code": self.response.error_code(),
-            "plan": self.plan.as_ref().map(Plan::to_value),
-            "receipt": self.receipt.as_ref().map(Receipt::to_value),
-        })
-    }
 }
 
 /// Gates agent `callRendererFunction` requests for one renderer session.
 ///
 /// Each `functionCallId` is taken up at most once per gate: create one gate per session
-/// (or surface) and share the [`FunctionRegistry`] between them.
+/// (or surface) and share the [`FunctionRegistry`] between them. Every message ends in one
+/// record in the boundary's receipt sink (adapter `a2ui`), refusals included.
 #[derive(Debug)]
 pub struct FunctionGate {
     registry: Arc<FunctionRegistry>,
+    gate: ToolGate,
     limits: GateLimits,
     resolver: Option<Arc<dyn BindingResolver>>,
     claimed_ids: Mutex<HashSet<String>>,
 }
 
 impl FunctionGate {
-    /// A gate over `registry`, with the default [`GateLimits`] and no binding resolver
+    /// A gate over `registry`, with the host's `boundary` (policy, hooks, receipt sink) behind
+    /// its agent-callable functions, the default [`GateLimits`] and no binding resolver
     /// (arguments holding bindings are refused).
-    pub fn new(registry: Arc<FunctionRegistry>) -> Self {
-        FunctionGate {
+    pub fn new(
+        registry: Arc<FunctionRegistry>,
+        boundary: ActionBoundary,
+    ) -> Result<Self, FunctionCatalogError> {
+        let gate = ToolGate::new(registry.tool_catalog()?, boundary).for_adapter("a2ui");
+        Ok(FunctionGate {
             registry,
+            gate,
             limits: GateLimits::default(),
             resolver: None,
             claimed_ids: Mutex::default(),
-        }
+        })
     }
 
     /// Sets the size limits.
@@ -151,21 +139,32 @@ impl FunctionGate {
         self
     }
 
+    /// The host's tool gate behind the functions.
+    pub fn tool_gate(&self) -> &ToolGate {
+        &self.gate
+    }
+
     /// Handles one agent-to-renderer message.
     ///
     /// `Err` only for a message that cannot be answered in A2UI because it names no usable
     /// `functionCallId` (over a size limit, malformed JSON, another message type): log it
-    /// and answer with [`DecodeError::response`] or drop it.
-    pub async fn handle(&self, message: &[u8]) -> Result<GateOutcome, DecodeError> {
+    /// and answer with [`DecodeError::response`] or drop it. It is recorded all the same.
+    pub async fn handle(&self, message: &[u8]) -> Result<MessageOutcome, DecodeError> {
         let call = match decode_with(message, self.limits) {
             Ok(call) => call,
-            Err(e) => match e.function_call_id {
-                Some(id) => return Ok(GateOutcome::refused(e.form, id, e.reason, e.detail)),
-                None => return Err(e),
-            },
+            Err(e) => {
+                self.record(&e.reason, "", &e.detail);
+                return match e.function_call_id.clone() {
+                    Some(id) => Ok(MessageOutcome::refused(e.form, id, e.reason, e.detail)),
+                    None => Err(e),
+                };
+            }
         };
         let (form, id) = (call.form, call.function_call_id.clone());
-        let refuse = |id, reason, detail| Ok(GateOutcome::refused(form, id, reason, detail));
+        let refuse = |id, reason, detail: String| {
+            self.record(&reason, &call.call, &detail);
+            Ok(MessageOutcome::refused(form, id, reason, detail))
+        };
         let function = match self.registry.find(&call.catalog_id, &call.call) {
             Ok(function) => function,
             Err(reason) => {
@@ -187,40 +186,57 @@ impl FunctionGate {
             }
             None => "{}",
         };
-        let args = match self.arguments(&call, function, args_text).await {
-            Ok(args) => args,
-            Err(Refusal { reason, detail }) => return refuse(id, reason, detail),
+        let prepared = match self.arguments(&call, args_text).await {
+            Ok(Some(args)) => self.gate.prepare_value(tool.name(), args),
+            // Text the strict parser refuses skips the checks: the boundary blocks it with its
+            // canonical code and leaves a receipt.
+            Ok(None) => self.gate.prepare_json(tool.name(), args_text.as_bytes()),
+            Err(MessageRefusal { reason, detail }) => return refuse(id, reason, detail),
         };
+        if prepared.refusal().is_some() {
+            // The arguments are outside the function's schema: refused before the call id.
+            let outcome = self.gate.run(prepared, None, None).await;
+            let detail = outcome.detail().unwrap_or_default().to_owned();
+            return Ok(MessageOutcome::refused(
+                form,
+                id,
+                GateReason::ArgsSchemaMismatch,
+                detail,
+            ));
+        }
         let fresh = self
             .claimed_ids
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.clone());
         if !fresh {
-            return refuse(id, GateReason::Replayed, "functionCallId already taken up".into());
+            let detail = "functionCallId already taken up".to_owned();
+            self.gate.refuse(
+                prepared,
+                GateReason::Replayed.refusal(),
+                format!("replayed: {detail}"),
+            );
+            return Ok(MessageOutcome::refused(form, id, GateReason::Replayed, detail));
         }
-        let result = match &args {
-            Some(args) => tool.call(args).await,
-            None => tool.call_json(args_text.as_bytes()).await,
-        };
-        Ok(match result {
-            Ok(outcome) => answered(form, id, outcome),
-            Err(host_error) => host_failed(form, id, host_error),
-        })
+        Ok(answered(form, id, self.gate.run(prepared, None, None).await))
+    }
+
+    /// Records a refusal the gate made before the tool gate could prepare the call.
+    fn record(&self, reason: &GateReason, function: &str, detail: &str) {
+        self.gate
+            .refused(function, reason.refusal(), format!("{reason}: {detail}"));
     }
 }
 
 impl FunctionGate {
-    /// The arguments to run with: checked (and resolved) literal arguments, or `None` for
-    /// text the strict parser refuses, which skips the checks so that the boundary blocks
-    /// it with its canonical code and leaves a receipt.
+    /// The arguments to run with: resolved literal arguments, or `None` for text the strict
+    /// parser refuses.
     async fn arguments(
         &self,
         call: &CallRendererFunction<'_>,
-        function: &HostFunction,
         text: &str,
-    ) -> Result<Option<Value>, Refusal> {
-        let refusal = |reason, detail| Err(Refusal { reason, detail });
+    ) -> Result<Option<Value>, MessageRefusal> {
+        let refusal = |reason, detail| Err(MessageRefusal { reason, detail });
         if !text.starts_with('{') {
             return refusal(GateReason::ArgsNotObject, format!("args is {}", clip(text, 16)));
         }
@@ -229,14 +245,10 @@ impl FunctionGate {
             Ok(_) => return refusal(GateReason::ArgsNotObject, "args is not an object".into()),
             Err(_) => return Ok(None),
         };
-        let args = Value::Object(match find_unresolved(call.form, &map) {
+        Ok(Some(Value::Object(match find_unresolved(call.form, &map) {
             None => map,
             Some((reason, at)) => self.resolve(call, &map, reason, &at).await?,
-        });
-        match function.check(&args) {
-            Ok(()) => Ok(Some(args)),
-            Err(detail) => refusal(GateReason::ArgsSchemaMismatch, detail),
-        }
+        })))
     }
 
     /// Bindings and nested calls: refused (`reason` at `at`) without a resolver, else
@@ -247,13 +259,13 @@ impl FunctionGate {
         args: &Map<String, Value>,
         reason: GateReason,
         at: &str,
-    ) -> Result<Map<String, Value>, Refusal> {
-        let unresolved = |detail| Refusal {
+    ) -> Result<Map<String, Value>, MessageRefusal> {
+        let unresolved = |detail| MessageRefusal {
             reason: GateReason::BindingsUnresolved,
             detail,
         };
         let Some(resolver) = &self.resolver else {
-            return Err(Refusal {
+            return Err(MessageRefusal {
                 reason,
                 detail: format!("{reason} at {at}"),
             });
@@ -283,35 +295,21 @@ fn clip(text: &str, max: usize) -> String {
     format!("{}{ellipsis}", &text[..end])
 }
 
-fn answered(form: WireForm, function_call_id: String, outcome: DispatchOutcome) -> GateOutcome {
-    let answer = match outcome.receipt().execution_status() {
-        ExecutionStatus::Dispatched => Answer::Value(outcome.output().cloned().unwrap_or_default()),
-        ExecutionStatus::Unknown => Answer::Uncertain,
-        _ => Answer::Blocked(outcome.receipt().reason()),
+fn answered(form: WireForm, function_call_id: String, outcome: GateOutcome) -> MessageOutcome {
+    let answer = match outcome.status() {
+        CallStatus::Dispatched => Answer::Value(outcome.output().cloned().unwrap_or_default()),
+        CallStatus::Unknown => Answer::Uncertain,
+        CallStatus::Blocked(reason) => Answer::Blocked(reason),
+        // Prepared calls are neither refused nor anything else here.
+        _ => Answer::HostError,
     };
-    GateOutcome {
+    MessageOutcome {
         response: respond(form, function_call_id, answer),
         form,
         invocation: Invocation::Claimed,
         refusal: None,
-        plan: Some(outcome.plan().clone()),
-        receipt: Some(outcome.receipt().clone()),
-        host_error: None,
-    }
-}
-
-fn host_failed(form: WireForm, function_call_id: String, error: GuardedToolError) -> GateOutcome {
-    let detail = match &error {
-        GuardedToolError::Mapper(e) => e.to_string(),
-        other => other.to_string(),
-    };
-    GateOutcome {
-        response: respond(form, function_call_id, Answer::HostError),
-        form,
-        invocation: Invocation::Claimed,
-        refusal: None,
-        plan: None,
-        receipt: None,
-        host_error: Some(detail),
+        plan: outcome.plan().cloned(),
+        receipt: outcome.receipt().cloned(),
+        host_error: outcome.host_error().map(str::to_owned),
     }
 }

@@ -7,13 +7,15 @@
 //!   `a2ui-agent-sdk` 0.9.0 send) and the Candidate one (`call`, seed `002_…`) — and the
 //!   one table that turns outcomes into error codes;
 //! - [`catalog`]: the host's function registry — catalogs by `catalogId`, functions with
-//!   their argument JSON schema and `allowedCallers`, each agent-callable function bound to
-//!   an [`aml_core::GuardedTool`];
+//!   `allowedCallers`, each agent-callable function bound to a registration of the host's
+//!   shared tool catalog ([`aml_core::ToolRegistration`]: effect, purpose, resource mapper,
+//!   and the input schema that is the function's argument schema);
 //! - [`binding`]: data bindings and nested calls inside `args`, refused unless a
 //!   [`BindingResolver`] turns them into literal values before the proposal is frozen;
-//! - [`gate`]: [`FunctionGate`], which takes one message and returns one response, and a
-//!   [`GateOutcome`] for the host's log (plan, receipt, or the [`GateReason`] it refused
-//!   with).
+//! - [`gate`]: [`FunctionGate`], which takes one message and returns one response through
+//!   the host's [`aml_core::ToolGate`], and a [`MessageOutcome`] (plan, receipt, or the
+//!   [`GateReason`] it refused with); every message also ends in one record in the
+//!   boundary's receipt sink.
 //!
 //! Every refusal is answered in the call's own form, with a code that tells malformed
 //! input, unknown functions, policy refusals and host errors apart (see [`wire`]). Size
@@ -29,25 +31,22 @@
 //! ```
 //! use std::sync::Arc;
 //! use aml_a2ui::{FunctionGate, FunctionRegistry, HostCatalog, HostFunction};
-//! use aml_core::{tool_fn, ArgumentSnapshot, Effect, GuardedTool, MapperError, Policy};
+//! use aml_core::{tool_fn, ActionBoundary, Effect, Policy, ResourceRule, ToolRegistration};
 //! use serde_json::json;
 //!
 //! let policy = Arc::new(Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
 //!     {"tool": "open_ticket", "effect": "write", "resource": "queue:ops", "requires_approval": false}]})));
-//! let tool = GuardedTool::builder("open_ticket", Effect::Write, "Open an ops ticket", policy)
-//!     .resource_for(|a: &ArgumentSnapshot| {
-//!         a.str("queue").map(|q| format!("queue:{q}")).ok_or_else(|| MapperError::new("no queue"))
-//!     })
-//!     .executor(tool_fn(|_| async { Ok(json!({"ticket": 7})) }))
-//!     .build()
-//!     .unwrap();
 //! let schema = json!({"type": "object", "properties": {"queue": {"type": "string"}},
 //!                     "required": ["queue"], "additionalProperties": false});
+//! let tool = ToolRegistration::new("open_ticket", Effect::Write, "Open an ops ticket",
+//!                                  ResourceRule::Fixed("queue:ops".into()), schema)
+//!     .unwrap()
+//!     .with_executor(Arc::new(tool_fn(|_| async { Ok(json!({"ticket": 7})) })));
 //! let registry = FunctionRegistry::new().with_catalog(
 //!     HostCatalog::new("https://example.test/catalog.json", "Ops")
-//!         .with_function(HostFunction::agent_callable("openTicket", "Open a ticket", schema, Arc::new(tool)).unwrap()),
+//!         .with_function(HostFunction::agent_callable("openTicket", "Open a ticket", tool)),
 //! );
-//! let gate = FunctionGate::new(Arc::new(registry));
+//! let gate = FunctionGate::new(Arc::new(registry), ActionBoundary::builder(policy).build()).unwrap();
 //! let message = br#"{"version": "v1.0", "callRendererFunction": {"functionCallId": "c1",
 //!     "callFunction": {"@call": "openTicket", "catalogId": "https://example.test/catalog.json",
 //!                      "args": {"queue": "ops"}}}}"#;
@@ -68,7 +67,7 @@ pub mod reason;
 pub mod wire;
 
 pub use binding::{BindingError, BindingRequest, BindingResolver};
-pub use catalog::{AllowedCallers, CatalogError, FunctionRegistry, HostCatalog, HostFunction};
-pub use gate::{FunctionGate, GateOutcome, Invocation, Refusal};
+pub use catalog::{AllowedCallers, FunctionCatalogError, FunctionRegistry, HostCatalog, HostFunction};
+pub use gate::{FunctionGate, Invocation, MessageOutcome, MessageRefusal};
 pub use reason::GateReason;
 pub use wire::{CallRendererFunction, DecodeError, GateLimits, RendererMessage, WireForm};

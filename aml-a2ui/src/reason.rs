@@ -86,6 +86,29 @@ impl GateReason {
     }
 }
 
+impl GateReason {
+    /// The workspace-wide refusal this reason is a case of, as call records carry it.
+    pub const fn refusal(self) -> aml_core::Refusal {
+        use aml_core::Refusal;
+        match self {
+            GateReason::MessageTooLarge | GateReason::CallIdTooLong | GateReason::MalformedMessage => {
+                Refusal::MalformedRequest
+            }
+            GateReason::CatalogNotFound | GateReason::FunctionNotFound | GateReason::NotAgentCallable => {
+                Refusal::InvalidOrUnregisteredCall
+            }
+            GateReason::Replayed => Refusal::DuplicateCall,
+            GateReason::ArgsMissing
+            | GateReason::ArgsNotObject
+            | GateReason::ArgsDataBinding
+            | GateReason::ArgsNestedCall
+            | GateReason::ArgsReservedKey
+            | GateReason::BindingsUnresolved
+            | GateReason::ArgsSchemaMismatch => Refusal::InvalidArguments,
+        }
+    }
+}
+
 impl core::fmt::Display for GateReason {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.as_str())

@@ -1,14 +1,17 @@
 //! Every hostile input of issue 20 gets its own documented code (the outcome's
-//! [`GateOutcome::code`]), an answer in the call's own form that validates against that
+//! [`MessageOutcome::code`]), an answer in the call's own form that validates against that
 //! form's vendored schemas, and never a panic.
 
 use std::sync::{Arc, Mutex};
 
 use aml_a2ui::{
-    BindingError, BindingRequest, BindingResolver, FunctionGate, FunctionRegistry, GateLimits, GateOutcome,
-    HostCatalog, HostFunction, WireForm,
+    BindingError, BindingRequest, BindingResolver, FunctionGate, FunctionRegistry, GateLimits, HostCatalog,
+    HostFunction, MessageOutcome, WireForm,
 };
-use aml_core::{async_trait, tool_fn, ArgumentSnapshot, Effect, GuardedTool, MapperError, Policy, ToolError};
+use aml_core::{
+    async_trait, tool_fn, ActionBoundary, ArgumentSnapshot, Effect, MapperError, MemorySink, Policy, Refusal,
+    ToolError, ToolRegistration,
+};
 use jsonschema::{Registry, Validator};
 use serde_json::{json, Map, Value};
 
@@ -32,21 +35,43 @@ enum Kind {
     Ping,
 }
 
-fn tool(kind: Kind, seen: &Seen) -> Arc<GuardedTool> {
-    let policy = Arc::new(Policy::from_value(
+fn policy() -> Arc<Policy> {
+    Arc::new(Policy::from_value(
         &json!({"protocol": "aml-action-policy/1", "rules": [
         {"tool": "send_message", "effect": "send", "resource": "team@example.test", "requires_approval": false},
+        {"tool": "send_then_crash", "effect": "send", "resource": "team@example.test", "requires_approval": false},
         {"tool": "ping", "effect": "read", "resource": "ping", "requires_approval": false}]}),
-    ));
-    let builder = match kind {
-        Kind::Ping => GuardedTool::builder("ping", Effect::Read, "Ping", policy)
-            .resource_for(|_: &ArgumentSnapshot| Ok("ping".to_owned())),
-        _ => GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy).resource_for(
+    ))
+}
+
+fn send_schema() -> Value {
+    json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {},
+        "priority": {"type": "number"}}, "required": ["to", "body"], "additionalProperties": false})
+}
+
+fn tool(kind: Kind, seen: &Seen) -> ToolRegistration {
+    let registration = match kind {
+        Kind::Ping => ToolRegistration::new(
+            "ping",
+            Effect::Read,
+            "Ping",
+            |_: &ArgumentSnapshot| Ok("ping".to_owned()),
+            json!({"type": "object"}),
+        ),
+        _ => ToolRegistration::new(
+            if kind == Kind::Crash {
+                "send_then_crash"
+            } else {
+                "send_message"
+            },
+            Effect::Send,
+            "Send a status update",
             |a: &ArgumentSnapshot| match a.str("to") {
                 Some("mapper@fails.test") => Err(MapperError::new("directory lookup failed")),
                 Some(to) => Ok(to.to_owned()),
                 None => Err(MapperError::new("no to")),
             },
+            send_schema(),
         ),
     };
     let seen = Arc::clone(seen);
@@ -60,33 +85,36 @@ fn tool(kind: Kind, seen: &Seen) -> Arc<GuardedTool> {
             Ok(json!({"sent": true}))
         }
     });
-    Arc::new(builder.executor(executor).build().unwrap())
+    registration.unwrap().with_executor(Arc::new(executor))
 }
 
 fn catalog(seen: &Seen) -> HostCatalog {
-    let send = json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {},
-        "priority": {"type": "number"}}, "required": ["to", "body"], "additionalProperties": false});
     HostCatalog::new(CATALOG, "hostile")
+        .with_function(HostFunction::agent_callable(
+            "sendMessage",
+            "Send",
+            tool(Kind::Send, seen),
+        ))
+        .with_function(HostFunction::agent_callable(
+            "crashy",
+            "Send, then crash",
+            tool(Kind::Crash, seen),
+        ))
         .with_function(
-            HostFunction::agent_callable("sendMessage", "Send", send.clone(), tool(Kind::Send, seen))
-                .unwrap(),
-        )
-        .with_function(
-            HostFunction::agent_callable("crashy", "Send, then crash", send, tool(Kind::Crash, seen))
-                .unwrap(),
-        )
-        .with_function(
-            HostFunction::agent_callable("ping", "Ping", json!({"type": "object"}), tool(Kind::Ping, seen))
-                .unwrap()
-                .with_optional_args(),
+            HostFunction::agent_callable("ping", "Ping", tool(Kind::Ping, seen)).with_optional_args(),
         )
         .with_function(
             HostFunction::renderer_only("copyToClipboard", "Copy", json!({"type": "object"})).unwrap(),
         )
 }
 
+fn gate_with(seen: &Seen, boundary: ActionBoundary) -> FunctionGate {
+    let registry = Arc::new(FunctionRegistry::new().with_catalog(catalog(seen)));
+    FunctionGate::new(registry, boundary).unwrap()
+}
+
 fn gate(seen: &Seen) -> FunctionGate {
-    FunctionGate::new(Arc::new(FunctionRegistry::new().with_catalog(catalog(seen))))
+    gate_with(seen, ActionBoundary::builder(policy()).build())
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -144,7 +172,7 @@ impl Schemas {
         Schemas { candidate, current }
     }
 
-    fn check(&self, outcome: &GateOutcome) {
+    fn check(&self, outcome: &MessageOutcome) {
         let answer = outcome.response.to_value();
         let v = match outcome.form {
             WireForm::Candidate => &self.candidate,
@@ -357,11 +385,25 @@ fn the_reason_for_a_malformed_message_is_kept_in_the_outcome() {
         "sendMessage",
         r#","args":{},"@path":"/x""#,
     );
-    let outcome = block_on(gate(&seen).handle(&m)).unwrap();
+    let sink = MemorySink::new();
+    let gate = gate_with(
+        &seen,
+        ActionBoundary::builder(policy()).sink(sink.clone()).build(),
+    );
+    let outcome = block_on(gate.handle(&m)).unwrap();
     assert_eq!(outcome.code(), "malformed_message");
     let detail = &outcome.refusal.as_ref().unwrap().detail;
     assert!(detail.contains("unknown field `@path`"), "{detail}");
-    assert_eq!(outcome.record()["detail"], Value::from(detail.as_str()));
+    // The host's receipt stream keeps it too.
+    let record = &sink.calls()[0];
+    assert_eq!(
+        (record.adapter.as_str(), record.refusal),
+        ("a2ui", Some(Refusal::MalformedRequest))
+    );
+    assert_eq!(
+        record.detail.as_deref(),
+        Some(format!("malformed_message: {detail}").as_str())
+    );
 }
 
 #[test]
@@ -413,11 +455,10 @@ fn size_limits_apply_before_parsing_each_with_its_own_code() {
     }
     assert!(seen.lock().unwrap().is_empty());
     // Limits are the host's to set.
-    let strict = FunctionGate::new(Arc::new(FunctionRegistry::new().with_catalog(catalog(&seen))))
-        .with_limits(GateLimits {
-            max_message_bytes: 256,
-            max_call_id_bytes: 4,
-        });
+    let strict = gate_with(&seen, ActionBoundary::builder(policy()).build()).with_limits(GateLimits {
+        max_message_bytes: 256,
+        max_call_id_bytes: 4,
+    });
     let err = block_on(strict.handle(&message(WireForm::Current, "12345", "ping", ""))).unwrap_err();
     assert_eq!(err.reason.as_str(), "call_id_too_long");
 }

@@ -13,7 +13,8 @@ use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use aml_a2ui::{FunctionGate, GateLimits};
+use aml_a2ui::GateLimits;
+use aml_core::MemorySink;
 use serde_json::{json, Value};
 
 use crate::host::{capabilities, serve, HostConfig, Log};
@@ -59,11 +60,12 @@ fn the_python_sdks_drive_the_gate_and_accept_every_answer() {
     std::fs::create_dir_all(&tmp).unwrap();
     let tool_log = Arc::new(Mutex::new(Vec::<u8>::new()));
     let log: Log = tool_log.clone();
-    let registry = HostConfig::load(&root().join("aml-a2ui/examples/host.json"))
-        .and_then(|c| c.registry(&log))
+    let host = HostConfig::load(&root().join("aml-a2ui/examples/host.json"))
+        .and_then(|c| c.host(&log))
         .unwrap();
+    let records = MemorySink::new();
     let (caps, report) = (tmp.join("capabilities.json"), tmp.join("report.json"));
-    std::fs::write(&caps, capabilities(&registry).to_string()).unwrap();
+    std::fs::write(&caps, capabilities(&host.registry).to_string()).unwrap();
     let stderr = std::fs::File::create(tmp.join("agent.stderr")).unwrap();
 
     let mut agent = Command::new(python())
@@ -79,10 +81,10 @@ fn the_python_sdks_drive_the_gate_and_accept_every_answer() {
         .unwrap();
     let (to_agent, from_agent) = (agent.stdin.take().unwrap(), agent.stdout.take().unwrap());
     let (done, finished) = mpsc::channel();
-    let gate_log = Arc::clone(&log);
+    let sink = Arc::new(records.clone());
     std::thread::spawn(move || {
         let limits = GateLimits::default();
-        let gate = FunctionGate::new(Arc::new(registry)).with_limits(limits);
+        let gate = host.gate(sink).unwrap().with_limits(limits);
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let served = serve(
             &gate,
@@ -90,7 +92,6 @@ fn the_python_sdks_drive_the_gate_and_accept_every_answer() {
             &runtime,
             BufReader::new(from_agent),
             to_agent,
-            &gate_log,
         );
         let _ = done.send(served.map_err(|e| e.to_string()));
     });
@@ -170,13 +171,20 @@ fn the_python_sdks_drive_the_gate_and_accept_every_answer() {
         assert_eq!(entry["function"], "sendMessage");
         assert_eq!(entry["arguments"]["to"], "team@example.test");
     }
-    let outcomes = log_text
-        .lines()
-        .filter(|l| l.starts_with(r#"{"outcome""#))
-        .count();
+    let records = records.calls();
     assert_eq!(
-        Some(outcomes as u64),
+        Some(records.len() as u64),
         report["sent"].as_u64(),
         "one record per message"
     );
+    assert!(records.iter().all(|r| r.adapter == "a2ui"));
+    let dispatched_records = records
+        .iter()
+        .filter(|r| {
+            r.receipt
+                .as_ref()
+                .is_some_and(|r| r.reason().as_str() == "host_dispatch_returned")
+        })
+        .count();
+    assert_eq!(dispatched_records, entries.len());
 }

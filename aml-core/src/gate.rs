@@ -163,6 +163,15 @@ impl core::fmt::Debug for PreparedCall {
 }
 
 impl PreparedCall {
+    /// The refusal, if the call was refused before planning (unknown tool, arguments
+    /// outside the schema).
+    pub fn refusal(&self) -> Option<Refusal> {
+        match &self.stage {
+            Stage::Ended(outcome) => outcome.refusal(),
+            Stage::Planned { .. } => None,
+        }
+    }
+
     /// The plan, if the call got that far.
     pub fn plan(&self) -> Option<&Plan> {
         match &self.stage {
@@ -386,6 +395,39 @@ impl ToolGate {
             tool: tool.to_owned(),
             stage,
         }
+    }
+
+    /// Refuses a prepared call for a reason the adapter found (e.g. a reused call id): it
+    /// ends unplanned-for, recorded with `refusal` and `detail`; the tool is not entered.
+    pub fn refuse(&self, call: PreparedCall, refusal: Refusal, detail: String) -> GateOutcome {
+        let PreparedCall { tracker, tool, .. } = call;
+        finish_ended(
+            tracker,
+            GateOutcome {
+                tool,
+                refusal: Some(refusal),
+                host_error: None,
+                outcome: None,
+                detail: Some(detail),
+            },
+        )
+    }
+
+    /// Records a call the adapter refused before it could prepare it (a malformed request,
+    /// an unknown function of its own wire, …), so that every refusal reaches the sink.
+    /// `tool` is what the request named, if anything.
+    pub fn refused(&self, tool: &str, refusal: Refusal, detail: String) -> GateOutcome {
+        let tracker = CallTracker::start(&self.adapter, tool, self.boundary.sink());
+        finish_ended(
+            tracker,
+            GateOutcome {
+                tool: tool.to_owned(),
+                refusal: Some(refusal),
+                host_error: None,
+                outcome: None,
+                detail: Some(detail),
+            },
+        )
     }
 
     /// Approval, the one-use claim and both policy re-checks. Until the claim, dropping

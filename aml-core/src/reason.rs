@@ -118,8 +118,15 @@ wire_enum! {
     pub enum Refusal {
         /// `"invalid_or_unregistered_call"`: the host registered no tool by that name.
         InvalidOrUnregisteredCall = "invalid_or_unregistered_call",
-        /// `"invalid_arguments"`: the arguments are outside the tool's host input schema.
+        /// `"invalid_arguments"`: the arguments are outside the tool's host input schema (or
+        /// not a JSON object, or hold what the adapter refuses to pass, such as unresolved
+        /// data bindings).
         InvalidArguments = "invalid_arguments",
+        /// `"malformed_request"`: the adapter could not read the request on its wire.
+        MalformedRequest = "malformed_request",
+        /// `"duplicate_call"`: the request reused a call id the adapter already took up;
+        /// nothing ran again.
+        DuplicateCall = "duplicate_call",
     }
 }
 

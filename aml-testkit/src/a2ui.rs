@@ -32,14 +32,30 @@ pub fn send_message_schema() -> Value {
     })
 }
 
-/// The host catalog: `sendMessage` bound to `tool` (agent-callable), or renderer-only.
-pub fn host_catalog(tool: Option<Arc<GuardedTool>>) -> Result<HostCatalog, aml_a2ui::CatalogError> {
+/// The host catalog: `sendMessage` bound to `tool` (agent-callable, with
+/// [`send_message_schema`]), or renderer-only.
+pub fn host_catalog(tool: Option<&GuardedTool>) -> Result<HostCatalog, HarnessError> {
+    let err = |e: &dyn std::fmt::Display| HarnessError(e.to_string());
     let description = "Send a status update to a recipient.";
     let function = match tool {
-        Some(tool) => HostFunction::agent_callable(FUNCTION, description, send_message_schema(), tool)?,
-        None => HostFunction::renderer_only(FUNCTION, description, send_message_schema())?,
+        Some(tool) => {
+            let registration = tool.registration(send_message_schema()).map_err(|e| err(&e))?;
+            HostFunction::agent_callable(FUNCTION, description, registration)
+        }
+        None => {
+            HostFunction::renderer_only(FUNCTION, description, send_message_schema()).map_err(|e| err(&e))?
+        }
     };
     Ok(HostCatalog::new(CATALOG_ID, "AML action boundary host functions").with_function(function))
+}
+
+/// A gate over [`host_catalog`] with `tool`'s boundary (policy and hooks).
+fn gate_for(tool: &GuardedTool, catalog: HostCatalog) -> Result<FunctionGate, HarnessError> {
+    FunctionGate::new(
+        Arc::new(FunctionRegistry::new().with_catalog(catalog)),
+        tool.boundary().clone(),
+    )
+    .map_err(|e| HarnessError(e.to_string()))
 }
 
 fn request(form: WireForm, call_id: &str, call: &str, catalog_id: &str, args: Value) -> Value {
@@ -141,9 +157,8 @@ pub async fn run_case_in(text: &CaseText, form: WireForm) -> Result<Value, Harne
         .executor(observing.clone())
         .build()
         .map_err(|e| HarnessError(e.to_string()))?;
-    let catalog = host_catalog((id != "renderer_only").then(|| Arc::new(tool)))
-        .map_err(|e| HarnessError(e.to_string()))?;
-    let gate = FunctionGate::new(Arc::new(FunctionRegistry::new().with_catalog(catalog)));
+    let catalog = host_catalog((id != "renderer_only").then_some(&tool))?;
+    let gate = gate_for(&tool, catalog)?;
 
     let sent = shared_request.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let bytes = serde_json::to_vec(&sent).map_err(|e| HarnessError(e.to_string()))?;
@@ -178,18 +193,14 @@ pub async fn report() -> Result<Value, HarnessError> {
         .resource_for(DestinationMapper)
         .build()
         .map_err(|e| HarnessError(e.to_string()))?;
-    let catalog = |tool| {
-        host_catalog(tool)
-            .map(|c| c.definition())
-            .map_err(|e| HarnessError(e.to_string()))
-    };
+    let catalog = |tool| host_catalog(tool).map(|c| c.definition());
     Ok(json!({
         "protocol": A2UI_PROTOCOL,
         "scope": "aml-testkit through aml-a2ui: fixture hooks only; no renderer, person or message was involved.",
         "source": format!("aml-testkit {} (Rust), aml-a2ui FunctionGate", env!("CARGO_PKG_VERSION")),
         "spec": "https://a2ui.org/specification/v1.0-a2ui/",
         "cases": cases,
-        "host_catalog": catalog(Some(Arc::new(probe)))?,
+        "host_catalog": catalog(Some(&probe))?,
         "host_catalog_variants": {"renderer_only": catalog(None)?},
     }))
 }
@@ -227,8 +238,7 @@ impl Harness for A2uiHarness {
     }
 
     async fn call(&self, tool: Arc<GuardedTool>, args: &CallerArguments) -> Result<Attempt, HarnessError> {
-        let catalog = host_catalog(Some(tool)).map_err(|e| HarnessError(e.to_string()))?;
-        let gate = FunctionGate::new(Arc::new(FunctionRegistry::new().with_catalog(catalog)));
+        let gate = gate_for(&tool, host_catalog(Some(&tool))?)?;
         let call_id = format!("call_{}", self.next_id.fetch_add(1, Ordering::Relaxed));
         let key = self.form.function_key();
         // The agent's message text, written once from the arguments as they are now.

@@ -235,9 +235,11 @@ fn gate_with(mapper_fails: bool) -> FunctionGate {
         .executor(tool_fn(|_| async { Ok(json!({"sent": true})) }))
         .build()
         .unwrap();
-    FunctionGate::new(Arc::new(
-        FunctionRegistry::new().with_catalog(host_catalog(Some(Arc::new(tool))).unwrap()),
-    ))
+    FunctionGate::new(
+        Arc::new(FunctionRegistry::new().with_catalog(host_catalog(Some(&tool)).unwrap())),
+        tool.boundary().clone(),
+    )
+    .unwrap()
 }
 
 fn message(id: &str, args: &str) -> Vec<u8> {

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use aml_a2ui::{AllowedCallers, FunctionGate, FunctionRegistry, HostCatalog, HostFunction, WireForm};
 use aml_core::{
-    async_trait, ArgumentSnapshot, Effect, GuardedTool, MapperError, Policy, ResourceMapper, ToolCall,
-    ToolError, ToolExecutor,
+    async_trait, ActionBoundary, Effect, Policy, ReceiptSink, ResourceRule, ToolCall, ToolError,
+    ToolExecutor, ToolRegistration,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -38,40 +38,18 @@ struct FunctionConfig {
     #[serde(default)]
     purpose: Option<String>,
     #[serde(default)]
-    resource: Option<ResourceConfig>,
+    resource: Option<ResourceRule>,
 }
 
-/// Where a call's policy resource comes from.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-enum ResourceConfig {
-    /// The string value of one argument.
-    #[serde(rename = "argument")]
-    Argument(String),
-    /// The same resource for every call.
-    #[serde(rename = "fixed")]
-    Fixed(String),
-}
-
-impl ResourceMapper for ResourceConfig {
-    fn resource_for(&self, args: &ArgumentSnapshot) -> Result<String, MapperError> {
-        match self {
-            ResourceConfig::Fixed(r) => Ok(r.clone()),
-            ResourceConfig::Argument(name) => args
-                .str(name)
-                .map(str::to_owned)
-                .ok_or_else(|| MapperError::new(format!("argument {name:?} is not a string"))),
-        }
-    }
-}
-
-/// Where the fixture tool and the loop write their JSON log lines.
+/// Where the fixture tool writes its JSON log lines.
 pub(crate) type Log = Arc<Mutex<dyn Write + Send>>;
 
 fn log_line(log: &Log, line: &Value) {
+    // One write per line, so lines from the receipt writer thread never interleave with it.
+    let text = format!("{line}\n");
     let mut out = log.lock().unwrap_or_else(|p| p.into_inner());
     // A log that cannot be written must not stop the gate from answering.
-    let _ = writeln!(out, "{line}");
+    let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
 }
 
@@ -112,45 +90,64 @@ impl HostConfig {
         serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    /// The registry: one catalog, each agent-callable function bound to a guarded fixture
-    /// tool named after the function.
-    pub(crate) fn registry(&self, log: &Log) -> Result<FunctionRegistry, String> {
+    /// The host: one catalog, each agent-callable function bound to a tool registration
+    /// named after the function, run by a fixture tool that logs to `log`.
+    pub(crate) fn host(&self, log: &Log) -> Result<Host, String> {
         let policy = Arc::new(Policy::try_from_value(&self.policy).map_err(|e| format!("policy: {e}"))?);
         let title = self.title.as_deref().unwrap_or("Host functions");
         let mut catalog = HostCatalog::new(self.catalog_id.as_str(), title);
         for f in &self.functions {
             let fail = |what: &str| format!("function {}: {what}", f.name);
             let callers: AllowedCallers = f.allowed_callers.parse().map_err(|e| fail(&format!("{e}")))?;
-            let tool = match (callers.agent_may_call(), &f.effect, &f.purpose, &f.resource) {
+            let tool_or_schema = match (callers.agent_may_call(), &f.effect, &f.purpose, &f.resource) {
                 (true, Some(effect), Some(purpose), Some(resource)) => {
-                    let tool =
-                        GuardedTool::builder(f.name.as_str(), *effect, purpose.as_str(), Arc::clone(&policy))
-                            .resource_for(resource.clone())
-                            .executor(FixtureTool {
-                                function: f.name.clone(),
-                                log: Arc::clone(log),
-                            })
-                            .build()
-                            .map_err(|e| fail(&e.to_string()))?;
-                    Some(Arc::new(tool))
+                    let executor = FixtureTool {
+                        function: f.name.clone(),
+                        log: Arc::clone(log),
+                    };
+                    let tool = ToolRegistration::new(
+                        f.name.as_str(),
+                        *effect,
+                        purpose.as_str(),
+                        resource.clone(),
+                        f.args_schema.clone(),
+                    )
+                    .map_err(|e| fail(&e.to_string()))?
+                    .with_description(f.description.as_str())
+                    .with_executor(Arc::new(executor));
+                    Ok(tool)
                 }
                 (true, ..) => return Err(fail("agent-callable functions need effect, purpose and resource")),
-                (false, None, None, None) => None,
+                (false, None, None, None) => Err(f.args_schema.clone()),
                 (false, ..) => {
                     return Err(fail("rendererOnly functions take no effect, purpose or resource"))
                 }
             };
-            let function = HostFunction::new(
-                f.name.clone(),
-                f.description.clone(),
-                f.args_schema.clone(),
-                callers,
-                tool,
-            )
-            .map_err(|e| e.to_string())?;
+            let function = HostFunction::new(f.name.clone(), f.description.clone(), callers, tool_or_schema)
+                .map_err(|e| e.to_string())?;
             catalog = catalog.with_function(function);
         }
-        Ok(FunctionRegistry::new().with_catalog(catalog))
+        Ok(Host {
+            registry: Arc::new(FunctionRegistry::new().with_catalog(catalog)),
+            policy,
+        })
+    }
+}
+
+/// The host's catalogs and policy.
+pub(crate) struct Host {
+    pub(crate) registry: Arc<FunctionRegistry>,
+    policy: Arc<Policy>,
+}
+
+impl Host {
+    /// A gate over the catalogs, recording every message in `sink`. There is no approval
+    /// channel: rules with `requires_approval` block with `approval_unavailable`.
+    pub(crate) fn gate(&self, sink: Arc<dyn ReceiptSink>) -> Result<FunctionGate, String> {
+        let boundary = ActionBoundary::builder(Arc::clone(&self.policy))
+            .sink_arc(sink)
+            .build();
+        FunctionGate::new(Arc::clone(&self.registry), boundary).map_err(|e| e.to_string())
     }
 }
 
@@ -195,29 +192,21 @@ fn read_line(input: &mut impl BufRead, max: usize, buf: &mut Vec<u8>) -> io::Res
 }
 
 /// Answers every input line with exactly one output line: the A2UI response, or for a
-/// line that names no usable call id, a top-level `error` without one. Logs one
-/// `{"outcome": …}` line per input line.
+/// line that names no usable call id, a top-level `error` without one. The gate records
+/// each line in its receipt sink.
 pub(crate) fn serve(
     gate: &FunctionGate,
     max_line_bytes: usize,
     runtime: &tokio::runtime::Runtime,
     mut input: impl BufRead,
     mut output: impl Write,
-    log: &Log,
 ) -> io::Result<()> {
     let mut line = Vec::new();
-    let mut number = 0u64;
     while read_line(&mut input, max_line_bytes, &mut line)? {
-        number += 1;
-        let (response, mut record) = match runtime.block_on(gate.handle(&line)) {
-            Ok(outcome) => (outcome.response.to_bytes(), outcome.record()),
-            Err(e) => (
-                e.response().to_bytes(),
-                json!({"function_call_id": null, "code": e.reason, "detail": e.detail}),
-            ),
+        let response = match runtime.block_on(gate.handle(&line)) {
+            Ok(outcome) => outcome.response.to_bytes(),
+            Err(e) => e.response().to_bytes(),
         };
-        record["line"] = json!(number);
-        log_line(log, &json!({ "outcome": record }));
         output.write_all(&response)?;
         output.write_all(b"\n")?;
         output.flush()?;

@@ -7,7 +7,8 @@
 //!
 //! `host.json` holds the policy and the catalog (see `aml-a2ui/examples/host.json`). Every
 //! agent-callable function runs a fixture tool that logs `{"tool_entry": …}` on stderr and
-//! returns `{"ok": true}`; every input line also logs one `{"outcome": …}` record.
+//! returns `{"ok": true}`; every input line also ends in one `aml-call-record/1` line on
+//! stderr (the boundary's receipt stream).
 #![allow(missing_docs)]
 
 mod host;
@@ -17,7 +18,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
-use aml_a2ui::{FunctionGate, GateLimits};
+use aml_a2ui::GateLimits;
+use aml_core::JsonLinesSink;
 use clap::Parser;
 
 use crate::host::{capabilities, serve, HostConfig, Log};
@@ -37,18 +39,25 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let log: Log = Arc::new(Mutex::new(io::stderr()));
-    let registry = match HostConfig::load(&args.config).and_then(|c| c.registry(&log)) {
-        Ok(registry) => registry,
+    let host = match HostConfig::load(&args.config).and_then(|c| c.host(&log)) {
+        Ok(host) => host,
         Err(e) => return fail(&e),
     };
     if args.capabilities {
-        return match writeln!(io::stdout(), "{}", capabilities(&registry)) {
+        return match writeln!(io::stdout(), "{}", capabilities(&host.registry)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e.to_string()),
         };
     }
+    let sink = match JsonLinesSink::stderr() {
+        Ok(sink) => Arc::new(sink),
+        Err(e) => return fail(&format!("cannot start the receipt writer: {e}")),
+    };
     let limits = GateLimits::default();
-    let gate = FunctionGate::new(Arc::new(registry)).with_limits(limits);
+    let gate = match host.gate(sink) {
+        Ok(gate) => gate.with_limits(limits),
+        Err(e) => return fail(&e),
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().build() {
         Ok(rt) => rt,
         Err(e) => return fail(&format!("cannot start the runtime: {e}")),
@@ -60,7 +69,6 @@ fn main() -> ExitCode {
         &runtime,
         io::stdin().lock(),
         stdout.lock(),
-        &log,
     ) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e.to_string()),

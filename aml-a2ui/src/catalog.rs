@@ -322,6 +322,19 @@ impl HostCatalog {
     }
 }
 
+/// Whether two registrations are one tool: clones of the same registration (same mapper and
+/// executor), so that no function's implementation is silently replaced by another's.
+fn same_binding(a: &ToolRegistration, b: &ToolRegistration) -> bool {
+    fn addr<T: ?Sized>(arc: &std::sync::Arc<T>) -> *const () {
+        std::sync::Arc::as_ptr(arc).cast()
+    }
+    a.effect() == b.effect()
+        && a.purpose() == b.purpose()
+        && a.input_schema() == b.input_schema()
+        && addr(a.mapper()) == addr(b.mapper())
+        && a.executor().map(addr) == b.executor().map(addr)
+}
+
 /// The catalogs a renderer host serves, by `catalogId`.
 #[derive(Debug, Default)]
 pub struct FunctionRegistry {
@@ -379,10 +392,7 @@ impl FunctionRegistry {
                 None => {
                     tools.insert(tool.name(), tool);
                 }
-                Some(bound)
-                    if bound.effect() == tool.effect()
-                        && bound.purpose() == tool.purpose()
-                        && bound.input_schema() == tool.input_schema() => {}
+                Some(bound) if same_binding(bound, tool) => {}
                 Some(_) => return Err(FunctionCatalogError::ConflictingTool(tool.name().to_owned())),
             }
         }
@@ -393,5 +403,43 @@ impl FunctionRegistry {
                 .map_err(|_| FunctionCatalogError::ConflictingTool(tool.name().to_owned()))?;
         }
         Ok(catalog)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aml_core::{tool_fn, Effect, ResourceRule};
+
+    fn registration() -> ToolRegistration {
+        ToolRegistration::new(
+            "send",
+            Effect::Send,
+            "Send",
+            ResourceRule::Fixed("r".into()),
+            json!({"type": "object"}),
+        )
+        .unwrap()
+        .with_executor(std::sync::Arc::new(tool_fn(|_| async { Ok(json!(1)) })))
+    }
+
+    #[test]
+    fn one_tool_bound_by_two_functions_must_be_one_registration() {
+        let shared = registration();
+        let same = FunctionRegistry::new().with_catalog(
+            HostCatalog::new("c", "t")
+                .with_function(HostFunction::agent_callable("a", "a", shared.clone()))
+                .with_function(HostFunction::agent_callable("b", "b", shared)),
+        );
+        assert_eq!(same.tool_catalog().unwrap().len(), 1);
+        // Same name, another implementation: refused rather than one silently replacing the other.
+        let other = FunctionRegistry::new().with_catalog(
+            HostCatalog::new("c", "t")
+                .with_function(HostFunction::agent_callable("a", "a", registration()))
+                .with_function(HostFunction::agent_callable("b", "b", registration())),
+        );
+        assert!(
+            matches!(other.tool_catalog(), Err(FunctionCatalogError::ConflictingTool(name)) if name == "send")
+        );
     }
 }

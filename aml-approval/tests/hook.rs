@@ -9,7 +9,8 @@ use aml_approval::{
     ApproverKey, ChannelError, DecisionChannel, Keyring, PendingApproval, SignedApprovalHook,
     SignedStatement, Statement, StatementDecision, Validity, MAX_SAFE_INTEGER,
 };
-use aml_core::{async_trait, tool_fn, ArgumentSnapshot, Effect, GuardedTool, Policy, ReceiptReason};
+use aml_core::testing;
+use aml_core::{async_trait, tool_fn, GuardedTool, Policy, ReceiptReason};
 use aml_grants::{Clock, MemoryGrants, SystemClock};
 use serde_json::json;
 
@@ -118,10 +119,7 @@ impl DecisionChannel for Scripted {
 }
 
 fn policy() -> Arc<Policy> {
-    Arc::new(Policy::from_value(
-        &json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "send_message", "effect": "send", "resource": "team@example.test", "requires_approval": true}]}),
-    ))
+    testing::send_message_policy(true)
 }
 
 /// A guarded tool whose approvals come from `answer`, signed by `key`, checked against a
@@ -136,8 +134,7 @@ fn tool(key: ApproverKey, answer: Answer, key_in_ring: bool, calls: Arc<AtomicUs
     let channel = Arc::new(Scripted { key, answer });
     let hook =
         SignedApprovalHook::new(ring, channel, grants.clone()).with_timeout(Duration::from_millis(200));
-    GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy())
-        .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
+    testing::send_message(policy())
         .approval(hook)
         .grants_arc(grants)
         .executor(tool_fn(move |_| {
@@ -279,8 +276,7 @@ async fn verified_decisions_are_journaled_before_they_count() {
     let hook = SignedApprovalHook::new(ring, channel, store.clone()).with_journal(store.clone());
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&calls);
-    let t = GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy())
-        .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
+    let t = testing::send_message(policy())
         .approval(hook)
         .grants_arc(store.clone())
         .executor(tool_fn(move |_| {

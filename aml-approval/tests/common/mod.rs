@@ -9,7 +9,8 @@ use std::time::Duration;
 use aml_approval::{
     ApproverKey, Keyring, SignedApprovalHook, SignedStatement, WebApprovals, WebApprovalsBuilder,
 };
-use aml_core::{tool_fn, ArgumentSnapshot, Effect, GuardedTool, Policy, ReceiptReason, Sha256Digest};
+use aml_core::testing;
+use aml_core::{tool_fn, GuardedTool, ReceiptReason, Sha256Digest};
 use aml_grants::MemoryGrants;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,12 +35,7 @@ pub(crate) async fn host_with(configure: impl FnOnce(WebApprovalsBuilder) -> Web
         .with_timeout(Duration::from_secs(60));
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&calls);
-    let policy = Arc::new(Policy::from_value(
-        &json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "send_message", "effect": "send", "resource": "team@example.test", "requires_approval": true}]}),
-    ));
-    let tool = GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy)
-        .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
+    let tool = testing::send_message(testing::send_message_policy(true))
         .approval(hook)
         .grants_arc(grants)
         .executor(tool_fn(move |_| {

@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use aml_core::testing;
 use aml_core::{
-    approval_fn, tool_fn, Approval, ArgumentSnapshot, ClaimStatus, Effect, GrantRef, GrantStore, GuardedTool,
-    Policy, ReceiptReason, Sha256Digest, ToolExecutor,
+    tool_fn, ClaimStatus, GrantRef, GrantStore, GuardedTool, Policy, ReceiptReason, Sha256Digest,
+    ToolExecutor,
 };
 use aml_grants::{GrantIssuer, StoreError};
 use serde_json::json;
@@ -56,10 +57,7 @@ pub(crate) async fn one_use_contract<S: GrantIssuer + GrantStore>(store: &S, tag
 
 /// A policy with one approval-required rule for `send_message` to `team@example.test`.
 pub(crate) fn policy() -> Arc<Policy> {
-    Arc::new(Policy::from_value(
-        &json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "send_message", "effect": "send", "resource": "team@example.test", "requires_approval": true}]}),
-    ))
+    testing::send_message_policy(true)
 }
 
 /// A guarded tool whose approval always names grant `id`, claimed from `store`, counting
@@ -82,32 +80,23 @@ pub(crate) fn tool_with_grant_and(
     id: String,
     executor: Arc<dyn ToolExecutor>,
 ) -> GuardedTool {
-    GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy())
-        .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
-        .approval(approval_fn(move |req| {
-            let id = id.clone();
-            async move { Ok(Approval::approve(req.proposal().digest()).with_id(id)) }
-        }))
-        .grants_arc(store)
-        .executor_arc(executor)
-        .build()
-        .unwrap()
+    tool_with_policy(policy(), store, id, executor)
 }
 
 pub(crate) fn args() -> serde_json::Value {
-    json!({"to": "team@example.test", "body": "Build passed."})
+    testing::send_message_args()
 }
 
 /// The frozen proposal the tool above makes of [`args`].
 pub(crate) fn args_proposal() -> aml_core::FrozenProposal {
-    aml_core::FrozenProposal::from_value(&json!({"protocol": "aml-proposed-action/1", "tool": "send_message",
-        "effect": "send", "resource": "team@example.test", "purpose": "Send a status update", "arguments": args()}))
+    aml_core::FrozenProposal::from_value(&json!({"protocol": "aml-proposed-action/1", "tool": testing::SEND_MESSAGE,
+        "effect": "send", "resource": testing::TEAM, "purpose": testing::SEND_MESSAGE_PURPOSE, "arguments": args()}))
     .unwrap()
 }
 
 /// The digest the tool above computes for [`args`].
 pub(crate) fn args_digest() -> Sha256Digest {
-    args_proposal().digest()
+    testing::send_message_digest()
 }
 
 /// A guarded tool like [`tool_with_grant`], reading its policy from `policy`.
@@ -117,12 +106,8 @@ pub(crate) fn tool_with_policy(
     id: String,
     executor: Arc<dyn ToolExecutor>,
 ) -> GuardedTool {
-    GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy)
-        .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
-        .approval(approval_fn(move |req| {
-            let id = id.clone();
-            async move { Ok(Approval::approve(req.proposal().digest()).with_id(id)) }
-        }))
+    testing::send_message(policy)
+        .approval(testing::approve_with_grant(id))
         .grants_arc(store)
         .executor_arc(executor)
         .build()

@@ -9,7 +9,7 @@ use aml_core::{async_trait, Effect, GuardedTool, LivePolicy, Plan, Policy, Recei
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::args::CallerArguments;
+use crate::caller_args::CallerArguments;
 use crate::fixtures::{ApprovalBehavior, CallerChange, DestinationMapper, FixtureApproval, ObservingTool};
 use crate::harness::{Attempt, Harness, HarnessError};
 use crate::log::HostLog;

@@ -12,7 +12,7 @@ pub const ADDED_REPORT_KEYS: &[&str] = &["host_catalog", "host_catalog_variants"
 
 /// How one documented case compared.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum CaseVerdict {
     /// Every field equals the documented case.
     Pass,
     /// Equal except the one documented substitution: an attempt Rust's types rule out
@@ -25,10 +25,10 @@ pub enum Verdict {
     Fail(Vec<String>),
 }
 
-impl Verdict {
+impl CaseVerdict {
     /// Whether the case holds.
     pub fn passed(&self) -> bool {
-        !matches!(self, Verdict::Fail(_))
+        !matches!(self, CaseVerdict::Fail(_))
     }
 }
 
@@ -65,10 +65,10 @@ fn diff(expected: &Value, actual: &Value, path: &str, out: &mut Vec<String>) {
 /// Compares one case. The only accepted substitution: a documented JavaScript
 /// `adapter_error` attempt that Rust rules out at compile time, reported as exactly
 /// `{"statically_ruled_out": STATICALLY_RULED_OUT, "host_hook_events": []}`.
-pub fn compare_case(expected: &Value, actual: &Value) -> Verdict {
+pub fn compare_case(expected: &Value, actual: &Value) -> CaseVerdict {
     let direct = differences(expected, actual);
     if direct.is_empty() {
-        return Verdict::Pass;
+        return CaseVerdict::Pass;
     }
     let static_attempt =
         serde_json::json!([{"statically_ruled_out": STATICALLY_RULED_OUT, "host_hook_events": []}]);
@@ -79,17 +79,17 @@ pub fn compare_case(expected: &Value, actual: &Value) -> Verdict {
         let mut substituted = expected.clone();
         substituted["attempts"] = static_attempt;
         if differences(&substituted, actual).is_empty() {
-            return Verdict::PassStatic;
+            return CaseVerdict::PassStatic;
         }
     }
     if wire_refusal_stands_for_input_refusal(expected, actual) {
         let mut substituted = expected.clone();
         substituted["attempts"] = actual["attempts"].clone();
         if differences(&substituted, actual).is_empty() {
-            return Verdict::PassWireRefused;
+            return CaseVerdict::PassWireRefused;
         }
     }
-    Verdict::Fail(direct)
+    CaseVerdict::Fail(direct)
 }
 
 /// A documented input refusal (one blocked attempt, no digest, an `AML_*` code, no hook
@@ -134,7 +134,7 @@ pub fn mask_digests(value: &Value) -> Value {
 }
 
 /// Compares a whole report: its protocol and every case, by id and in order.
-pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, Verdict)> {
+pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, CaseVerdict)> {
     let mut verdicts = Vec::new();
     let empty_map = serde_json::Map::new();
     let e_top = expected.as_object().unwrap_or(&empty_map);
@@ -145,7 +145,7 @@ pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, Verdict)
             let got = a_top.get(key).map_or("nothing".to_owned(), Value::to_string);
             verdicts.push((
                 key.clone(),
-                Verdict::Fail(vec![format!("expected {value}, got {got}")]),
+                CaseVerdict::Fail(vec![format!("expected {value}, got {got}")]),
             ));
         }
     }
@@ -153,7 +153,7 @@ pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, Verdict)
         if !e_top.contains_key(key) && !ADDED_REPORT_KEYS.contains(&key.as_str()) {
             verdicts.push((
                 key.clone(),
-                Verdict::Fail(vec!["unexpected report key".to_owned()]),
+                CaseVerdict::Fail(vec!["unexpected report key".to_owned()]),
             ));
         }
     }
@@ -164,14 +164,14 @@ pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, Verdict)
         let id = e["id"].as_str().unwrap_or("?").to_owned();
         let verdict = match actual_cases.get(i) {
             Some(a) => compare_case(e, a),
-            None => Verdict::Fail(vec!["case missing".to_owned()]),
+            None => CaseVerdict::Fail(vec!["case missing".to_owned()]),
         };
         verdicts.push((id, verdict));
     }
     for extra in actual_cases.iter().skip(expected_cases.len()) {
         verdicts.push((
             extra["id"].as_str().unwrap_or("?").to_owned(),
-            Verdict::Fail(vec!["case not documented".to_owned()]),
+            CaseVerdict::Fail(vec!["case not documented".to_owned()]),
         ));
     }
     verdicts
@@ -199,7 +199,7 @@ mod tests {
             json!({"id": "m", "attempts": [{"adapter_error": "x", "host_hook_events": ["e"]}], "n": 0});
         let mut actual = expected.clone();
         actual["attempts"] = json!([{"statically_ruled_out": STATICALLY_RULED_OUT, "host_hook_events": []}]);
-        assert_eq!(compare_case(&expected, &actual), Verdict::PassStatic);
+        assert_eq!(compare_case(&expected, &actual), CaseVerdict::PassStatic);
         actual["n"] = json!(1);
         assert!(!compare_case(&expected, &actual).passed());
         actual["n"] = json!(0);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use aml_core::{async_trait, GuardedTool};
 use aml_grpc::{serve, GatedToolService, ServerLimits, ToolClient};
 
-use crate::args::CallerArguments;
+use crate::caller_args::CallerArguments;
 use crate::harness::{Attempt, Harness, HarnessError};
 
 fn err(e: impl core::fmt::Display) -> HarnessError {

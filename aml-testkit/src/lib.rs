@@ -14,7 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod a2ui;
-mod args;
+mod caller_args;
 pub mod challenge;
 pub mod compare;
 pub mod fixtures;
@@ -26,6 +26,6 @@ pub mod mcp;
 pub mod notice_fixture;
 pub mod rehearsal;
 
-pub use args::{CallerArguments, MessageArgs};
+pub use caller_args::{CallerArguments, MessageArgs};
 pub use harness::{Attempt, CoreHarness, Harness, HarnessError, UnavailableHarness};
 pub use log::{Counters, HostLog};

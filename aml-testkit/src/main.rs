@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use aml_core::canonical::to_canonical_string;
 use aml_core::Sha256Digest;
-use aml_testkit::compare::{compare_report, Verdict};
+use aml_testkit::compare::{compare_report, CaseVerdict};
 use aml_testkit::matrix::{self, fixture, harness_for, GUARDED_TOOL_FIXTURE};
 use aml_testkit::{challenge, rehearsal};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -223,7 +223,7 @@ fn print_and_compare(
 /// Prints a computed report and exits non-zero if `verdicts` finds a deviation.
 fn print_and_compare_with(
     report: Result<serde_json::Value, aml_testkit::HarnessError>,
-    verdicts: impl FnOnce(Result<serde_json::Value, aml_testkit::HarnessError>) -> Vec<(String, Verdict)>,
+    verdicts: impl FnOnce(Result<serde_json::Value, aml_testkit::HarnessError>) -> Vec<(String, CaseVerdict)>,
     fixture_name: &str,
 ) -> ExitCode {
     let report = match report {
@@ -233,7 +233,7 @@ fn print_and_compare_with(
     print_json(&report);
     let mut deviates = false;
     for (id, verdict) in verdicts(Ok(report)) {
-        if let Verdict::Fail(diffs) = verdict {
+        if let CaseVerdict::Fail(diffs) = verdict {
             deviates = true;
             eprintln!("aml-testkit: {id} deviates from {fixture_name}:");
             for d in diffs {

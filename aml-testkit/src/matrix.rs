@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::compare::{compare_report, Verdict};
+use crate::compare::{compare_report, CaseVerdict};
 use crate::harness::{CoreHarness, Harness, HarnessError};
 use crate::rehearsal::rehearse;
 
@@ -39,37 +39,37 @@ pub struct Row {
     pub report: &'static str,
     /// Case id.
     pub case: String,
-    /// Verdict per column of [`ADAPTERS`].
-    pub cells: Vec<Option<Verdict>>,
+    /// CaseVerdict per column of [`ADAPTERS`].
+    pub cells: Vec<Option<CaseVerdict>>,
 }
 
 /// Compares a computed report (or the error that stopped it) with an embedded fixture.
-pub fn report_verdicts(fixture_text: &str, report: Result<Value, HarnessError>) -> Vec<(String, Verdict)> {
+pub fn report_verdicts(fixture_text: &str, report: Result<Value, HarnessError>) -> Vec<(String, CaseVerdict)> {
     let expected = fixture(fixture_text);
     match report {
         Ok(report) => compare_report(&expected, &report),
         Err(e) => case_ids(&expected)
             .into_iter()
-            .map(|id| (id, Verdict::Fail(vec![e.to_string()])))
+            .map(|id| (id, CaseVerdict::Fail(vec![e.to_string()])))
             .collect(),
     }
 }
 
 /// Compares a computed MCP report with the fixture, digests masked: the documented
 /// report's digests come from a host purpose it did not publish.
-pub fn mcp_verdicts(report: Result<Value, HarnessError>) -> Vec<(String, Verdict)> {
+pub fn mcp_verdicts(report: Result<Value, HarnessError>) -> Vec<(String, CaseVerdict)> {
     let expected = crate::compare::mask_digests(&fixture(MCP_FIXTURE));
     match report {
         Ok(report) => compare_report(&expected, &crate::compare::mask_digests(&report)),
         Err(e) => case_ids(&expected)
             .into_iter()
-            .map(|id| (id, Verdict::Fail(vec![e.to_string()])))
+            .map(|id| (id, CaseVerdict::Fail(vec![e.to_string()])))
             .collect(),
     }
 }
 
 /// Runs the guarded-tool rehearsal through one harness and compares it with the fixture.
-pub async fn guarded_tool_verdicts(harness: &dyn Harness) -> Vec<(String, Verdict)> {
+pub async fn guarded_tool_verdicts(harness: &dyn Harness) -> Vec<(String, CaseVerdict)> {
     report_verdicts(GUARDED_TOOL_FIXTURE, rehearse(harness).await)
 }
 
@@ -85,7 +85,7 @@ fn case_ids(report: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn single_column(report: &'static str, adapter: &str, verdicts: Vec<(String, Verdict)>) -> Vec<Row> {
+fn single_column(report: &'static str, adapter: &str, verdicts: Vec<(String, CaseVerdict)>) -> Vec<Row> {
     let col = ADAPTERS.iter().position(|a| *a == adapter).unwrap_or(0);
     verdicts
         .into_iter()
@@ -154,10 +154,10 @@ pub fn render(rows: &[Row]) -> (String, bool) {
         for (col, cell) in row.cells.iter().enumerate() {
             let mark = match cell {
                 None => "-",
-                Some(Verdict::Pass) => "pass",
-                Some(Verdict::PassStatic) => "pass*",
-                Some(Verdict::PassWireRefused) => "pass~",
-                Some(Verdict::Fail(why)) => {
+                Some(CaseVerdict::Pass) => "pass",
+                Some(CaseVerdict::PassStatic) => "pass*",
+                Some(CaseVerdict::PassWireRefused) => "pass~",
+                Some(CaseVerdict::Fail(why)) => {
                     failures.push(format!(
                         "{}/{} [{}]: {}",
                         row.report,

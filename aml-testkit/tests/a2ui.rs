@@ -8,7 +8,7 @@ use std::sync::Arc;
 use aml_a2ui::{wire, FunctionGate, FunctionRegistry, WireForm};
 use aml_core::{tool_fn, ArgumentSnapshot, Effect, GuardedTool, MapperError, Policy};
 use aml_testkit::a2ui::{case_texts, host_catalog, report, run_case, run_case_in, A2uiHarness};
-use aml_testkit::compare::{compare_report, Verdict};
+use aml_testkit::compare::{compare_report, CaseVerdict};
 use aml_testkit::matrix::{fixture, guarded_tool_verdicts, A2UI_FIXTURE};
 use jsonschema::{Registry, Validator};
 use serde_json::{json, Value};
@@ -82,7 +82,7 @@ fn the_nine_documented_cases_match_the_fixture() {
     let verdicts = compare_report(&fixture(A2UI_FIXTURE), &block_on(report()).unwrap());
     assert_eq!(verdicts.len(), 9);
     for (id, v) in verdicts {
-        assert_eq!(v, Verdict::Pass, "{id}");
+        assert_eq!(v, CaseVerdict::Pass, "{id}");
     }
 }
 
@@ -94,9 +94,9 @@ fn the_seventeen_guarded_tool_cases_run_over_a2ui_messages_in_both_forms() {
         for (id, v) in verdicts {
             // `mapper_mutated` is the one documented static substitution (fixtures/README.md).
             let expected = if id == "mapper_mutated" {
-                Verdict::PassStatic
+                CaseVerdict::PassStatic
             } else {
-                Verdict::Pass
+                CaseVerdict::Pass
             };
             assert_eq!(v, expected, "{id} ({form:?})");
         }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use aml_mcp::VERDICT_META_KEY;
-use aml_testkit::compare::Verdict;
+use aml_testkit::compare::CaseVerdict;
 use aml_testkit::matrix::{guarded_tool_verdicts, mcp_verdicts};
 use aml_testkit::mcp::{approved_digest, read_json_lines, report_with, McpHarness};
 use rmcp::model::CallToolRequestParams;
@@ -29,7 +29,7 @@ fn the_six_documented_cases_match_the_fixture_except_digest_values() {
     let verdicts = mcp_verdicts(Ok(report.clone()));
     assert_eq!(verdicts.len(), 6);
     for (id, v) in verdicts {
-        assert_eq!(v, Verdict::Pass, "{id}");
+        assert_eq!(v, CaseVerdict::Pass, "{id}");
     }
     // Digests are real: plan and receipt agree, and the approved call's is this host's.
     for case in report["cases"].as_array().unwrap() {
@@ -53,9 +53,9 @@ fn the_seventeen_guarded_tool_cases_run_over_mcp() {
     assert_eq!(verdicts.len(), 17);
     for (id, v) in verdicts {
         match id.as_str() {
-            "mapper_mutated" => assert_eq!(v, Verdict::PassStatic),
-            "invalid_arguments" => assert_eq!(v, Verdict::PassWireRefused),
-            _ => assert_eq!(v, Verdict::Pass, "{id}"),
+            "mapper_mutated" => assert_eq!(v, CaseVerdict::PassStatic),
+            "invalid_arguments" => assert_eq!(v, CaseVerdict::PassWireRefused),
+            _ => assert_eq!(v, CaseVerdict::Pass, "{id}"),
         }
     }
 }

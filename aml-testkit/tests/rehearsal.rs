@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use aml_testkit::compare::{compare_report, differences, Verdict};
+use aml_testkit::compare::{compare_report, differences, CaseVerdict};
 use aml_testkit::matrix::{fixture, harness_for, GUARDED_TOOL_FIXTURE};
 use aml_testkit::rehearsal::rehearse;
 use aml_testkit::CoreHarness;
@@ -23,8 +23,8 @@ fn core_adapter_reproduces_every_documented_case() {
     assert_eq!(verdicts.len(), 17);
     for (id, verdict) in &verdicts {
         match id.as_str() {
-            "mapper_mutated" => assert_eq!(*verdict, Verdict::PassStatic, "{id}"),
-            _ => assert_eq!(*verdict, Verdict::Pass, "{id}"),
+            "mapper_mutated" => assert_eq!(*verdict, CaseVerdict::PassStatic, "{id}"),
+            _ => assert_eq!(*verdict, CaseVerdict::Pass, "{id}"),
         }
     }
 }

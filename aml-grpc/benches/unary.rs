@@ -6,9 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aml_core::{tool_fn, ArgumentSnapshot, Effect, GuardedTool, Policy};
+use aml_core::{
+    tool_fn, ActionBoundary, ArgumentSnapshot, Effect, JsonLinesSink, Policy, ToolCatalog, ToolGate,
+    ToolRegistration,
+};
 use aml_grpc::pb::tool_service_server::{ToolService, ToolServiceServer};
-use aml_grpc::{pb, serve, GatedToolService, ServerLimits, ToolClient};
+use aml_grpc::{pb, serve, GatedToolService, ToolClient};
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::{json, Value};
 use tonic::{Request, Response, Status};
@@ -28,7 +31,7 @@ impl ToolService for Ungated {
         &self,
         request: Request<pb::CallToolRequest>,
     ) -> Result<Response<pb::CallToolResponse>, Status> {
-        let args: Value = serde_json::from_str(&request.into_inner().arguments_json)
+        let args: Value = serde_json::from_slice(&request.into_inner().arguments_json)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let result = json!({"record": args["id"], "status": "open"});
         Ok(Response::new(pb::CallToolResponse {
@@ -44,33 +47,31 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let policy = Arc::new(Policy::from_value(
-        &json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "fetch_record", "effect": "read", "resource": "record:42", "requires_approval": false}]}),
-    ));
-    let tool = GuardedTool::builder("fetch_record", Effect::Read, "Inspect record", policy)
-        .resource_for(|s: &ArgumentSnapshot| {
-            Ok(format!("record:{}", s.get("id").cloned().unwrap_or_default()))
-        })
+    let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "fetch_record", "effect": "read", "resource": "record:42", "requires_approval": false}]}));
+    let fetch = ToolRegistration::new(
+        "fetch_record",
+        Effect::Read,
+        "Inspect record",
+        |s: &ArgumentSnapshot| Ok(format!("record:{}", s.get("id").cloned().unwrap_or_default())),
+        json!({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}),
+    )
+    .unwrap();
+    // The gated side records every call, as a host does: to a JSON-lines file.
+    let receipts = std::env::temp_dir().join(format!("aml-grpc-bench-{}.jsonl", std::process::id()));
+    let sink = JsonLinesSink::append(&receipts).unwrap();
+    let boundary = ActionBoundary::builder(Arc::new(policy))
         .executor(tool_fn(|call| async move {
             Ok(json!({"record": call.arguments()["id"], "status": "open"}))
         }))
-        .build()
-        .unwrap();
-    let schema = json!({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]});
-    let gated = GatedToolService::new()
-        .with_tool("fetch_record", "Fetch", schema, Arc::new(tool))
-        .unwrap();
+        .sink(sink)
+        .build();
+    let gated = GatedToolService::new(ToolGate::new(ToolCatalog::new().with(fetch).unwrap(), boundary));
 
     let gated_address = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        tokio::spawn(serve(
-            listener,
-            gated,
-            ServerLimits::default(),
-            std::future::pending(),
-        ));
+        tokio::spawn(serve(listener, gated, std::future::pending()));
         address
     });
     let plain_address = rt.block_on(async {
@@ -93,10 +94,7 @@ fn bench(c: &mut Criterion) {
             "http://{plain_address}"
         )))
         .unwrap();
-    let request = || pb::CallToolRequest {
-        tool: "fetch_record".into(),
-        arguments_json: r#"{"id":42}"#.into(),
-    };
+    let request = || pb::CallToolRequest::new("fetch_record", r#"{"id":42}"#);
     let call_gated = || {
         rt.block_on(gated.call_tool("fetch_record", r#"{"id":42}"#, None))
             .map(drop)
@@ -125,6 +123,7 @@ fn bench(c: &mut Criterion) {
     let (g50, g99) = percentiles(&call_gated);
     println!("grpc_unary over 5000 calls each: no gate p50 {p50:?} p99 {p99:?}; gated p50 {g50:?} p99 {g99:?}; added p50 {:?} p99 {:?}",
         g50.saturating_sub(p50), g99.saturating_sub(p99));
+    let _ = std::fs::remove_file(&receipts);
 }
 
 criterion_group!(benches, bench);

@@ -16,6 +16,9 @@ use support::{host, rt, start, Setup};
 
 static PANICS: AtomicUsize = AtomicUsize::new(0);
 
+/// Extra request headers.
+type Headers = Vec<(&'static str, HeaderValue)>;
+
 /// What the server answered one request with.
 #[derive(Debug, PartialEq, Eq)]
 enum Answer {
@@ -39,7 +42,7 @@ fn grpc_status(headers: &http::HeaderMap) -> Option<u16> {
     headers.get("grpc-status")?.to_str().ok()?.parse().ok()
 }
 
-async fn send(address: SocketAddr, headers: Vec<(&'static str, HeaderValue)>) -> Answer {
+async fn send(address: SocketAddr, headers: Headers) -> Answer {
     let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
     let (client, connection) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(connection);
@@ -95,7 +98,7 @@ fn hostile_headers_get_a_status_and_never_panic() {
         const OK: u16 = 0;
         const INVALID_ARGUMENT: u16 = 3;
         // `None`: the connection is refused (an HTTP/2 reset or GOAWAY, no HTTP status).
-        let cases: Vec<(Vec<(&'static str, HeaderValue)>, Option<Answer>)> = vec![
+        let cases: Vec<(Headers, Option<Answer>)> = vec![
             // 20 digits: the value that overflowed `Instant + Duration` before.
             (
                 timeout(b"18446744073709551615S"),

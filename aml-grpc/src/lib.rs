@@ -25,6 +25,7 @@
 
 mod client;
 mod convert;
+mod finish;
 mod route;
 mod server;
 mod service;

@@ -5,6 +5,7 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use crate::convert::{plan_message, receipt_message};
+use crate::finish::FinishOnDrop;
 use crate::pb;
 use crate::route::ToolServiceRoute;
 use crate::server::ServerLimits;
@@ -108,32 +109,24 @@ impl GatedToolService {
             GateAuthorization::Ended(outcome) => return Err(status_for(&outcome)),
             _ => return Err(Status::internal("the gate ended a call in an unknown way")),
         };
-        // From the claim on, the dispatch runs in its own task: it completes and is recorded
-        // even when the caller is gone.
-        let plan = authorized.plan().clone();
-        let running = tokio::spawn(authorized.execute(None));
-        let finished = match due {
-            Some(due) => match tokio::time::timeout_at(due, running).await {
-                Ok(finished) => finished,
+        // From the claim on, the dispatch completes even when the caller is gone: it runs on
+        // this task, and if tonic drops the handler, on a task of its own.
+        let plan = due.map(|_| authorized.plan().clone());
+        let mut running = FinishOnDrop::new(authorized.execute(None));
+        let outcome = match due {
+            Some(due) => match tokio::time::timeout_at(due, &mut running).await {
+                Ok(outcome) => outcome,
                 Err(_) => {
                     return Err(service_status(
                         ServiceReason::DispatchInProgress,
                         "the deadline passed while the tool was running; its receipt is in the host's record: do not retry automatically",
                         "the tool was entered and had not returned by the deadline",
-                        Some(&plan),
+                        plan.as_ref(),
                     ))
                 }
             },
             None => running.await,
         };
-        let outcome = finished.map_err(|e| {
-            service_status(
-                ServiceReason::DispatchInProgress,
-                "the dispatch task ended without an outcome; do not retry automatically",
-                &format!("the dispatch task failed: {e}"),
-                Some(&plan),
-            )
-        })?;
         if outcome.status() != CallStatus::Dispatched {
             return Err(status_for(&outcome));
         }

@@ -20,8 +20,9 @@ pub const ADAPTER: &str = "grpc";
 ///
 /// Every call gets exactly one call record in the gate's sink, refusals included.
 /// Until the one-use claim, a caller that cancels, disconnects or passes its deadline ends
-/// the call as blocked and the tool is never entered; from the claim on, the dispatch runs
-/// in its own task, completes, and its receipt is recorded. See ADR 006.
+/// the call as blocked and the tool is never entered; from the claim on, the dispatch
+/// completes (on a task of its own if tonic drops the handler) and its receipt is recorded.
+/// See ADR 006.
 #[derive(Debug, Clone)]
 pub struct GatedToolService {
     gate: ToolGate,

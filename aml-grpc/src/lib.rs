@@ -33,8 +33,8 @@ pub mod status;
 mod timeout;
 mod wire;
 
-/// Code generated from `aml.v1` by tonic-prost-build (`CallToolRequest` is
-/// [`wire::CallToolRequest`](CallToolRequest), written by hand).
+/// Code generated from `aml.v1` by tonic-prost-build; `CallToolRequest` is written by hand so
+/// its text fields decode as bytes.
 #[allow(missing_docs, unreachable_pub, missing_debug_implementations, clippy::all)]
 pub mod pb {
     tonic::include_proto!("aml.v1");

@@ -298,6 +298,37 @@ fn hosts_compose_the_routes_with_their_own_layers_and_clients_with_their_own_sta
 }
 
 #[test]
+fn two_hundred_identical_approved_calls_dispatch_exactly_once() {
+    rt().block_on(async {
+        let host = host(Setup::default());
+        let (address, _stop) = start(host.service.clone()).await;
+        let client = ToolClient::connect(format!("http://{address}")).await.unwrap();
+        let calls = (0..200).map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.call_tool("send_message", SEND, None).await })
+        });
+        let mut dispatched = 0;
+        for call in calls {
+            match tokio::time::timeout(Duration::from_secs(30), call)
+                .await
+                .unwrap()
+                .unwrap()
+            {
+                Ok(_) => dispatched += 1,
+                Err(e) => assert_eq!(
+                    e.report().map(|r| r.reason.as_str()),
+                    Some("approval_reused_or_expired"),
+                    "{e:?}"
+                ),
+            }
+        }
+        assert_eq!(dispatched, 1);
+        assert_eq!(host.entries(), 1);
+        assert_eq!(host.records().len(), 200);
+    });
+}
+
+#[test]
 fn health_reports_the_tool_service_serving() {
     rt().block_on(async {
         let host = host(Setup::default());

@@ -91,9 +91,8 @@ impl GateReason {
     pub const fn refusal(self) -> aml_core::Refusal {
         use aml_core::Refusal;
         match self {
-            GateReason::MessageTooLarge | GateReason::CallIdTooLong | GateReason::MalformedMessage => {
-                Refusal::MalformedRequest
-            }
+            GateReason::MessageTooLarge => Refusal::RequestTooLarge,
+            GateReason::CallIdTooLong | GateReason::MalformedMessage => Refusal::MalformedRequest,
             GateReason::CatalogNotFound | GateReason::FunctionNotFound | GateReason::NotAgentCallable => {
                 Refusal::InvalidOrUnregisteredCall
             }

@@ -124,6 +124,11 @@ wire_enum! {
         InvalidArguments = "invalid_arguments",
         /// `"malformed_request"`: the adapter could not read the request on its wire.
         MalformedRequest = "malformed_request",
+        /// `"request_too_large"`: the request is larger than the adapter accepts; it was not
+        /// read.
+        RequestTooLarge = "request_too_large",
+        /// `"deadline_passed"`: the caller's deadline had passed when the request arrived.
+        DeadlinePassed = "deadline_passed",
         /// `"duplicate_call"`: the request reused a call id the adapter already took up;
         /// nothing ran again.
         DuplicateCall = "duplicate_call",

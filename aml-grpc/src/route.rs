@@ -112,6 +112,7 @@ impl SizeChecked {
         tracing::info!(target: "aml.grpc", declared, limit = self.limit, "request refused: too large");
         if let Some(sink) = self.sink.take() {
             let mut record = CallRecord::new(ADAPTER, "", &self.clock);
+            record.refusal = ServiceReason::RequestTooLarge.refusal();
             record.detail = Some(format!("{}: {detail}", ServiceReason::RequestTooLarge));
             sink.record(&Record::Call(record));
         }

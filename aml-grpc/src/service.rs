@@ -153,6 +153,7 @@ impl GatedToolService {
         let mut record = CallRecord::new(ADAPTER, tool, clock);
         let reason = match why {
             Ok(reason) => {
+                record.refusal = reason.refusal();
                 record.detail = Some(format!("{reason}: {detail}"));
                 reason.as_str()
             }

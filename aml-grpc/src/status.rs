@@ -41,6 +41,17 @@ pub enum ServiceReason {
 }
 
 impl ServiceReason {
+    /// The workspace-wide refusal a refusal with this reason is recorded as (`None` for the
+    /// reasons that are not refusals before planning).
+    pub const fn refusal(self) -> Option<aml_core::Refusal> {
+        match self {
+            ServiceReason::RequestTooLarge => Some(aml_core::Refusal::RequestTooLarge),
+            ServiceReason::InvalidTimeout => Some(aml_core::Refusal::MalformedRequest),
+            ServiceReason::DeadlineExceeded => Some(aml_core::Refusal::DeadlinePassed),
+            ServiceReason::HostError | ServiceReason::DispatchInProgress => None,
+        }
+    }
+
     /// Every value.
     pub const ALL: &'static [ServiceReason] = &[
         ServiceReason::HostError,

@@ -59,11 +59,8 @@ impl Harness for GrpcHarness {
 fn attempt_of(refused: CallError) -> Result<Attempt, HarnessError> {
     match refused.report() {
         Some(report) if report.reason == ServiceReason::HostError.as_str() => {
-            // The gate reports the host error as `GuardedToolError` displays it; the
-            // documented cases compare the mapper's own message.
-            let detail = report.detail.as_deref().unwrap_or_default();
-            let mapper = detail.strip_prefix("resource mapper failed: ").unwrap_or(detail);
-            Ok(Attempt::HostError(mapper.to_owned()))
+            // A mapper's error displays as the mapper's own message.
+            Ok(Attempt::HostError(report.detail.clone().unwrap_or_default()))
         }
         Some(StatusReport {
             plan: Some(plan),

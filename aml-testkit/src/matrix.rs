@@ -44,7 +44,10 @@ pub struct Row {
 }
 
 /// Compares a computed report (or the error that stopped it) with an embedded fixture.
-pub fn report_verdicts(fixture_text: &str, report: Result<Value, HarnessError>) -> Vec<(String, CaseVerdict)> {
+pub fn report_verdicts(
+    fixture_text: &str,
+    report: Result<Value, HarnessError>,
+) -> Vec<(String, CaseVerdict)> {
     let expected = fixture(fixture_text);
     match report {
         Ok(report) => compare_report(&expected, &report),

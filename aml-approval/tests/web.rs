@@ -194,7 +194,14 @@ async fn idle_and_slow_clients_are_cut_off_and_over_the_cap_get_503() {
         }
         closed_after(&mut slow, started).await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Wait (bounded) until the page holds both connections.
+    for _ in 0..500 {
+        if host.page.open_connections() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(host.page.open_connections(), 2);
     // Both slots are taken: a third connection is told so at once.
     let busy = host
         .request("GET", &format!("/?t={}", host.token()), &[], "")

@@ -60,6 +60,8 @@ struct State {
     pending: Mutex<BTreeMap<String, Entry>>,
     on_decision: Option<DecisionLog>,
     limits: server::Limits,
+    /// One permit per connection the page may hold open.
+    permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl State {
@@ -160,6 +162,7 @@ impl WebApprovalsBuilder {
                 max_connections: self.max_connections,
                 request_timeout: self.request_timeout,
             },
+            permits: Arc::new(tokio::sync::Semaphore::new(self.max_connections)),
         });
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(server::serve(listener, Arc::clone(&state), stopped));
@@ -228,6 +231,11 @@ impl WebApprovals {
     /// The address the page listens on.
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// How many connections the page holds open now (at most the connection cap).
+    pub fn open_connections(&self) -> usize {
+        self.state.limits.max_connections - self.state.permits.available_permits()
     }
 
     /// How many proposals are waiting.

@@ -8,7 +8,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 
 use super::State;
@@ -35,7 +35,7 @@ too many connections; try again in a moment";
 /// Accepts until `stop` says so. An accept error (too many open files, a reset before
 /// accept) is logged and followed by a growing pause: the loop never ends on its own.
 pub(super) async fn serve(listener: TcpListener, state: Arc<State>, mut stop: watch::Receiver<bool>) {
-    let permits = Arc::new(Semaphore::new(state.limits.max_connections));
+    let permits = Arc::clone(&state.permits);
     let mut connections = JoinSet::new();
     let mut backoff = Duration::from_millis(5);
     loop {

@@ -71,6 +71,10 @@ impl CallTracker {
     /// Records how the call ended: the closing event and the one record.
     pub(crate) fn finish(mut self, fill: impl FnOnce(&mut CallRecord)) {
         self.done = true;
+        if !self.sink.wants_records() && !tracing::enabled!(target: "aml.dispatch", tracing::Level::INFO) {
+            // Nobody keeps or shows the record: do not build it.
+            return;
+        }
         let mut record = CallRecord::new(&*self.adapter, self.tool.as_str(), &self.clock);
         fill(&mut record);
         self.emit(record);

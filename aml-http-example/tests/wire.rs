@@ -415,9 +415,8 @@ async fn connections_over_the_cap_are_answered_503_unread() {
     let mut limits = ServerLimits::default();
     limits.max_connections = 1;
     let host = start(false, None, CountingTool::new(), limits).await;
+    // Accepted first (the accept queue keeps arrival order), it holds the one permit.
     let _held = TcpStream::connect(host.addr).await.unwrap();
-    // Let the server accept the held connection first.
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let (code, head, body) = raw(
         host.addr,
         &post("/tools/send_message", "application/json", TEAM_MESSAGE),

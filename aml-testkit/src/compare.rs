@@ -133,9 +133,18 @@ pub fn mask_digests(value: &Value) -> Value {
     }
 }
 
+/// A computed report compared with a documented one, report-level fields apart from cases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comparison {
+    /// Report-level fields that differ (`protocol`, an unexpected key), with why.
+    pub report_level: Vec<(String, Vec<String>)>,
+    /// Every documented case by id, in order, then any case the documentation lacks.
+    pub cases: Vec<(String, CaseVerdict)>,
+}
+
 /// Compares a whole report: its protocol and every case, by id and in order.
-pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, CaseVerdict)> {
-    let mut verdicts = Vec::new();
+pub fn compare_report_parts(expected: &Value, actual: &Value) -> Comparison {
+    let mut report_level = Vec::new();
     let empty_map = serde_json::Map::new();
     let e_top = expected.as_object().unwrap_or(&empty_map);
     let a_top = actual.as_object().unwrap_or(&empty_map);
@@ -143,20 +152,15 @@ pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, CaseVerd
         if key != "cases" && !UNCOMPARED_REPORT_KEYS.contains(&key.as_str()) && a_top.get(key) != Some(value)
         {
             let got = a_top.get(key).map_or("nothing".to_owned(), Value::to_string);
-            verdicts.push((
-                key.clone(),
-                CaseVerdict::Fail(vec![format!("expected {value}, got {got}")]),
-            ));
+            report_level.push((key.clone(), vec![format!("expected {value}, got {got}")]));
         }
     }
     for key in a_top.keys() {
         if !e_top.contains_key(key) && !ADDED_REPORT_KEYS.contains(&key.as_str()) {
-            verdicts.push((
-                key.clone(),
-                CaseVerdict::Fail(vec!["unexpected report key".to_owned()]),
-            ));
+            report_level.push((key.clone(), vec!["unexpected report key".to_owned()]));
         }
     }
+    let mut cases = Vec::new();
     let empty = Vec::new();
     let expected_cases = expected["cases"].as_array().unwrap_or(&empty);
     let actual_cases = actual["cases"].as_array().unwrap_or(&empty);
@@ -166,15 +170,25 @@ pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, CaseVerd
             Some(a) => compare_case(e, a),
             None => CaseVerdict::Fail(vec!["case missing".to_owned()]),
         };
-        verdicts.push((id, verdict));
+        cases.push((id, verdict));
     }
     for extra in actual_cases.iter().skip(expected_cases.len()) {
-        verdicts.push((
+        cases.push((
             extra["id"].as_str().unwrap_or("?").to_owned(),
             CaseVerdict::Fail(vec!["case not documented".to_owned()]),
         ));
     }
-    verdicts
+    Comparison { report_level, cases }
+}
+
+/// [`compare_report_parts`] as one list: report-level differences first, then the cases.
+pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, CaseVerdict)> {
+    let Comparison { report_level, cases } = compare_report_parts(expected, actual);
+    report_level
+        .into_iter()
+        .map(|(key, why)| (key, CaseVerdict::Fail(why)))
+        .chain(cases)
+        .collect()
 }
 
 #[cfg(test)]

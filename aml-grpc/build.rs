@@ -10,6 +10,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.join("aml_v1_descriptor.bin"),
         prost::Message::encode_to_vec(&descriptors),
     )?;
-    tonic_prost_build::configure().compile_fds(descriptors)?;
+    tonic_prost_build::configure()
+        // Decoded by hand-written code: its string fields arrive as bytes, so text that is
+        // not UTF-8 reaches the boundary's strict parser instead of failing in the codec.
+        .extern_path(".aml.v1.CallToolRequest", "crate::wire::CallToolRequest")
+        .compile_fds(descriptors)?;
     Ok(())
 }

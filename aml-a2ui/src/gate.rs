@@ -1,37 +1,19 @@
 //! The gate: one `callRendererFunction` in, one A2UI response out, in the order of the
-//! protocol (envelope, catalog and function, argument schema, call-id claim, boundary).
+//! protocol (size limits, envelope, catalog and function, arguments, bindings, argument
+//! schema, call-id claim, boundary).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use aml_core::{DispatchOutcome, ExecutionStatus, GuardedToolError, Plan, Receipt};
+use aml_core::{ActionBoundary, CallStatus, GateOutcome, Plan, Receipt, ToolGate};
+use serde_json::{Map, Value};
 
-use crate::catalog::FunctionRegistry;
-use crate::wire::{decode, DecodeError, RendererMessage};
-
-/// `INVALID_FUNCTION_CALL`: the call was refused before it was taken up.
-pub const INVALID_FUNCTION_CALL: &str = "INVALID_FUNCTION_CALL";
-/// `ACTION_BLOCKED`: host policy or approval blocked the call.
-pub const ACTION_BLOCKED: &str = "ACTION_BLOCKED";
-/// `EXECUTION_FAILED`: the tool was entered and failed; its outcome is uncertain.
-pub const EXECUTION_FAILED: &str = "EXECUTION_FAILED";
-/// `HOST_ERROR`: the host failed while preparing the call (no plan exists).
-pub const HOST_ERROR: &str = "HOST_ERROR";
-
-/// Message for unknown catalogs, unknown functions and renderer-only functions.
-pub const NOT_AVAILABLE: &str = "Function is not available for agent invocation.";
-/// Message for arguments outside the host schema.
-pub const SCHEMA_MISMATCH: &str = "Function arguments did not match the host schema.";
-/// Message for a `functionCallId` this gate has already taken up.
-pub const REPLAYED: &str = "Function call id was already used; the call was not run again.";
-/// Message for a malformed message that still names its call id.
-pub const MALFORMED: &str = "Message is not a valid A2UI v1.0 callRendererFunction.";
-/// Message for `ACTION_BLOCKED`.
-pub const BLOCKED: &str = "Host action policy or approval blocked this call.";
-/// Message for `EXECUTION_FAILED`.
-pub const UNCERTAIN: &str = "Tool outcome is uncertain; do not retry automatically.";
-/// Message for `HOST_ERROR`.
-pub const HOST_FAILED: &str = "The host failed before planning this call.";
+use crate::binding::{find_unresolved, BindingRequest, BindingResolver};
+use crate::catalog::{FunctionCatalogError, FunctionRegistry};
+use crate::reason::GateReason;
+use crate::wire::{
+    decode_with, respond, Answer, CallRendererFunction, DecodeError, GateLimits, RendererMessage, WireForm,
+};
 
 /// Whether the call reached the boundary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,33 +38,59 @@ impl Invocation {
     }
 }
 
+/// Why the gate refused a call before the boundary, for the host's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageRefusal {
+    /// The code.
+    pub reason: GateReason,
+    /// What exactly was wrong (a parser message, a schema violation, a JSON pointer).
+    pub detail: String,
+}
+
 /// What the gate did with one message.
 #[derive(Debug, Clone)]
-pub struct GateOutcome {
-    /// The message to send back to the agent.
+#[non_exhaustive]
+pub struct MessageOutcome {
+    /// The message to send back to the agent, in the call's own form.
     pub response: RendererMessage,
+    /// The form the call used.
+    pub form: WireForm,
     /// Whether the boundary ran.
     pub invocation: Invocation,
+    /// The gate's refusal, when it refused before the boundary.
+    pub refusal: Option<MessageRefusal>,
     /// The plan, when the boundary ran.
     pub plan: Option<Plan>,
     /// The receipt, when the boundary ran.
     pub receipt: Option<Receipt>,
-    /// A host error (failing resource mapper) behind a `HOST_ERROR` response.
+    /// A host error (failing resource mapper) behind a host-error response.
     pub host_error: Option<String>,
 }
 
-impl GateOutcome {
-    fn refused(function_call_id: String, message: &str, invocation: Invocation) -> Self {
-        GateOutcome {
-            response: RendererMessage::Error {
-                function_call_id,
-                code: INVALID_FUNCTION_CALL,
-                message: message.to_owned(),
+impl MessageOutcome {
+    fn refused(form: WireForm, function_call_id: String, reason: GateReason, detail: String) -> Self {
+        MessageOutcome {
+            response: respond(form, function_call_id, Answer::Refused(reason)),
+            form,
+            invocation: if reason == GateReason::Replayed {
+                Invocation::Replayed
+            } else {
+                Invocation::NotReached
             },
-            invocation,
+            refusal: Some(MessageRefusal { reason, detail }),
             plan: None,
             receipt: None,
             host_error: None,
+        }
+    }
+
+    /// The most specific code: the gate's refusal reason, else the receipt reason, else
+    /// `"host_error"`.
+    pub fn code(&self) -> &'static str {
+        match (&self.refusal, &self.receipt) {
+            (Some(r), _) => r.reason.as_str(),
+            (None, Some(receipt)) => receipt.reason().as_str(),
+            (None, None) => "host_error",
         }
     }
 }
@@ -90,51 +98,111 @@ impl GateOutcome {
 /// Gates agent `callRendererFunction` requests for one renderer session.
 ///
 /// Each `functionCallId` is taken up at most once per gate: create one gate per session
-/// (or surface) and share the [`FunctionRegistry`] between them.
+/// (or surface) and share the [`FunctionRegistry`] between them. Every message ends in one
+/// record in the boundary's receipt sink (adapter `a2ui`), refusals included.
 #[derive(Debug)]
 pub struct FunctionGate {
     registry: Arc<FunctionRegistry>,
+    gate: ToolGate,
+    limits: GateLimits,
+    resolver: Option<Arc<dyn BindingResolver>>,
     claimed_ids: Mutex<HashSet<String>>,
 }
 
 impl FunctionGate {
-    /// A gate over `registry`.
-    pub fn new(registry: Arc<FunctionRegistry>) -> Self {
-        FunctionGate {
+    /// A gate over `registry`, with the host's `boundary` (policy, hooks, receipt sink) behind
+    /// its agent-callable functions, the default [`GateLimits`] and no binding resolver
+    /// (arguments holding bindings are refused).
+    pub fn new(
+        registry: Arc<FunctionRegistry>,
+        boundary: ActionBoundary,
+    ) -> Result<Self, FunctionCatalogError> {
+        let gate = ToolGate::new(registry.tool_catalog()?, boundary).for_adapter("a2ui");
+        Ok(FunctionGate {
             registry,
+            gate,
+            limits: GateLimits::default(),
+            resolver: None,
             claimed_ids: Mutex::default(),
-        }
+        })
+    }
+
+    /// Sets the size limits.
+    pub fn with_limits(mut self, limits: GateLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Resolves data bindings and nested calls in `args` before the proposal is frozen.
+    pub fn with_binding_resolver(mut self, resolver: Arc<dyn BindingResolver>) -> Self {
+        self.resolver = Some(resolver);
+        self
+    }
+
+    /// The host's tool gate behind the functions.
+    pub fn tool_gate(&self) -> &ToolGate {
+        &self.gate
     }
 
     /// Handles one agent-to-renderer message.
     ///
-    /// `Err` only for a message that cannot be answered in A2UI because it names no
-    /// `functionCallId` (malformed JSON, another message type): log it and drop it.
-    pub async fn handle(&self, message: &[u8]) -> Result<GateOutcome, DecodeError> {
-        let call = match decode(message) {
+    /// `Err` only for a message that cannot be answered in A2UI because it names no usable
+    /// `functionCallId` (over a size limit, malformed JSON, another message type): log it
+    /// and answer with [`DecodeError::response`] or drop it. It is recorded all the same.
+    pub async fn handle(&self, message: &[u8]) -> Result<MessageOutcome, DecodeError> {
+        let call = match decode_with(message, self.limits) {
             Ok(call) => call,
-            Err(e) => match e.function_call_id {
-                Some(id) => return Ok(GateOutcome::refused(id, MALFORMED, Invocation::NotReached)),
-                None => return Err(e),
-            },
+            Err(e) => {
+                self.record(&e.reason, "", &e.detail);
+                return match e.function_call_id.clone() {
+                    Some(id) => Ok(MessageOutcome::refused(e.form, id, e.reason, e.detail)),
+                    None => Err(e),
+                };
+            }
         };
-        let id = call.function_call_id;
-        let Some(function) = self.registry.lookup(&call.catalog_id, &call.call) else {
-            return Ok(GateOutcome::refused(id, NOT_AVAILABLE, Invocation::NotReached));
+        let (form, id) = (call.form, call.function_call_id.clone());
+        let refuse = |id, reason, detail: String| {
+            self.record(&reason, &call.call, &detail);
+            Ok(MessageOutcome::refused(form, id, reason, detail))
+        };
+        let function = match self.registry.find(&call.catalog_id, &call.call) {
+            Ok(function) => function,
+            Err(reason) => {
+                let detail = format!("{} in {}", clip(&call.call, 64), clip(&call.catalog_id, 128));
+                return refuse(id, reason, detail);
+            }
         };
         let Some(tool) = function
             .tool()
             .filter(|_| function.allowed_callers().agent_may_call())
         else {
-            return Ok(GateOutcome::refused(id, NOT_AVAILABLE, Invocation::NotReached));
+            let detail = format!("allowedCallers is {}", function.allowed_callers().as_str());
+            return refuse(id, GateReason::NotAgentCallable, detail);
         };
-        // Arguments that cannot be parsed strictly skip the schema: the boundary blocks them
-        // below with their canonical code, as it blocks any capture failure.
-        let args = aml_core::strict::parse_str(&call.args_json).ok();
-        if let Some(args) = &args {
-            if !function.accepts(args) {
-                return Ok(GateOutcome::refused(id, SCHEMA_MISMATCH, Invocation::NotReached));
+        let args_text = match call.args_json {
+            Some(text) => text,
+            None if function.requires_args() => {
+                return refuse(id, GateReason::ArgsMissing, "the catalog requires args".into())
             }
+            None => "{}",
+        };
+        let prepared = match self.arguments(&call, args_text).await {
+            Ok(Some(args)) => self.gate.prepare_value(tool.name(), args),
+            // Text the strict parser refuses skips the checks: the boundary blocks it with its
+            // canonical code and leaves a receipt.
+            Ok(None) => self.gate.prepare_json(tool.name(), args_text.as_bytes()),
+            Err(MessageRefusal { reason, detail }) => return refuse(id, reason, detail),
+        };
+        if prepared.refusal().is_some() {
+            // The arguments are outside the function's schema: refused before the call id.
+            let outcome = self.gate.run(prepared, None, None).await;
+            let detail = outcome.detail().unwrap_or_default().to_owned();
+            return Ok(MessageOutcome::refused(
+                form,
+                id,
+                GateReason::ArgsSchemaMismatch,
+                detail,
+            ));
         }
         let fresh = self
             .claimed_ids
@@ -142,59 +210,106 @@ impl FunctionGate {
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.clone());
         if !fresh {
-            return Ok(GateOutcome::refused(id, REPLAYED, Invocation::Replayed));
+            let detail = "functionCallId already taken up".to_owned();
+            self.gate.refuse(
+                prepared,
+                GateReason::Replayed.refusal(),
+                format!("replayed: {detail}"),
+            );
+            return Ok(MessageOutcome::refused(form, id, GateReason::Replayed, detail));
         }
-        let result = match &args {
-            Some(args) => tool.call(args).await,
-            None => tool.call_json(call.args_json.as_bytes()).await,
+        Ok(answered(form, id, self.gate.run(prepared, None, None).await))
+    }
+
+    /// Records a refusal the gate made before the tool gate could prepare the call.
+    fn record(&self, reason: &GateReason, function: &str, detail: &str) {
+        self.gate
+            .refused(function, reason.refusal(), format!("{reason}: {detail}"));
+    }
+}
+
+impl FunctionGate {
+    /// The arguments to run with: resolved literal arguments, or `None` for text the strict
+    /// parser refuses.
+    async fn arguments(
+        &self,
+        call: &CallRendererFunction<'_>,
+        text: &str,
+    ) -> Result<Option<Value>, MessageRefusal> {
+        let refusal = |reason, detail| Err(MessageRefusal { reason, detail });
+        if !text.starts_with('{') {
+            return refusal(GateReason::ArgsNotObject, format!("args is {}", clip(text, 16)));
+        }
+        let map = match aml_core::strict::parse_str(text) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) => return refusal(GateReason::ArgsNotObject, "args is not an object".into()),
+            Err(_) => return Ok(None),
         };
-        Ok(match result {
-            Ok(outcome) => answered(id, outcome),
-            Err(host_error) => host_failed(id, host_error),
-        })
+        Ok(Some(Value::Object(match find_unresolved(call.form, &map) {
+            None => map,
+            Some((reason, at)) => self.resolve(call, &map, reason, &at).await?,
+        })))
+    }
+
+    /// Bindings and nested calls: refused (`reason` at `at`) without a resolver, else
+    /// whatever literals the host's resolver returns.
+    async fn resolve(
+        &self,
+        call: &CallRendererFunction<'_>,
+        args: &Map<String, Value>,
+        reason: GateReason,
+        at: &str,
+    ) -> Result<Map<String, Value>, MessageRefusal> {
+        let unresolved = |detail| MessageRefusal {
+            reason: GateReason::BindingsUnresolved,
+            detail,
+        };
+        let Some(resolver) = &self.resolver else {
+            return Err(MessageRefusal {
+                reason,
+                detail: format!("{reason} at {at}"),
+            });
+        };
+        let request = BindingRequest {
+            form: call.form,
+            surface_id: call.surface_id.as_deref(),
+            catalog_id: &call.catalog_id,
+            function: &call.call,
+            args,
+        };
+        let resolved = resolver
+            .resolve(&request)
+            .await
+            .map_err(|e| unresolved(e.to_string()))?;
+        match find_unresolved(call.form, &resolved) {
+            None => Ok(resolved),
+            Some((left, at)) => Err(unresolved(format!("the resolver left {left} at {at}"))),
+        }
     }
 }
 
-fn answered(function_call_id: String, outcome: DispatchOutcome) -> GateOutcome {
-    let response = match outcome.receipt().execution_status() {
-        ExecutionStatus::Dispatched => RendererMessage::Value {
-            function_call_id,
-            value: outcome.output().cloned().unwrap_or_default(),
-        },
-        ExecutionStatus::Unknown => RendererMessage::FunctionError {
-            function_call_id,
-            code: EXECUTION_FAILED,
-            message: UNCERTAIN,
-        },
-        _ => RendererMessage::FunctionError {
-            function_call_id,
-            code: ACTION_BLOCKED,
-            message: BLOCKED,
-        },
-    };
-    GateOutcome {
-        response,
-        invocation: Invocation::Claimed,
-        plan: Some(outcome.plan().clone()),
-        receipt: Some(outcome.receipt().clone()),
-        host_error: None,
-    }
+/// At most `max` characters of agent text, for a log line that must not echo it whole.
+fn clip(text: &str, max: usize) -> String {
+    let end = text.char_indices().nth(max).map_or(text.len(), |(i, _)| i);
+    let ellipsis = if end < text.len() { "…" } else { "" };
+    format!("{}{ellipsis}", &text[..end])
 }
 
-fn host_failed(function_call_id: String, error: GuardedToolError) -> GateOutcome {
-    let detail = match &error {
-        GuardedToolError::Mapper(e) => e.to_string(),
-        other => other.to_string(),
+fn answered(form: WireForm, function_call_id: String, outcome: GateOutcome) -> MessageOutcome {
+    let answer = match outcome.status() {
+        CallStatus::Dispatched => Answer::Value(outcome.output().cloned().unwrap_or_default()),
+        CallStatus::Unknown => Answer::Uncertain,
+        CallStatus::Blocked(reason) => Answer::Blocked(reason),
+        // Prepared calls are neither refused nor anything else here.
+        _ => Answer::HostError,
     };
-    GateOutcome {
-        response: RendererMessage::FunctionError {
-            function_call_id,
-            code: HOST_ERROR,
-            message: HOST_FAILED,
-        },
+    MessageOutcome {
+        response: respond(form, function_call_id, answer),
+        form,
         invocation: Invocation::Claimed,
-        plan: None,
-        receipt: None,
-        host_error: Some(detail),
+        refusal: None,
+        plan: outcome.plan().cloned(),
+        receipt: outcome.receipt().cloned(),
+        host_error: outcome.host_error().map(str::to_owned),
     }
 }

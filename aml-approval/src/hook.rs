@@ -4,16 +4,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aml_core::{async_trait, Approval, ApprovalError, ApprovalHook, ApprovalRequest, FrozenProposal};
-use aml_grants::{Clock, DecisionJournal, DecisionRecord, GrantIssuer, StoreError, SystemClock};
+use aml_grants::{Clock, DecisionJournal, DecisionRecord, GrantIssuer, SystemClock};
 
-use crate::statement::{Keyring, SignedStatement, Verdict};
+use crate::keys::Keyring;
+use crate::statement::{SignedStatement, StatementRules};
 
 /// A proposal waiting for a person's decision.
 #[derive(Debug, Clone)]
 pub struct PendingApproval {
     /// The frozen proposal (canonical JSON, digest, tool, effect, resource, purpose).
     pub proposal: FrozenProposal,
-    /// The grant id a decision should name.
+    /// The grant id a decision must name.
     pub grant_id: String,
 }
 
@@ -25,8 +26,13 @@ pub struct ChannelError(pub String);
 /// Where a person's signed decision comes from: a web page, a terminal, a file.
 ///
 /// ```
-/// use aml_approval::{ApproverKey, ChannelError, DecisionChannel, PendingApproval, SignedStatement, Statement, Verdict, STATEMENT_PROTOCOL};
+/// use std::time::Duration;
+/// use aml_approval::{
+///     ApproverKey, ChannelError, DecisionChannel, PendingApproval, SignedStatement, Statement,
+///     StatementDecision, Validity,
+/// };
 /// use aml_core::async_trait;
+/// use aml_grants::{Clock, SystemClock};
 ///
 /// /// Signs every decision with one key: a stand-in for a person, for tests.
 /// #[derive(Debug)]
@@ -35,17 +41,17 @@ pub struct ChannelError(pub String);
 /// #[async_trait]
 /// impl DecisionChannel for AlwaysApprove {
 ///     async fn decide(&self, pending: PendingApproval) -> Result<SignedStatement, ChannelError> {
-///         Statement {
-///             protocol: STATEMENT_PROTOCOL.into(),
-///             proposal_sha256: pending.proposal.digest().to_string(),
-///             grant_id: pending.grant_id,
-///             approver_key_id: self.0.key_id().into(),
-///             decision: Verdict::Approve,
-///             issued_at_ms: 0,
-///             expires_at_ms: i64::MAX,
-///         }
+///         let fail = |e: aml_approval::StatementError| ChannelError(e.to_string());
+///         let validity = Validity::lasting(SystemClock.now_ms(), Duration::from_secs(60)).map_err(fail)?;
+///         Statement::new(
+///             pending.proposal.digest(),
+///             pending.grant_id,
+///             self.0.key_id(),
+///             StatementDecision::Approve,
+///             validity,
+///         )
 ///         .sign(&self.0)
-///         .map_err(|e| ChannelError(e.to_string()))
+///         .map_err(fail)
 ///     }
 /// }
 /// ```
@@ -55,17 +61,18 @@ pub trait DecisionChannel: Send + Sync + core::fmt::Debug {
     async fn decide(&self, pending: PendingApproval) -> Result<SignedStatement, ChannelError>;
 }
 
-/// Approves only on a valid signed statement, then issues the grant it names.
+/// Approves only on a valid signed statement for this exact request, then issues the grant
+/// it names.
 ///
 /// | statement | result |
 /// |---|---|
 /// | no decision within the timeout, channel failure | blocked, `approval_error` |
 /// | malformed, unknown key, bad signature | blocked, `approval_error` |
-/// | valid, but for another digest, expired, or `deny` | blocked, `approval_missing_or_mismatched` |
-/// | valid approval | approved with the statement's grant id, issued now |
+/// | valid, but for another digest or another grant id (e.g. one signed for an earlier request), `deny`, issued in the future (beyond the clock skew), valid for longer than the maximum lifetime, or expired | blocked, `approval_missing_or_mismatched` |
+/// | valid approval of this digest and this request's grant id | approved; the grant is issued now |
 ///
-/// A replayed statement names a grant that was already issued: the approval still names it,
-/// and the boundary's one-use claim refuses it (`approval_reused_or_expired`).
+/// Each request gets a fresh grant id, so a statement approves one request only: replayed
+/// for an identical later request — or to another host's hook — it names the wrong grant.
 #[derive(Debug, Clone)]
 pub struct SignedApprovalHook {
     keyring: Arc<Keyring>,
@@ -74,12 +81,14 @@ pub struct SignedApprovalHook {
     clock: Arc<dyn Clock>,
     timeout: Duration,
     grant_ttl: Option<Duration>,
+    rules: StatementRules,
     journal: Option<Arc<dyn DecisionJournal>>,
 }
 
 impl SignedApprovalHook {
     /// Statements from `channel`, verified against `keyring`, grants from `issuer`; waits at
-    /// most five minutes for a decision.
+    /// most five minutes for a decision; [`StatementRules::default`] (24 h maximum lifetime,
+    /// 30 s clock skew).
     pub fn new(keyring: Keyring, channel: Arc<dyn DecisionChannel>, issuer: Arc<dyn GrantIssuer>) -> Self {
         SignedApprovalHook {
             keyring: Arc::new(keyring),
@@ -88,6 +97,7 @@ impl SignedApprovalHook {
             clock: Arc::new(SystemClock),
             timeout: Duration::from_secs(300),
             grant_ttl: None,
+            rules: StatementRules::default(),
             journal: None,
         }
     }
@@ -105,7 +115,7 @@ impl SignedApprovalHook {
         self
     }
 
-    /// Reads time from `clock` (for expiry checks).
+    /// Reads time from `clock` (for the statement's time checks).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
@@ -116,59 +126,68 @@ impl SignedApprovalHook {
         self.grant_ttl = Some(ttl);
         self
     }
+
+    /// The host's limits on statements: maximum lifetime, clock skew.
+    pub fn with_rules(mut self, rules: StatementRules) -> Self {
+        self.rules = rules;
+        self
+    }
 }
 
 #[async_trait]
 impl ApprovalHook for SignedApprovalHook {
     async fn request_approval(&self, request: ApprovalRequest) -> Result<Approval, ApprovalError> {
-        let digest = request.proposal().digest();
+        let proposal = request.proposal().clone();
+        let digest = proposal.digest();
         let grant_id =
             aml_grants::new_grant_id().map_err(|e| ApprovalError::with_source("no grant id", e))?;
         let pending = PendingApproval {
-            proposal: request.proposal().clone(),
-            grant_id,
+            proposal,
+            grant_id: grant_id.clone(),
         };
         let signed = tokio::time::timeout(self.timeout, self.channel.decide(pending))
             .await
             .map_err(|_| ApprovalError::new(format!("no decision within {:?}", self.timeout)))?
-            .map_err(|e| ApprovalError::with_source("the approval channel failed", e))?;
-        let statement = self
-            .keyring
-            .verify(&signed)
-            .map_err(|e| ApprovalError::with_source("the decision is not a valid signed statement", e))?;
+            .map_err(|e| ApprovalError::with_source(format!("the approval channel failed: {e}"), e))?;
+        let statement = self.keyring.verify(&signed).map_err(|e| {
+            ApprovalError::with_source(format!("the decision is not a valid signed statement: {e}"), e)
+        })?;
         if let Some(journal) = &self.journal {
             let record = DecisionRecord {
-                proposal_sha256: statement.proposal_sha256.clone(),
-                grant_id: statement.grant_id.clone(),
-                approver_key_id: statement.approver_key_id.clone(),
-                decision: if statement.decision == Verdict::Approve {
-                    "approve"
-                } else {
-                    "deny"
-                }
-                .to_owned(),
+                proposal_sha256: statement.proposal_sha256().to_string(),
+                grant_id: statement.grant_id().to_owned(),
+                approver_key_id: statement.approver_key_id().to_owned(),
+                decision: statement.decision().as_str().to_owned(),
                 statement_json: signed.to_value().to_string(),
             };
             journal
                 .record_decision(&record)
                 .await
-                .map_err(|e| ApprovalError::with_source("could not journal the decision", e))?;
+                .map_err(|e| ApprovalError::with_source(format!("could not journal the decision: {e}"), e))?;
         }
-        let current = statement.proposal_sha256 == digest.to_string()
-            && statement.decision == Verdict::Approve
-            && self.clock.now_ms() < statement.expires_at_ms;
-        if !current {
+        let checked = statement.check(self.clock.now_ms(), &self.rules, Some(digest), Some(&grant_id));
+        if let Err(refusal) = checked {
+            tracing::info!(
+                target: "aml.approval",
+                digest = %digest,
+                grant_id = %grant_id,
+                approver_key_id = statement.approver_key_id(),
+                refusal = refusal.as_str(),
+                "signed statement does not approve this request"
+            );
             return Ok(Approval::decline(digest));
         }
-        match self
-            .issuer
-            .issue_named(&statement.grant_id, digest, self.grant_ttl)
+        self.issuer
+            .issue_for(&grant_id, request.proposal(), self.grant_ttl)
             .await
-        {
-            // A replay: the grant exists already, and the claim will refuse it if spent.
-            Ok(()) | Err(StoreError::Duplicate(_)) => {}
-            Err(e) => return Err(ApprovalError::with_source("could not issue the one-use grant", e)),
-        }
-        Ok(Approval::approve(digest).with_id(statement.grant_id.clone()))
+            .map_err(|e| ApprovalError::with_source(format!("could not issue the one-use grant: {e}"), e))?;
+        tracing::info!(
+            target: "aml.approval",
+            digest = %digest,
+            grant_id = %grant_id,
+            approver_key_id = statement.approver_key_id(),
+            "signed approval accepted; grant issued"
+        );
+        Ok(Approval::approve(digest).with_id(grant_id))
     }
 }

@@ -9,7 +9,7 @@
 //! | `grant_id` | the one-use grant this decision issues |
 //! | `approver_key_id` | which key in the host's keyring signed it |
 //! | `decision` | `"approve"` or `"deny"` |
-//! | `issued_at_ms`, `expires_at_ms` | integers, milliseconds since the Unix epoch |
+//! | `issued_at_ms`, `expires_at_ms` | integers, milliseconds since the Unix epoch, each at most 2^53 − 1 in magnitude, `issued_at_ms` ≤ `expires_at_ms` |
 //! | `signature` | Ed25519 signature, 128 lowercase hex |
 //!
 //! The signature is over the UTF-8 bytes of the statement *without* `signature`, in the
@@ -17,105 +17,419 @@
 //! `JSON.stringify` writes them — for these keys, plain sorted-key JSON with no spaces).
 //! Another language produces it by sorting the seven keys, serializing compactly, and
 //! signing those bytes with Ed25519.
+//!
+//! Why the integer bound: canonical JSON writes every number as a double, as JavaScript
+//! does, and a double holds integers exactly only up to 2^53. Beyond it two different
+//! timestamps (…993 and …992) would be written, and signed, as the same bytes; such
+//! statements are refused when signing and when verifying.
 
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use core::fmt;
+use std::time::Duration;
+
+use aml_core::Sha256Digest;
+use ed25519_dalek::{Signature, Signer};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::hex;
+use crate::keys::ApproverKey;
 
 /// The statement protocol string.
 pub const STATEMENT_PROTOCOL: &str = "aml-approval-statement/1";
 
-/// `"approve"` or `"deny"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The largest integer a statement carries: 2^53 − 1 (JavaScript's
+/// `Number.MAX_SAFE_INTEGER`); the smallest is its negation.
+pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+/// What the approver decided: `"approve"` or `"deny"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub enum StatementDecision {
     /// `"approve"`
     Approve,
     /// `"deny"`
     Deny,
 }
 
-/// The signed fields of a statement.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Statement {
-    /// Always [`STATEMENT_PROTOCOL`].
-    pub protocol: String,
-    /// The approved (or denied) proposal digest.
-    pub proposal_sha256: String,
-    /// The one-use grant this decision issues.
-    pub grant_id: String,
-    /// The signing key's id.
-    pub approver_key_id: String,
-    /// The decision.
-    pub decision: Verdict,
-    /// When it was made.
-    pub issued_at_ms: i64,
-    /// When it stops counting.
-    pub expires_at_ms: i64,
+impl StatementDecision {
+    /// Every decision.
+    pub const ALL: [StatementDecision; 2] = [StatementDecision::Approve, StatementDecision::Deny];
+
+    /// The wire string.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StatementDecision::Approve => "approve",
+            StatementDecision::Deny => "deny",
+        }
+    }
 }
 
-/// A statement with its signature.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SignedStatement {
-    /// The signed fields.
-    #[serde(flatten)]
-    pub statement: Statement,
-    /// Ed25519 over the canonical JSON of `statement`, lowercase hex.
-    pub signature: String,
+impl fmt::Display for StatementDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
-/// Why a statement is not proof of a decision.
+/// Why a statement is not a usable statement, or not proof of a decision.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StatementError {
     /// Not a statement of this protocol.
     #[error("not an {STATEMENT_PROTOCOL} statement: {0}")]
     Malformed(String),
+    /// A timestamp JSON cannot carry exactly.
+    #[error("{field} {value} is outside ±(2^53 − 1), so JSON cannot carry it exactly")]
+    UnsafeInteger {
+        /// `issued_at_ms` or `expires_at_ms`.
+        field: &'static str,
+        /// The value.
+        value: i128,
+    },
+    /// Issued after it expires.
+    #[error("issued_at_ms {issued_at_ms} is after expires_at_ms {expires_at_ms}")]
+    IssuedAfterExpiry {
+        /// When it says it was issued.
+        issued_at_ms: i64,
+        /// When it says it expires.
+        expires_at_ms: i64,
+    },
     /// Signed by a key the host does not know.
     #[error("unknown approver key {0:?}")]
     UnknownKey(String),
     /// The signature does not verify.
     #[error("the signature does not verify")]
     BadSignature,
+    /// The statement names one key and was to be signed with another.
+    #[error("the statement names key {named:?} but the signing key is {signing:?}")]
+    KeyMismatch {
+        /// The key id in the statement.
+        named: String,
+        /// The signing key's id.
+        signing: String,
+    },
+}
+
+/// When a statement counts: from `issued_at_ms` until (not including) `expires_at_ms`,
+/// milliseconds since the Unix epoch, both at most [`MAX_SAFE_INTEGER`] in magnitude.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validity {
+    issued_at_ms: i64,
+    expires_at_ms: i64,
+}
+
+impl Validity {
+    /// A validity window, or why it cannot be signed exactly.
+    pub fn new(issued_at_ms: i64, expires_at_ms: i64) -> Result<Self, StatementError> {
+        safe("issued_at_ms", i128::from(issued_at_ms))?;
+        safe("expires_at_ms", i128::from(expires_at_ms))?;
+        if issued_at_ms > expires_at_ms {
+            return Err(StatementError::IssuedAfterExpiry {
+                issued_at_ms,
+                expires_at_ms,
+            });
+        }
+        Ok(Validity {
+            issued_at_ms,
+            expires_at_ms,
+        })
+    }
+
+    /// Issued at `issued_at_ms`, lasting `ttl`.
+    pub fn lasting(issued_at_ms: i64, ttl: Duration) -> Result<Self, StatementError> {
+        let expires = i128::from(issued_at_ms) + i128::try_from(ttl.as_millis()).unwrap_or(i128::MAX);
+        safe("expires_at_ms", expires)?;
+        Self::new(issued_at_ms, i64::try_from(expires).unwrap_or(i64::MAX))
+    }
+
+    /// When it was issued (ms since the epoch).
+    pub fn issued_at_ms(&self) -> i64 {
+        self.issued_at_ms
+    }
+
+    /// When it stops counting (ms since the epoch).
+    pub fn expires_at_ms(&self) -> i64 {
+        self.expires_at_ms
+    }
+}
+
+fn safe(field: &'static str, value: i128) -> Result<(), StatementError> {
+    if value.abs() > i128::from(MAX_SAFE_INTEGER) {
+        return Err(StatementError::UnsafeInteger { field, value });
+    }
+    Ok(())
+}
+
+/// The signed fields of a statement. Built by [`Statement::new`] or parsed with its
+/// signature ([`SignedStatement::from_json`]); both check every field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement {
+    proposal_sha256: Sha256Digest,
+    grant_id: String,
+    approver_key_id: String,
+    decision: StatementDecision,
+    validity: Validity,
 }
 
 impl Statement {
-    /// The bytes that are signed.
+    /// A decision about the proposal with digest `proposal_sha256`, issuing grant
+    /// `grant_id`, by the approver whose key is `approver_key_id`.
+    pub fn new(
+        proposal_sha256: Sha256Digest,
+        grant_id: impl Into<String>,
+        approver_key_id: impl Into<String>,
+        decision: StatementDecision,
+        validity: Validity,
+    ) -> Self {
+        Statement {
+            proposal_sha256,
+            grant_id: grant_id.into(),
+            approver_key_id: approver_key_id.into(),
+            decision,
+            validity,
+        }
+    }
+
+    /// The decided proposal's digest.
+    pub fn proposal_sha256(&self) -> Sha256Digest {
+        self.proposal_sha256
+    }
+
+    /// The one-use grant this decision issues.
+    pub fn grant_id(&self) -> &str {
+        &self.grant_id
+    }
+
+    /// The signing key's id.
+    pub fn approver_key_id(&self) -> &str {
+        &self.approver_key_id
+    }
+
+    /// The decision.
+    pub fn decision(&self) -> StatementDecision {
+        self.decision
+    }
+
+    /// When it counts.
+    pub fn validity(&self) -> Validity {
+        self.validity
+    }
+
+    /// The statement as JSON, without a signature.
+    pub fn to_value(&self) -> Value {
+        json!({
+            "protocol": STATEMENT_PROTOCOL,
+            "proposal_sha256": self.proposal_sha256,
+            "grant_id": self.grant_id,
+            "approver_key_id": self.approver_key_id,
+            "decision": self.decision,
+            "issued_at_ms": self.validity.issued_at_ms,
+            "expires_at_ms": self.validity.expires_at_ms,
+        })
+    }
+
+    /// The bytes that are signed: the canonical JSON of [`to_value`](Self::to_value).
     pub fn signing_bytes(&self) -> Result<Vec<u8>, StatementError> {
-        let value = serde_json::to_value(self).map_err(|e| StatementError::Malformed(e.to_string()))?;
-        aml_core::canonical::to_canonical_string(&value)
+        aml_core::canonical::to_canonical_string(&self.to_value())
             .map(String::into_bytes)
             .map_err(|e| StatementError::Malformed(e.to_string()))
     }
 
-    /// Signs it.
+    /// Signs it with `key`, which must be the key it names.
     pub fn sign(self, key: &ApproverKey) -> Result<SignedStatement, StatementError> {
-        let signature = key.signing.sign(&self.signing_bytes()?);
+        if key.key_id() != self.approver_key_id {
+            return Err(StatementError::KeyMismatch {
+                named: self.approver_key_id,
+                signing: key.key_id().to_owned(),
+            });
+        }
+        let signature = key.signing_key().sign(&self.signing_bytes()?);
         Ok(SignedStatement {
             statement: self,
-            signature: hex::encode(&signature.to_bytes()),
+            signature: signature.to_bytes(),
+        })
+    }
+
+    /// Whether this (verified) statement approves now, under `rules`, and — when given —
+    /// names exactly `proposal_sha256` and `grant_id`. The first reason it does not, in the
+    /// order of [`StatementRefusal::ALL`].
+    pub fn check(
+        &self,
+        now_ms: i64,
+        rules: &StatementRules,
+        proposal_sha256: Option<Sha256Digest>,
+        grant_id: Option<&str>,
+    ) -> Result<(), StatementRefusal> {
+        let millis = |d: Duration| i128::try_from(d.as_millis()).unwrap_or(i128::MAX);
+        let (issued, expires) = (
+            i128::from(self.validity.issued_at_ms),
+            i128::from(self.validity.expires_at_ms),
+        );
+        if proposal_sha256.is_some_and(|d| d != self.proposal_sha256) {
+            Err(StatementRefusal::OtherProposal)
+        } else if grant_id.is_some_and(|g| g != self.grant_id) {
+            Err(StatementRefusal::OtherGrant)
+        } else if self.decision != StatementDecision::Approve {
+            Err(StatementRefusal::Denied)
+        } else if issued > i128::from(now_ms) + millis(rules.max_clock_skew) {
+            Err(StatementRefusal::IssuedInTheFuture)
+        } else if expires - issued > millis(rules.max_lifetime) {
+            Err(StatementRefusal::LifetimeTooLong)
+        } else if expires <= i128::from(now_ms) {
+            Err(StatementRefusal::Expired)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// What a host requires of a statement beyond a valid signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatementRules {
+    /// The longest `expires_at_ms − issued_at_ms` accepted (default 24 h).
+    pub max_lifetime: Duration,
+    /// How far in the future `issued_at_ms` may be, for clocks out of step (default 30 s).
+    pub max_clock_skew: Duration,
+}
+
+impl Default for StatementRules {
+    fn default() -> Self {
+        StatementRules {
+            max_lifetime: Duration::from_secs(24 * 3600),
+            max_clock_skew: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a validly signed statement does not approve (see [`Statement::check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StatementRefusal {
+    /// `"other_proposal"`: it decides another proposal digest.
+    OtherProposal,
+    /// `"other_grant"`: it names another grant (e.g. a statement for an earlier request,
+    /// replayed).
+    OtherGrant,
+    /// `"denied"`: the decision is `deny`.
+    Denied,
+    /// `"issued_in_the_future"`: issued later than now plus the allowed clock skew.
+    IssuedInTheFuture,
+    /// `"lifetime_too_long"`: valid for longer than the host allows.
+    LifetimeTooLong,
+    /// `"expired"`: `expires_at_ms` has passed.
+    Expired,
+}
+
+impl StatementRefusal {
+    /// Every refusal, in the order they are checked.
+    pub const ALL: [StatementRefusal; 6] = [
+        StatementRefusal::OtherProposal,
+        StatementRefusal::OtherGrant,
+        StatementRefusal::Denied,
+        StatementRefusal::IssuedInTheFuture,
+        StatementRefusal::LifetimeTooLong,
+        StatementRefusal::Expired,
+    ];
+
+    /// The wire string.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StatementRefusal::OtherProposal => "other_proposal",
+            StatementRefusal::OtherGrant => "other_grant",
+            StatementRefusal::Denied => "denied",
+            StatementRefusal::IssuedInTheFuture => "issued_in_the_future",
+            StatementRefusal::LifetimeTooLong => "lifetime_too_long",
+            StatementRefusal::Expired => "expired",
+        }
+    }
+}
+
+impl fmt::Display for StatementRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A statement with its signature. Serializes to (and deserializes from, checking every
+/// field) the wire form above.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "Wire", try_from = "Wire")]
+pub struct SignedStatement {
+    statement: Statement,
+    signature: [u8; 64],
+}
+
+/// The wire form, as serde reads and writes it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    protocol: String,
+    proposal_sha256: Sha256Digest,
+    grant_id: String,
+    approver_key_id: String,
+    decision: StatementDecision,
+    issued_at_ms: i64,
+    expires_at_ms: i64,
+    signature: String,
+}
+
+impl From<SignedStatement> for Wire {
+    fn from(s: SignedStatement) -> Self {
+        let SignedStatement { statement, signature } = s;
+        Wire {
+            protocol: STATEMENT_PROTOCOL.to_owned(),
+            proposal_sha256: statement.proposal_sha256,
+            grant_id: statement.grant_id,
+            approver_key_id: statement.approver_key_id,
+            decision: statement.decision,
+            issued_at_ms: statement.validity.issued_at_ms,
+            expires_at_ms: statement.validity.expires_at_ms,
+            signature: hex::encode(&signature),
+        }
+    }
+}
+
+impl TryFrom<Wire> for SignedStatement {
+    type Error = StatementError;
+
+    fn try_from(w: Wire) -> Result<Self, StatementError> {
+        if w.protocol != STATEMENT_PROTOCOL {
+            return Err(StatementError::Malformed(format!("protocol {:?}", w.protocol)));
+        }
+        let signature = hex::decode::<64>(&w.signature)
+            .ok_or_else(|| StatementError::Malformed("signature must be 128 lowercase hex".into()))?;
+        Ok(SignedStatement {
+            statement: Statement::new(
+                w.proposal_sha256,
+                w.grant_id,
+                w.approver_key_id,
+                w.decision,
+                Validity::new(w.issued_at_ms, w.expires_at_ms)?,
+            ),
+            signature,
         })
     }
 }
 
 impl SignedStatement {
-    /// Parses a statement from JSON text, strictly.
+    /// Parses a statement from JSON text, strictly (duplicate keys, unknown keys, unsafe
+    /// integers and malformed fields are refused).
     pub fn from_json(text: &str) -> Result<Self, StatementError> {
         let value =
             aml_core::strict::parse_str(text).map_err(|e| StatementError::Malformed(e.to_string()))?;
-        let signed: SignedStatement =
+        let wire: Wire =
             serde_json::from_value(value).map_err(|e| StatementError::Malformed(e.to_string()))?;
-        if signed.statement.protocol != STATEMENT_PROTOCOL {
-            return Err(StatementError::Malformed(format!(
-                "protocol {:?}",
-                signed.statement.protocol
-            )));
-        }
-        Ok(signed)
+        SignedStatement::try_from(wire)
+    }
+
+    /// The signed fields (not yet verified: see [`Keyring::verify`](crate::Keyring::verify)).
+    pub fn statement(&self) -> &Statement {
+        &self.statement
+    }
+
+    /// The Ed25519 signature.
+    pub(crate) fn signature(&self) -> Signature {
+        Signature::from_bytes(&self.signature)
     }
 
     /// The statement as JSON.
@@ -124,173 +438,18 @@ impl SignedStatement {
     }
 }
 
-/// An approver's signing key and its id.
-pub struct ApproverKey {
-    key_id: String,
-    signing: SigningKey,
-}
-
-impl core::fmt::Debug for ApproverKey {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("ApproverKey")
-            .field("key_id", &self.key_id)
-            .field("public_key", &self.public_key_hex())
-            .finish_non_exhaustive()
-    }
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct KeyFile {
-    key_id: String,
-    secret_key: String,
-}
-
-impl ApproverKey {
-    /// A new key from the operating system's randomness.
-    pub fn generate(key_id: impl Into<String>) -> Result<Self, StatementError> {
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| StatementError::Malformed(format!("no randomness: {e}")))?;
-        Ok(ApproverKey {
-            key_id: key_id.into(),
-            signing: SigningKey::from_bytes(&seed),
-        })
-    }
-
-    /// The key's id.
-    pub fn key_id(&self) -> &str {
-        &self.key_id
-    }
-
-    /// The public key, 64 lowercase hex.
-    pub fn public_key_hex(&self) -> String {
-        hex::encode(self.signing.verifying_key().as_bytes())
-    }
-
-    /// The key file: `{"key_id", "secret_key"}` (keep it private).
-    pub fn to_json(&self) -> String {
-        json!({"key_id": self.key_id, "secret_key": hex::encode(self.signing.as_bytes())}).to_string()
-    }
-
-    /// Reads a key file.
-    pub fn from_json(text: &str) -> Result<Self, StatementError> {
-        let file: KeyFile =
-            serde_json::from_str(text).map_err(|e| StatementError::Malformed(e.to_string()))?;
-        let seed = hex::decode::<32>(&file.secret_key)
-            .ok_or_else(|| StatementError::Malformed("secret_key must be 64 lowercase hex".into()))?;
-        Ok(ApproverKey {
-            key_id: file.key_id,
-            signing: SigningKey::from_bytes(&seed),
-        })
-    }
-
-    /// This key's entry for a [`Keyring`].
-    pub fn public_entry(&self) -> (String, String) {
-        (self.key_id.clone(), self.public_key_hex())
-    }
-}
-
-/// The host's approver public keys, by key id.
-#[derive(Debug, Clone, Default)]
-pub struct Keyring {
-    keys: std::collections::BTreeMap<String, VerifyingKey>,
-}
-
-impl Keyring {
-    /// An empty keyring.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds a public key (64 lowercase hex).
-    pub fn with_key(
-        mut self,
-        key_id: impl Into<String>,
-        public_key_hex: &str,
-    ) -> Result<Self, StatementError> {
-        let bytes = hex::decode::<32>(public_key_hex)
-            .ok_or_else(|| StatementError::Malformed("public key must be 64 lowercase hex".into()))?;
-        let key = VerifyingKey::from_bytes(&bytes).map_err(|e| StatementError::Malformed(e.to_string()))?;
-        self.keys.insert(key_id.into(), key);
-        Ok(self)
-    }
-
-    /// Reads `{"keys": [{"key_id", "public_key"}]}`.
-    pub fn from_json(text: &str) -> Result<Self, StatementError> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Entry {
-            key_id: String,
-            public_key: String,
-        }
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct File {
-            keys: Vec<Entry>,
-        }
-        let file: File = serde_json::from_str(text).map_err(|e| StatementError::Malformed(e.to_string()))?;
-        file.keys
-            .into_iter()
-            .try_fold(Keyring::new(), |ring, e| ring.with_key(e.key_id, &e.public_key))
-    }
-
-    /// Checks that `signed` was signed by the key it names, and returns its statement.
-    pub fn verify<'a>(&self, signed: &'a SignedStatement) -> Result<&'a Statement, StatementError> {
-        let statement = &signed.statement;
-        if statement.protocol != STATEMENT_PROTOCOL {
-            return Err(StatementError::Malformed(format!(
-                "protocol {:?}",
-                statement.protocol
-            )));
-        }
-        let key = self
-            .keys
-            .get(&statement.approver_key_id)
-            .ok_or_else(|| StatementError::UnknownKey(statement.approver_key_id.clone()))?;
-        let bytes = hex::decode::<64>(&signed.signature).ok_or(StatementError::BadSignature)?;
-        key.verify(&statement.signing_bytes()?, &Signature::from_bytes(&bytes))
-            .map_err(|_| StatementError::BadSignature)?;
-        Ok(statement)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn statement(key: &ApproverKey) -> Statement {
-        Statement {
-            protocol: STATEMENT_PROTOCOL.into(),
-            proposal_sha256: "ab".repeat(32),
-            grant_id: "g1".into(),
-            approver_key_id: key.key_id().into(),
-            decision: Verdict::Approve,
-            issued_at_ms: 1,
-            expires_at_ms: 2,
-        }
-    }
-
-    #[test]
-    fn signed_statements_verify_and_tampering_does_not() {
-        let alice = ApproverKey::generate("alice").unwrap();
-        let ring = Keyring::new().with_key("alice", &alice.public_key_hex()).unwrap();
-        let signed = statement(&alice).sign(&alice).unwrap();
-        assert_eq!(ring.verify(&signed).unwrap().grant_id, "g1");
-        let text = signed.to_value().to_string();
-        assert_eq!(SignedStatement::from_json(&text).unwrap(), signed);
-
-        let mut tampered = signed.clone();
-        tampered.statement.decision = Verdict::Deny;
-        assert_eq!(ring.verify(&tampered).unwrap_err(), StatementError::BadSignature);
-        let mallory = ApproverKey::generate("alice").unwrap();
-        let forged = statement(&mallory).sign(&mallory).unwrap();
-        assert_eq!(ring.verify(&forged).unwrap_err(), StatementError::BadSignature);
-        let stranger = ApproverKey::generate("bob").unwrap();
-        let unknown = statement(&stranger).sign(&stranger).unwrap();
-        assert!(matches!(
-            ring.verify(&unknown).unwrap_err(),
-            StatementError::UnknownKey(_)
-        ));
+        Statement::new(
+            "ab".repeat(32).parse().unwrap(),
+            "g1",
+            key.key_id(),
+            StatementDecision::Approve,
+            Validity::new(1, 2).unwrap(),
+        )
     }
 
     #[test]
@@ -307,18 +466,147 @@ mod tests {
     }
 
     #[test]
-    fn key_files_round_trip_and_bad_input_is_refused() {
-        let alice = ApproverKey::generate("alice").unwrap();
-        let again = ApproverKey::from_json(&alice.to_json()).unwrap();
-        assert_eq!(again.public_key_hex(), alice.public_key_hex());
-        assert!(ApproverKey::from_json(r#"{"key_id":"x","secret_key":"zz"}"#).is_err());
-        assert!(
-            SignedStatement::from_json(r#"{"protocol":"aml-approval-statement/1","protocol":"x"}"#).is_err()
-        );
-        let ring = Keyring::from_json(&format!(
-            r#"{{"keys":[{{"key_id":"alice","public_key":"{}"}}]}}"#,
-            alice.public_key_hex()
+    fn integers_past_two_to_the_53_are_refused_when_signing_and_parsing() {
+        let max = MAX_SAFE_INTEGER;
+        assert!(Validity::new(-max, max).is_ok());
+        for (issued, expires) in [(0, max + 1), (-max - 1, 0), (0, i64::MAX), (i64::MIN, 0)] {
+            assert!(
+                matches!(
+                    Validity::new(issued, expires),
+                    Err(StatementError::UnsafeInteger { .. })
+                ),
+                "{issued} {expires}"
+            );
+        }
+        assert!(matches!(
+            Validity::lasting(max - 10, Duration::from_millis(11)),
+            Err(StatementError::UnsafeInteger {
+                field: "expires_at_ms",
+                ..
+            })
         ));
-        assert!(ring.is_ok());
+        assert!(matches!(
+            Validity::lasting(0, Duration::MAX),
+            Err(StatementError::UnsafeInteger { .. })
+        ));
+        // 2^53 + 1 and 2^53 would sign the same bytes: the wire form refuses them.
+        let alice = ApproverKey::generate("alice").unwrap();
+        let mut wire = statement(&alice).sign(&alice).unwrap().to_value();
+        wire["expires_at_ms"] = json!(9_007_199_254_740_993_i64);
+        let refused = SignedStatement::from_json(&wire.to_string()).unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                StatementError::UnsafeInteger {
+                    field: "expires_at_ms",
+                    ..
+                }
+            ),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn issued_after_expiry_and_bad_wire_forms_are_refused() {
+        assert!(matches!(
+            Validity::new(5, 4),
+            Err(StatementError::IssuedAfterExpiry { .. })
+        ));
+        let alice = ApproverKey::generate("alice").unwrap();
+        let good = statement(&alice).sign(&alice).unwrap().to_value();
+        assert!(SignedStatement::from_json(&good.to_string()).is_ok());
+        let mut cases = Vec::new();
+        for (key, value) in [
+            ("protocol", json!("aml-approval-statement/2")),
+            ("decision", json!("maybe")),
+            ("issued_at_ms", json!(1.5)),
+            ("expires_at_ms", json!("2")),
+            ("signature", json!("AB")),
+            ("proposal_sha256", json!("AB")),
+            ("extra", json!(1)),
+        ] {
+            let mut bad = good.clone();
+            bad[key] = value;
+            cases.push(bad.to_string());
+        }
+        cases.push(r#"{"protocol":"aml-approval-statement/1","protocol":"x"}"#.into());
+        for text in cases {
+            assert!(SignedStatement::from_json(&text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_statement_signs_only_with_the_key_it_names() {
+        let alice = ApproverKey::generate("alice").unwrap();
+        let bob = ApproverKey::generate("bob").unwrap();
+        assert!(matches!(
+            statement(&alice).sign(&bob),
+            Err(StatementError::KeyMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn checks_refuse_in_order_and_name_the_reason() {
+        let digest: Sha256Digest = "ab".repeat(32).parse().unwrap();
+        let rules = StatementRules::default();
+        let at = |issued, expires, decision| {
+            Statement::new(
+                digest,
+                "g1",
+                "alice",
+                decision,
+                Validity::new(issued, expires).unwrap(),
+            )
+        };
+        let now = 1_000_000_000;
+        let approve = StatementDecision::Approve;
+        let ok = at(now, now + 60_000, approve);
+        assert_eq!(ok.check(now, &rules, Some(digest), Some("g1")), Ok(()));
+        let other = Sha256Digest::of(b"other");
+        let cases = [
+            (
+                ok.check(now, &rules, Some(other), Some("g1")),
+                StatementRefusal::OtherProposal,
+            ),
+            (
+                ok.check(now, &rules, Some(digest), Some("g2")),
+                StatementRefusal::OtherGrant,
+            ),
+            (
+                at(now, now + 1, StatementDecision::Deny).check(now, &rules, None, None),
+                StatementRefusal::Denied,
+            ),
+            (
+                at(now + 31_000, now + 60_000, approve).check(now, &rules, None, None),
+                StatementRefusal::IssuedInTheFuture,
+            ),
+            (
+                at(now, now + 24 * 3_600_000 + 1, approve).check(now, &rules, None, None),
+                StatementRefusal::LifetimeTooLong,
+            ),
+            (
+                at(now - 10, now, approve).check(now, &rules, None, None),
+                StatementRefusal::Expired,
+            ),
+        ];
+        for (got, want) in cases {
+            assert_eq!(got, Err(want));
+        }
+        // Within the skew is fine.
+        assert_eq!(
+            at(now + 29_000, now + 60_000, approve).check(now, &rules, None, None),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn wire_strings_match_serde() {
+        for d in StatementDecision::ALL {
+            assert_eq!(serde_json::to_value(d).unwrap(), json!(d.as_str()));
+        }
+        for r in StatementRefusal::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), json!(r.as_str()));
+            assert_eq!(r.to_string(), r.as_str());
+        }
     }
 }

@@ -8,17 +8,21 @@ use std::time::Duration;
 use aml_core::async_trait;
 use aml_grants::{Clock, SystemClock};
 
+use crate::display::{shown, ESCAPE_WARNING};
 use crate::hook::{ChannelError, DecisionChannel, PendingApproval};
-use crate::statement::{ApproverKey, SignedStatement, Statement, Verdict, STATEMENT_PROTOCOL};
+use crate::keys::ApproverKey;
+use crate::statement::{SignedStatement, Statement, StatementDecision, Validity};
 
 /// Asks on a terminal and signs the answer with the approver's key. Anything but `y`/`yes`
-/// is a denial.
+/// is a denial. Control, bidirectional and invisible characters in the proposal are shown
+/// as `\u{…}` escapes, with a warning line.
 #[derive(Debug, Clone)]
 pub struct TtyApprovals {
     approver: Arc<ApproverKey>,
     input: std::path::PathBuf,
     output: std::path::PathBuf,
     statement_ttl: Duration,
+    clock: Arc<dyn Clock>,
 }
 
 impl TtyApprovals {
@@ -45,10 +49,23 @@ impl TtyApprovals {
             input: input.into(),
             output: output.into(),
             statement_ttl: Duration::from_secs(300),
+            clock: Arc::new(SystemClock),
         }
     }
 
-    fn ask(&self, pending: &PendingApproval) -> Result<Verdict, ChannelError> {
+    /// Signed decisions stay valid for `ttl` (default five minutes).
+    pub fn with_statement_ttl(mut self, ttl: Duration) -> Self {
+        self.statement_ttl = ttl;
+        self
+    }
+
+    /// Reads time from `clock` (for the statements' issue and expiry times).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    fn ask(&self, pending: &PendingApproval) -> Result<StatementDecision, ChannelError> {
         let open = |path: &std::path::Path, write: bool| {
             std::fs::OpenOptions::new()
                 .read(!write)
@@ -58,28 +75,40 @@ impl TtyApprovals {
         };
         let tty = open(&self.input, false)?;
         let mut out = open(&self.output, true)?;
-        let p = &pending.proposal;
-        write!(
-            out,
-            "\nApproval requested: {} ({}) -> {}\nPurpose: {}\nSHA-256: {}\n{}\nApprove? [y/N] ",
-            p.tool(),
-            p.effect(),
-            p.resource(),
-            p.purpose(),
-            p.digest(),
-            p.canonical_json()
-        )
-        .and_then(|()| out.flush())
-        .map_err(|e| ChannelError(e.to_string()))?;
+        out.write_all(prompt(pending).as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(|e| ChannelError(e.to_string()))?;
         let mut line = String::new();
         BufReader::new(tty)
             .read_line(&mut line)
             .map_err(|e| ChannelError(e.to_string()))?;
         Ok(match line.trim().to_ascii_lowercase().as_str() {
-            "y" | "yes" => Verdict::Approve,
-            _ => Verdict::Deny,
+            "y" | "yes" => StatementDecision::Approve,
+            _ => StatementDecision::Deny,
         })
     }
+}
+
+/// The prompt: every field that came from the proposal passes through [`shown`].
+fn prompt(pending: &PendingApproval) -> String {
+    let p = &pending.proposal;
+    let fields = [
+        shown(p.tool()),
+        shown(p.effect().as_str()),
+        shown(p.resource()),
+        shown(p.purpose()),
+        shown(p.canonical_json()),
+    ];
+    let warning = if fields.iter().any(|f| f.escaped) {
+        format!("{ESCAPE_WARNING}\n")
+    } else {
+        String::new()
+    };
+    let [tool, effect, resource, purpose, canonical] = fields.map(|f| f.text);
+    format!(
+        "\nApproval requested: {tool} ({effect}) -> {resource}\nPurpose: {purpose}\nSHA-256: {}\n{canonical}\n{warning}Approve? [y/N] ",
+        p.digest()
+    )
 }
 
 #[async_trait]
@@ -88,21 +117,19 @@ impl DecisionChannel for TtyApprovals {
         let this = self.clone();
         let asked = pending.clone();
         // Reading a terminal blocks: keep it off the async workers.
-        let verdict = tokio::task::spawn_blocking(move || this.ask(&asked))
+        let decision = tokio::task::spawn_blocking(move || this.ask(&asked))
             .await
             .map_err(|e| ChannelError(e.to_string()))??;
-        let now = SystemClock.now_ms();
-        Statement {
-            protocol: STATEMENT_PROTOCOL.into(),
-            proposal_sha256: pending.proposal.digest().to_string(),
-            grant_id: pending.grant_id,
-            approver_key_id: self.approver.key_id().into(),
-            decision: verdict,
-            issued_at_ms: now,
-            expires_at_ms: now
-                .saturating_add(i64::try_from(self.statement_ttl.as_millis()).unwrap_or(i64::MAX)),
-        }
+        let fail = |e: crate::StatementError| ChannelError(e.to_string());
+        let validity = Validity::lasting(self.clock.now_ms(), self.statement_ttl).map_err(fail)?;
+        Statement::new(
+            pending.proposal.digest(),
+            pending.grant_id,
+            self.approver.key_id(),
+            decision,
+            validity,
+        )
         .sign(&self.approver)
-        .map_err(|e| ChannelError(e.to_string()))
+        .map_err(fail)
     }
 }

@@ -1,5 +1,5 @@
 //! `SignedApprovalHook`: only a valid, current, approving statement for the exact digest
-//! dispatches, once.
+//! and the grant id of this very request dispatches, once.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -7,96 +7,134 @@ use std::time::Duration;
 
 use aml_approval::{
     ApproverKey, ChannelError, DecisionChannel, Keyring, PendingApproval, SignedApprovalHook,
-    SignedStatement, Statement, Verdict, STATEMENT_PROTOCOL,
+    SignedStatement, Statement, StatementDecision, Validity, MAX_SAFE_INTEGER,
 };
-use aml_core::{async_trait, tool_fn, ArgumentSnapshot, Effect, GuardedTool, Policy, ReceiptReason};
-use aml_grants::MemoryGrants;
+use aml_core::testing;
+use aml_core::{async_trait, tool_fn, GuardedTool, Policy, ReceiptReason};
+use aml_grants::{Clock, MemoryGrants, SystemClock};
 use serde_json::json;
+
+const DAY_MS: i64 = 24 * 3600 * 1000;
 
 /// How the stand-in approver answers.
 #[derive(Debug, Clone)]
 enum Answer {
+    /// Signs a statement; offsets are from now, in ms.
     Sign {
-        decision: Verdict,
+        decision: StatementDecision,
         other_digest: bool,
-        expired: bool,
+        other_grant: bool,
+        issued: i64,
+        expires: i64,
     },
-    Replay,
+    /// Hands back the statement kept in the shared slot (signed for an earlier request),
+    /// or signs a fresh approval and keeps it there.
+    Replay(Arc<Mutex<Option<SignedStatement>>>),
+    /// Signs a denial and edits it into an approval.
     Tamper,
+    /// Never answers.
     Never,
+}
+
+fn approval() -> Answer {
+    Answer::Sign {
+        decision: StatementDecision::Approve,
+        other_digest: false,
+        other_grant: false,
+        issued: 0,
+        expires: 60_000,
+    }
 }
 
 #[derive(Debug)]
 struct Scripted {
     key: ApproverKey,
     answer: Answer,
-    last: Mutex<Option<SignedStatement>>,
+}
+
+impl Scripted {
+    fn sign(&self, pending: PendingApproval, answer: &Answer) -> SignedStatement {
+        let Answer::Sign {
+            decision,
+            other_digest,
+            other_grant,
+            issued,
+            expires,
+        } = answer.clone()
+        else {
+            unreachable!()
+        };
+        let digest = if other_digest {
+            aml_core::Sha256Digest::of(b"other")
+        } else {
+            pending.proposal.digest()
+        };
+        let grant = if other_grant {
+            "another-grant".to_owned()
+        } else {
+            pending.grant_id
+        };
+        let now = SystemClock.now_ms();
+        let validity = Validity::new(
+            (now + issued).min(MAX_SAFE_INTEGER),
+            (now + expires).min(MAX_SAFE_INTEGER),
+        )
+        .unwrap();
+        Statement::new(digest, grant, self.key.key_id(), decision, validity)
+            .sign(&self.key)
+            .unwrap()
+    }
 }
 
 #[async_trait]
 impl DecisionChannel for Scripted {
     async fn decide(&self, pending: PendingApproval) -> Result<SignedStatement, ChannelError> {
-        let (decision, other_digest, expired) = match &self.answer {
+        Ok(match &self.answer {
             Answer::Never => std::future::pending().await,
-            Answer::Replay => {
-                if let Some(old) = self.last.lock().unwrap().clone() {
-                    return Ok(old);
+            Answer::Replay(slot) => {
+                let kept = slot.lock().unwrap().clone();
+                match kept {
+                    Some(old) => old,
+                    None => {
+                        let fresh = self.sign(pending, &approval());
+                        *slot.lock().unwrap() = Some(fresh.clone());
+                        fresh
+                    }
                 }
-                (Verdict::Approve, false, false)
             }
-            Answer::Tamper => (Verdict::Deny, false, false),
-            Answer::Sign {
-                decision,
-                other_digest,
-                expired,
-            } => (*decision, *other_digest, *expired),
-        };
-        let digest = if other_digest {
-            aml_core::Sha256Digest::of(b"other").to_string()
-        } else {
-            pending.proposal.digest().to_string()
-        };
-        let now = aml_grants::Clock::now_ms(&aml_grants::SystemClock);
-        let mut signed = Statement {
-            protocol: STATEMENT_PROTOCOL.into(),
-            proposal_sha256: digest,
-            grant_id: pending.grant_id,
-            approver_key_id: self.key.key_id().into(),
-            decision,
-            issued_at_ms: now,
-            expires_at_ms: if expired { now - 1 } else { now + 60_000 },
-        }
-        .sign(&self.key)
-        .unwrap();
-        if matches!(self.answer, Answer::Tamper) {
-            signed.statement.decision = Verdict::Approve;
-        }
-        *self.last.lock().unwrap() = Some(signed.clone());
-        Ok(signed)
+            Answer::Tamper => {
+                let deny = Answer::Sign {
+                    decision: StatementDecision::Deny,
+                    other_digest: false,
+                    other_grant: false,
+                    issued: 0,
+                    expires: 60_000,
+                };
+                let text = self.sign(pending, &deny).to_value().to_string();
+                SignedStatement::from_json(&text.replace("\"deny\"", "\"approve\"")).unwrap()
+            }
+            sign => self.sign(pending, sign),
+        })
     }
 }
 
-fn tool(answer: Answer, key_in_ring: bool, calls: Arc<AtomicUsize>) -> GuardedTool {
-    let key = ApproverKey::generate("alice").unwrap();
+fn policy() -> Arc<Policy> {
+    testing::send_message_policy(true)
+}
+
+/// A guarded tool whose approvals come from `answer`, signed by `key`, checked against a
+/// keyring holding `key` when `key_in_ring`; its own in-memory grant store.
+fn tool(key: ApproverKey, answer: Answer, key_in_ring: bool, calls: Arc<AtomicUsize>) -> GuardedTool {
     let ring = if key_in_ring {
-        Keyring::new().with_key("alice", &key.public_key_hex()).unwrap()
+        Keyring::new().with_approver(&key).unwrap()
     } else {
         Keyring::new()
     };
     let grants = Arc::new(MemoryGrants::default());
-    let channel = Arc::new(Scripted {
-        key,
-        answer,
-        last: Mutex::default(),
-    });
+    let channel = Arc::new(Scripted { key, answer });
     let hook =
         SignedApprovalHook::new(ring, channel, grants.clone()).with_timeout(Duration::from_millis(200));
-    let policy = Arc::new(Policy::from_value(
-        &json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "send_message", "effect": "send", "resource": "team@example.test", "requires_approval": true}]}),
-    ));
-    GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy)
-        .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
+    testing::send_message(policy())
         .approval(hook)
         .grants_arc(grants)
         .executor(tool_fn(move |_| {
@@ -105,6 +143,10 @@ fn tool(answer: Answer, key_in_ring: bool, calls: Arc<AtomicUsize>) -> GuardedTo
         }))
         .build()
         .unwrap()
+}
+
+fn alice() -> ApproverKey {
+    ApproverKey::generate("alice").unwrap()
 }
 
 async fn reason(t: &GuardedTool) -> ReceiptReason {
@@ -116,52 +158,107 @@ async fn reason(t: &GuardedTool) -> ReceiptReason {
 }
 
 #[tokio::test]
-async fn a_valid_signed_approval_dispatches_once_and_its_replay_is_refused() {
+async fn a_statement_approves_only_the_request_whose_grant_it_names() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let t = tool(Answer::Replay, true, Arc::clone(&calls));
+    let slot = Arc::default();
+    let t = tool(
+        alice(),
+        Answer::Replay(Arc::clone(&slot)),
+        true,
+        Arc::clone(&calls),
+    );
     assert_eq!(reason(&t).await, ReceiptReason::HostDispatchReturned);
-    // The same signed statement again: its grant is already spent.
-    assert_eq!(reason(&t).await, ReceiptReason::ApprovalReusedOrExpired);
+    // Request 2 is identical, but its grant id is new: request 1's statement does not
+    // approve it.
+    assert_eq!(reason(&t).await, ReceiptReason::ApprovalMissingOrMismatched);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
-async fn anything_but_a_valid_current_approval_blocks() {
-    let sign = |decision, other_digest, expired| Answer::Sign {
+async fn one_statement_replayed_to_a_second_store_does_not_dispatch_again() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let slot: Arc<Mutex<Option<SignedStatement>>> = Arc::default();
+    let key = alice();
+    let twin = ApproverKey::from_json(&key.to_json()).unwrap();
+    let first = tool(key, Answer::Replay(Arc::clone(&slot)), true, Arc::clone(&calls));
+    let second = tool(twin, Answer::Replay(Arc::clone(&slot)), true, Arc::clone(&calls));
+    assert_eq!(reason(&first).await, ReceiptReason::HostDispatchReturned);
+    assert!(slot.lock().unwrap().is_some());
+    assert_eq!(reason(&second).await, ReceiptReason::ApprovalMissingOrMismatched);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn anything_but_a_valid_current_approval_of_this_request_blocks() {
+    let sign = |decision, other_digest, other_grant, issued, expires| Answer::Sign {
         decision,
         other_digest,
-        expired,
+        other_grant,
+        issued,
+        expires,
     };
+    let (approve, deny) = (StatementDecision::Approve, StatementDecision::Deny);
+    let mismatched = ReceiptReason::ApprovalMissingOrMismatched;
     let cases = [
+        ("deny", sign(deny, false, false, 0, 60_000), true, mismatched),
         (
-            sign(Verdict::Deny, false, false),
+            "other digest",
+            sign(approve, true, false, 0, 60_000),
             true,
-            ReceiptReason::ApprovalMissingOrMismatched,
+            mismatched,
         ),
         (
-            sign(Verdict::Approve, true, false),
+            "other grant id",
+            sign(approve, false, true, 0, 60_000),
             true,
-            ReceiptReason::ApprovalMissingOrMismatched,
+            mismatched,
         ),
         (
-            sign(Verdict::Approve, false, true),
+            "expired",
+            sign(approve, false, false, -60_000, -1),
             true,
-            ReceiptReason::ApprovalMissingOrMismatched,
+            mismatched,
         ),
         (
-            sign(Verdict::Approve, false, false),
-            false,
-            ReceiptReason::ApprovalError,
+            "issued ten years ahead",
+            sign(approve, false, false, 3650 * DAY_MS, 3650 * DAY_MS + 60_000),
+            true,
+            mismatched,
         ),
-        (Answer::Tamper, true, ReceiptReason::ApprovalError),
-        (Answer::Never, true, ReceiptReason::ApprovalError),
+        (
+            "issued a minute ahead",
+            sign(approve, false, false, 60_000, 120_000),
+            true,
+            mismatched,
+        ),
+        (
+            "valid until 2^53 - 1",
+            sign(approve, false, false, 0, MAX_SAFE_INTEGER),
+            true,
+            mismatched,
+        ),
+        (
+            "valid a day and a second",
+            sign(approve, false, false, 0, DAY_MS + 1_000),
+            true,
+            mismatched,
+        ),
+        ("unknown key", approval(), false, ReceiptReason::ApprovalError),
+        ("tampered", Answer::Tamper, true, ReceiptReason::ApprovalError),
+        ("no answer", Answer::Never, true, ReceiptReason::ApprovalError),
     ];
     let calls = Arc::new(AtomicUsize::new(0));
-    for (answer, known, expected) in cases {
-        let t = tool(answer.clone(), known, Arc::clone(&calls));
-        assert_eq!(reason(&t).await, expected, "{answer:?} known={known}");
+    for (name, answer, known, expected) in cases {
+        let t = tool(alice(), answer, known, Arc::clone(&calls));
+        assert_eq!(reason(&t).await, expected, "{name}");
     }
     assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // Within the clock skew, and a fresh approval, dispatch.
+    for answer in [sign(approve, false, false, 10_000, 70_000), approval()] {
+        let t = tool(alice(), answer, true, Arc::clone(&calls));
+        assert_eq!(reason(&t).await, ReceiptReason::HostDispatchReturned);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,22 +267,16 @@ async fn verified_decisions_are_journaled_before_they_count() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let store = Arc::new(aml_grants::SqliteStore::open(dir.join("boundary.db")).unwrap());
-    let key = ApproverKey::generate("alice").unwrap();
-    let ring = Keyring::new().with_key("alice", &key.public_key_hex()).unwrap();
+    let key = alice();
+    let ring = Keyring::new().with_approver(&key).unwrap();
     let channel = Arc::new(Scripted {
         key,
-        answer: Answer::Replay,
-        last: Mutex::default(),
+        answer: Answer::Replay(Arc::default()),
     });
     let hook = SignedApprovalHook::new(ring, channel, store.clone()).with_journal(store.clone());
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&calls);
-    let policy = Arc::new(Policy::from_value(
-        &json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "send_message", "effect": "send", "resource": "team@example.test", "requires_approval": true}]}),
-    ));
-    let t = GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy)
-        .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
+    let t = testing::send_message(policy())
         .approval(hook)
         .grants_arc(store.clone())
         .executor(tool_fn(move |_| {
@@ -199,8 +290,8 @@ async fn verified_decisions_are_journaled_before_they_count() {
         .await
         .unwrap();
     assert_eq!(out.receipt().reason(), ReceiptReason::HostDispatchReturned);
-    // The replayed statement is journaled too, and refused by the claim.
-    assert_eq!(reason(&t).await, ReceiptReason::ApprovalReusedOrExpired);
+    // The replayed statement is journaled too, and refused: it names the first grant.
+    assert_eq!(reason(&t).await, ReceiptReason::ApprovalMissingOrMismatched);
     let digest = out.plan().proposal_sha256().unwrap().to_string();
     let decisions = store.decisions_for(&digest).await.unwrap();
     assert_eq!(decisions.len(), 2);

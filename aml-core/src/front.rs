@@ -71,6 +71,10 @@ impl CallTracker {
     /// Records how the call ended: the closing event and the one record.
     pub(crate) fn finish(mut self, fill: impl FnOnce(&mut CallRecord)) {
         self.done = true;
+        if !self.sink.wants_records() && !tracing::enabled!(target: "aml.dispatch", tracing::Level::INFO) {
+            // Nobody keeps or shows the record: do not build it.
+            return;
+        }
         let mut record = CallRecord::new(&*self.adapter, self.tool.as_str(), &self.clock);
         fill(&mut record);
         self.emit(record);
@@ -78,11 +82,13 @@ impl CallTracker {
 
     /// Records a boundary outcome.
     pub(crate) fn finish_outcome(self, outcome: &DispatchOutcome) {
+        // Hashing the result is the one costly part of a record: only for a sink that keeps it.
+        let summarize = self.sink.wants_records();
         self.finish(|r| {
             r.plan = Some(outcome.plan().clone());
             r.receipt = Some(outcome.receipt().clone());
             r.detail = outcome.detail().map(str::to_owned);
-            r.result = outcome.output().map(ResultSummary::of_json);
+            r.result = outcome.output().filter(|_| summarize).map(ResultSummary::of_json);
         });
     }
 
@@ -103,19 +109,23 @@ impl CallTracker {
             .receipt
             .as_ref()
             .map_or("not_planned", |r| r.execution_status().as_str());
-        let digest = digest.map(|d| d.to_string());
-        tracing::info!(
-            target: "aml.dispatch",
-            parent: &self.span,
-            adapter = &*self.adapter,
-            tool = self.tool.as_str(),
-            digest = digest.as_deref().unwrap_or("null"),
-            reason,
-            status,
-            elapsed_us = record.elapsed_us,
-            "call ended"
-        );
-        self.sink.record(&Record::Call(record));
+        if tracing::enabled!(target: "aml.dispatch", tracing::Level::INFO) {
+            let digest = digest.map(|d| d.to_string());
+            tracing::info!(
+                target: "aml.dispatch",
+                parent: &self.span,
+                adapter = &*self.adapter,
+                tool = self.tool.as_str(),
+                digest = digest.as_deref().unwrap_or("null"),
+                reason,
+                status,
+                elapsed_us = record.elapsed_us,
+                "call ended"
+            );
+        }
+        if self.sink.wants_records() {
+            self.sink.record(&Record::Call(record));
+        }
     }
 }
 

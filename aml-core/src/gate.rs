@@ -137,8 +137,10 @@ impl GateOutcome {
 }
 
 enum Stage {
+    /// Refused, blocked or failed while preparing: already recorded.
     Ended(GateOutcome),
     Planned {
+        tracker: CallTracker,
         planned: crate::Planned,
         executor: Option<Arc<dyn ToolExecutor>>,
     },
@@ -146,10 +148,10 @@ enum Stage {
 
 /// A call the gate has looked up, checked and planned, synchronously; nothing the caller
 /// does with its arguments afterwards reaches the tool. Run it with [`ToolGate::run`] (or
-/// [`ToolGate::authorize`] then [`AuthorizedCall::execute`]). Dropping it records the call
-/// as abandoned.
+/// [`ToolGate::authorize`] then [`AuthorizedCall::execute`]). A call that ended while it was
+/// prepared (refused, blocked by its arguments, a host error) is recorded at once; a planned
+/// one that is dropped is recorded as abandoned.
 pub struct PreparedCall {
-    tracker: CallTracker,
     tool: String,
     stage: Stage,
 }
@@ -157,12 +159,22 @@ pub struct PreparedCall {
 impl core::fmt::Debug for PreparedCall {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("PreparedCall")
-            .field("tracker", &self.tracker)
+            .field("tool", &self.tool)
+            .field("planned", &matches!(self.stage, Stage::Planned { .. }))
             .finish_non_exhaustive()
     }
 }
 
 impl PreparedCall {
+    /// The refusal, if the call was refused before planning (unknown tool, arguments
+    /// outside the schema).
+    pub fn refusal(&self) -> Option<Refusal> {
+        match &self.stage {
+            Stage::Ended(outcome) => outcome.refusal(),
+            Stage::Planned { .. } => None,
+        }
+    }
+
     /// The plan, if the call got that far.
     pub fn plan(&self) -> Option<&Plan> {
         match &self.stage {
@@ -351,50 +363,72 @@ impl ToolGate {
     ) -> PreparedCall {
         let mut tracker = CallTracker::start(&self.adapter, tool, self.boundary.sink());
         let catalog = self.catalog.current();
+        let ended = |tracker, outcome| PreparedCall {
+            tool: tool.to_owned(),
+            stage: Stage::Ended(finish_ended(tracker, outcome)),
+        };
         let Some(registration) = catalog.get(tool) else {
-            return ended_early(
-                tracker,
+            let refused = refused_outcome(
                 tool,
                 Refusal::InvalidOrUnregisteredCall,
                 "no tool by that name".into(),
             );
+            return ended(tracker, refused);
         };
         let policy = self.boundary.policy().current();
-        let stage = match prepare(registration, &policy, &mut tracker) {
-            Err(Refused::Refusal(refusal, detail)) => return ended_early(tracker, tool, refusal, detail),
-            Err(Refused::Host(error)) => Stage::Ended(GateOutcome {
-                tool: tool.to_owned(),
-                refusal: None,
-                host_error: Some(error.to_string()),
-                outcome: None,
-                detail: None,
-            }),
-            Ok(Prepared::Ended(outcome)) => Stage::Ended(GateOutcome {
-                tool: tool.to_owned(),
-                refusal: None,
-                host_error: None,
-                outcome: Some(outcome),
-                detail: None,
-            }),
-            Ok(Prepared::Planned(planned)) => Stage::Planned {
-                planned,
-                executor: registration.executor().cloned(),
-            },
-        };
-        PreparedCall {
-            tracker,
+        let outcome = |outcome, host_error| GateOutcome {
             tool: tool.to_owned(),
-            stage,
+            refusal: None,
+            host_error,
+            outcome,
+            detail: None,
+        };
+        match prepare(registration, &policy, &mut tracker) {
+            Err(Refused::Refusal(refusal, detail)) => ended(tracker, refused_outcome(tool, refusal, detail)),
+            Err(Refused::Host(error)) => ended(tracker, outcome(None, Some(error.to_string()))),
+            Ok(Prepared::Ended(dispatched)) => ended(tracker, outcome(Some(dispatched), None)),
+            Ok(Prepared::Planned(planned)) => PreparedCall {
+                tool: tool.to_owned(),
+                stage: Stage::Planned {
+                    tracker,
+                    planned,
+                    executor: registration.executor().cloned(),
+                },
+            },
         }
+    }
+
+    /// Refuses a prepared call for a reason the adapter found (e.g. a reused call id): it
+    /// ends unplanned-for, recorded with `refusal` and `detail`; the tool is not entered.
+    pub fn refuse(&self, call: PreparedCall, refusal: Refusal, detail: String) -> GateOutcome {
+        match call.stage {
+            Stage::Planned { tracker, .. } => {
+                finish_ended(tracker, refused_outcome(&call.tool, refusal, detail))
+            }
+            // Already recorded as it ended.
+            Stage::Ended(outcome) => outcome,
+        }
+    }
+
+    /// Records a call the adapter refused before it could prepare it (a malformed request,
+    /// an unknown function of its own wire, …), so that every refusal reaches the sink.
+    /// `tool` is what the request named, if anything.
+    pub fn refused(&self, tool: &str, refusal: Refusal, detail: String) -> GateOutcome {
+        let tracker = CallTracker::start(&self.adapter, tool, self.boundary.sink());
+        finish_ended(tracker, refused_outcome(tool, refusal, detail))
     }
 
     /// Approval, the one-use claim and both policy re-checks. Until the claim, dropping
     /// this future (a caller that gave up) claims nothing and records the call as blocked.
     pub async fn authorize(&self, call: PreparedCall, deadline: Option<Deadline>) -> GateAuthorization {
-        let PreparedCall { tracker, tool, stage } = call;
-        let (planned, executor) = match stage {
-            Stage::Ended(outcome) => return GateAuthorization::Ended(finish_ended(tracker, outcome)),
-            Stage::Planned { planned, executor } => (planned, executor),
+        let PreparedCall { tool, stage } = call;
+        let (tracker, planned, executor) = match stage {
+            Stage::Ended(outcome) => return GateAuthorization::Ended(outcome),
+            Stage::Planned {
+                tracker,
+                planned,
+                executor,
+            } => (tracker, planned, executor),
         };
         let span = tracker.span.clone();
         let authorization = self
@@ -446,14 +480,16 @@ impl ToolGate {
     /// A call with no executor anywhere still goes through the plan's own checks, then
     /// blocks with `missing_host_dispatch` (before approval, as the protocol orders it).
     async fn run_without_executor(&self, call: PreparedCall) -> GateOutcome {
-        let PreparedCall { tracker, tool, stage } = call;
-        let outcome = match stage {
-            Stage::Planned { planned, .. } => {
-                self.boundary
+        let PreparedCall { tool, stage } = call;
+        let (tracker, outcome) = match stage {
+            Stage::Planned { tracker, planned, .. } => {
+                let outcome = self
+                    .boundary
                     .dispatch_to(planned, None, None, &tracker.progress)
-                    .await
+                    .await;
+                (tracker, outcome)
             }
-            Stage::Ended(ended) => return finish_ended(tracker, ended),
+            Stage::Ended(ended) => return ended,
         };
         let outcome = GateOutcome {
             tool,
@@ -490,17 +526,13 @@ impl ToolGate {
     }
 }
 
-fn ended_early(tracker: CallTracker, tool: &str, refusal: Refusal, detail: String) -> PreparedCall {
-    PreparedCall {
-        tracker,
+fn refused_outcome(tool: &str, refusal: Refusal, detail: String) -> GateOutcome {
+    GateOutcome {
         tool: tool.to_owned(),
-        stage: Stage::Ended(GateOutcome {
-            tool: tool.to_owned(),
-            refusal: Some(refusal),
-            host_error: None,
-            outcome: None,
-            detail: Some(detail),
-        }),
+        refusal: Some(refusal),
+        host_error: None,
+        outcome: None,
+        detail: Some(detail),
     }
 }
 

@@ -243,3 +243,25 @@ fn authorize_then_execute_claims_once_and_a_dropped_authorization_stays_spent() 
         ]
     );
 }
+
+#[test]
+fn a_call_that_ends_while_prepared_is_recorded_once_whether_or_not_it_is_run() {
+    let sink = MemorySink::new();
+    let gate = gate(false, &sink, None);
+    let dropped = gate.prepare_value("delete_all", json!({}));
+    assert_eq!(dropped.refusal(), Some(Refusal::InvalidOrUnregisteredCall));
+    drop(dropped);
+    let run = gate.prepare_json(testing::SEND_MESSAGE, b"{\"to\": 1e999}");
+    let outcome = rt().block_on(gate.run(run, None, None));
+    assert_eq!(
+        outcome.status(),
+        CallStatus::Blocked(ReceiptReason::NonFiniteNumber)
+    );
+    let records = sink.calls();
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records[0].refusal, Some(Refusal::InvalidOrUnregisteredCall));
+    assert_eq!(
+        records[1].receipt.as_ref().unwrap().reason(),
+        ReceiptReason::NonFiniteNumber
+    );
+}

@@ -232,6 +232,16 @@ impl GuardedToolBuilder {
         self.boundary = self.boundary.executor(tool);
         self
     }
+    /// See [`ActionBoundaryBuilder::sink`].
+    pub fn sink(mut self, sink: impl crate::ReceiptSink + 'static) -> Self {
+        self.boundary = self.boundary.sink(sink);
+        self
+    }
+    /// See [`ActionBoundaryBuilder::sink_arc`].
+    pub fn sink_arc(mut self, sink: Arc<dyn crate::ReceiptSink>) -> Self {
+        self.boundary = self.boundary.sink_arc(sink);
+        self
+    }
     /// See [`ActionBoundaryBuilder::executor_arc`].
     pub fn executor_arc(mut self, tool: Arc<dyn ToolExecutor>) -> Self {
         self.boundary = self.boundary.executor_arc(tool);

@@ -19,7 +19,8 @@ enum Message {
 /// Appends each record as one JSON line, written by a background thread.
 ///
 /// [`record`](ReceiptSink::record) only serializes and queues; the thread writes whatever has
-/// queued in one write and flushes. Dropping the sink writes everything queued before it
+/// queued in one write and flushes, and while records keep coming it polls every
+/// millisecond instead of parking, so a busy caller never pays for waking it. Dropping the sink writes everything queued before it
 /// returns. A failed write is counted ([`failures`](Self::failures)) and reported through
 /// `tracing`, never ignored silently.
 ///
@@ -112,33 +113,79 @@ impl Drop for JsonLinesSink {
     }
 }
 
+/// How long the writer waits for more records after writing some, before it parks again.
+/// While records keep coming it never parks, so a caller's send never has to wake it.
+const LINGER: Duration = Duration::from_millis(1);
+
 fn write_lines(mut out: Box<dyn Write + Send>, queue: Receiver<Message>, failures: &AtomicU64) {
-    let mut batch = String::new();
-    let mut lines_in_batch = 0u64;
-    let mut waiting = Vec::new();
+    let mut batch = Batch::default();
+    // Park until a record arrives; then keep draining every LINGER while records keep coming.
     while let Ok(first) = queue.recv() {
-        let mut next = Some(first);
-        // Take everything already queued, so a burst costs one write.
-        while let Some(message) = next {
-            match message {
-                Message::Line(line) => {
-                    batch.push_str(&line);
-                    lines_in_batch += 1;
-                }
-                Message::Flush(done) => waiting.push(done),
+        batch.take(first);
+        loop {
+            let open = batch.drain(&queue);
+            batch.write(&mut out, failures);
+            if !open {
+                return;
             }
-            next = queue.try_recv().ok();
+            std::thread::sleep(LINGER);
+            if !batch.drain(&queue) {
+                batch.write(&mut out, failures);
+                return;
+            }
+            if batch.is_empty() {
+                break;
+            }
         }
-        if !batch.is_empty() {
-            if let Err(e) = out.write_all(batch.as_bytes()).and_then(|()| out.flush()) {
-                failures.fetch_add(lines_in_batch, Ordering::Relaxed);
-                tracing::error!(target: "aml.receipts", error = %e, lost = lines_in_batch,
+    }
+}
+
+/// Records (and flush requests) taken from the queue, not yet written.
+#[derive(Default)]
+struct Batch {
+    text: String,
+    lines: u64,
+    waiting: Vec<SyncSender<()>>,
+}
+
+impl Batch {
+    fn take(&mut self, message: Message) {
+        match message {
+            Message::Line(line) => {
+                self.text.push_str(&line);
+                self.lines += 1;
+            }
+            Message::Flush(done) => self.waiting.push(done),
+        }
+    }
+
+    /// Takes everything queued now; `false` once the sink is gone.
+    fn drain(&mut self, queue: &Receiver<Message>) -> bool {
+        loop {
+            match queue.try_recv() {
+                Ok(message) => self.take(message),
+                Err(mpsc::TryRecvError::Empty) => return true,
+                Err(mpsc::TryRecvError::Disconnected) => return false,
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lines == 0 && self.waiting.is_empty()
+    }
+
+    /// One write for every line taken, then the flush requests are answered.
+    fn write(&mut self, out: &mut Box<dyn Write + Send>, failures: &AtomicU64) {
+        if self.lines > 0 {
+            if let Err(e) = out.write_all(self.text.as_bytes()).and_then(|()| out.flush()) {
+                failures.fetch_add(self.lines, Ordering::Relaxed);
+                tracing::error!(target: "aml.receipts", error = %e, lost = self.lines,
                                 "receipt records could not be written");
             }
-            batch.clear();
-            lines_in_batch = 0;
+            self.text.clear();
+            self.lines = 0;
         }
-        for done in waiting.drain(..) {
+        for done in self.waiting.drain(..) {
             let _ = done.send(());
         }
     }

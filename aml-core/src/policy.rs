@@ -106,6 +106,34 @@ impl Policy {
         }
     }
 
+    /// Builds a policy from the JSON text of a document (a policy file), parsed strictly
+    /// ([`crate::strict`]). Text that is not a valid policy — not JSON, duplicate keys, a
+    /// malformed rule — gives a policy that denies everything with `invalid_policy` and says
+    /// why: a host that reloads its policy fails closed on a bad file.
+    ///
+    /// ```
+    /// use aml_core::Policy;
+    /// let typo = Policy::from_json_slice(br#"{"protocol": "aml-action-policy/1", "rules": [}"#);
+    /// assert!(typo.error().is_some());
+    /// assert_eq!(typo.decide("t", aml_core::Effect::Read, "r").1, aml_core::PlanReason::InvalidPolicy);
+    /// ```
+    pub fn from_json_slice(text: &[u8]) -> Self {
+        match crate::strict::parse_slice(text) {
+            Ok(document) => Self::from_value(&document),
+            Err(e) => Policy {
+                state: Err(PolicyError(format!("not a JSON document: {e}"))),
+            },
+        }
+    }
+
+    /// The SHA-256 of the document's canonical JSON (the same digest for the same rules in
+    /// the same order, however the file is formatted), or `None` for a malformed policy: what
+    /// a host logs to say which policy is in force.
+    pub fn digest(&self) -> Option<crate::Sha256Digest> {
+        let canonical = crate::canonical::to_canonical_string(&self.to_value()?).ok()?;
+        Some(crate::Sha256Digest::of(canonical.as_bytes()))
+    }
+
     /// Builds a policy from a document, or says why it is malformed.
     pub fn try_from_value(document: &Value) -> Result<Self, PolicyError> {
         let policy = Self::from_value(document);

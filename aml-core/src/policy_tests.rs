@@ -148,3 +148,27 @@ fn a_thousand_rules_index_exactly() {
         Decision::Deny
     );
 }
+
+#[test]
+fn a_policy_file_fails_closed_and_its_digest_ignores_formatting() {
+    let text = br#"{"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "t", "effect": "read", "resource": "r", "requires_approval": false}]}"#;
+    let compact = br#"{"rules":[{"requires_approval":false,"resource":"r","effect":"read","tool":"t"}],"protocol":"aml-action-policy/1"}"#;
+    let policy = Policy::from_json_slice(text);
+    assert!(policy.error().is_none());
+    assert_eq!(policy.digest(), Policy::from_json_slice(compact).digest());
+    assert!(policy.digest().is_some());
+    for bad in [
+        &b"{"[..],
+        br#"{"protocol": "aml-action-policy/1", "rules": [], "rules": []}"#,
+        b"[]",
+    ] {
+        let bad = Policy::from_json_slice(bad);
+        assert!(bad.error().is_some());
+        assert_eq!(bad.digest(), None);
+        assert_eq!(
+            bad.decide("t", Effect::Read, "r"),
+            (Decision::Deny, PlanReason::InvalidPolicy)
+        );
+    }
+}

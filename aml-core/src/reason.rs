@@ -118,8 +118,20 @@ wire_enum! {
     pub enum Refusal {
         /// `"invalid_or_unregistered_call"`: the host registered no tool by that name.
         InvalidOrUnregisteredCall = "invalid_or_unregistered_call",
-        /// `"invalid_arguments"`: the arguments are outside the tool's host input schema.
+        /// `"invalid_arguments"`: the arguments are outside the tool's host input schema (or
+        /// not a JSON object, or hold what the adapter refuses to pass, such as unresolved
+        /// data bindings).
         InvalidArguments = "invalid_arguments",
+        /// `"malformed_request"`: the adapter could not read the request on its wire.
+        MalformedRequest = "malformed_request",
+        /// `"request_too_large"`: the request is larger than the adapter accepts; it was not
+        /// read.
+        RequestTooLarge = "request_too_large",
+        /// `"deadline_passed"`: the caller's deadline had passed when the request arrived.
+        DeadlinePassed = "deadline_passed",
+        /// `"duplicate_call"`: the request reused a call id the adapter already took up;
+        /// nothing ran again.
+        DuplicateCall = "duplicate_call",
         /// `"inexact_number"`: a number literal in the call has no exact double (an integer
         /// beyond ±2^53, or more digits than a double keeps): the canonical form would change
         /// its value, so the call is refused rather than rounded on its way to the tool.

@@ -173,6 +173,12 @@ impl Record {
 pub trait ReceiptSink: Send + Sync + core::fmt::Debug {
     /// Takes one record.
     fn record(&self, record: &Record);
+
+    /// Whether this sink keeps records at all; a front door skips the work of building one
+    /// (hashing the tool's result) for a sink that does not.
+    fn wants_records(&self) -> bool {
+        true
+    }
 }
 
 /// A sink that drops every record (the default of a front door without a sink).
@@ -181,6 +187,10 @@ pub struct NoSink;
 
 impl ReceiptSink for NoSink {
     fn record(&self, _record: &Record) {}
+
+    fn wants_records(&self) -> bool {
+        false
+    }
 }
 
 /// A [`ReceiptSink`] from a closure.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use aml_core::{async_trait, Sha256Digest};
+use aml_core::{async_trait, FrozenProposal, Sha256Digest};
 
 /// A store operation failed. A claim that fails this way blocks with
 /// `approval_consume_error`, and the grant is left spent or unspent as it truly is.
@@ -17,15 +17,60 @@ pub enum StoreError {
         /// The host's maximum.
         max: Duration,
     },
-    /// The database failed.
-    #[error("grant store: {0}")]
-    Database(String),
+    /// The database failed. The message carries the whole cause chain (the database's own
+    /// words, never the connection string); the cause is kept as the source.
+    #[error("{backend} {operation} failed: {cause}")]
+    Database {
+        /// `"sqlite"` or `"postgres"`.
+        backend: &'static str,
+        /// What the store was doing, e.g. `"claim"`.
+        operation: &'static str,
+        /// The cause chain as text.
+        cause: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A grant with this id was already issued.
     #[error("grant {0} was already issued")]
     Duplicate(String),
     /// No randomness was available for a grant id.
     #[error("no randomness for a grant id: {0}")]
-    Random(String),
+    Random(#[source] getrandom::Error),
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl StoreError {
+    /// A database failure during `operation`, keeping `source` and its cause chain.
+    pub(crate) fn database(
+        backend: &'static str,
+        operation: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StoreError::Database {
+            backend,
+            operation,
+            cause: cause_chain(&source),
+            source: Box::new(source),
+        }
+    }
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+/// `error: cause: cause…`, skipping a cause whose text the previous message already ends
+/// with (some errors print their source themselves).
+pub(crate) fn cause_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let more = cause.to_string();
+        if !text.ends_with(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        next = cause.source();
+    }
+    text
 }
 
 /// Lifetimes of issued grants.
@@ -57,6 +102,12 @@ impl GrantLifetimes {
             });
         }
         Ok(ttl)
+    }
+
+    /// [`resolve`](Self::resolve), in whole milliseconds.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn resolve_ms(&self, requested: Option<Duration>) -> Result<i64, StoreError> {
+        Ok(i64::try_from(self.resolve(requested)?.as_millis()).unwrap_or(i64::MAX))
     }
 }
 
@@ -91,6 +142,18 @@ pub trait GrantIssuer: Send + Sync + core::fmt::Debug {
         ttl: Option<Duration>,
     ) -> Result<(), StoreError>;
 
+    /// Like [`issue_named`](Self::issue_named) for `proposal`'s digest; a durable store
+    /// also records the proposal's tool, so the intent a claim writes
+    /// ([`ClaimsWithIntent`](crate::ClaimsWithIntent)) names it.
+    async fn issue_for(
+        &self,
+        id: &str,
+        proposal: &FrozenProposal,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.issue_named(id, proposal.digest(), ttl).await
+    }
+
     /// Issues a grant under a fresh random id; the id.
     async fn issue(&self, digest: Sha256Digest, ttl: Option<Duration>) -> Result<String, StoreError> {
         let id = new_grant_id()?;
@@ -102,11 +165,11 @@ pub trait GrantIssuer: Send + Sync + core::fmt::Debug {
 /// A fresh random grant id: 128 bits from the operating system, lowercase hex.
 pub fn new_grant_id() -> Result<String, StoreError> {
     let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| StoreError::Random(e.to_string()))?;
+    getrandom::fill(&mut bytes).map_err(StoreError::Random)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// How a stored grant answers a claim, from its row.
+/// How a stored grant answers a claim that changed nothing, from its row.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn classify(consumed: bool, expired: bool) -> aml_core::ClaimStatus {
     if consumed {
@@ -117,5 +180,22 @@ pub(crate) fn classify(consumed: bool, expired: bool) -> aml_core::ClaimStatus {
         // The row matched but the atomic update did not: another claimant won between the
         // two statements.
         aml_core::ClaimStatus::AlreadyClaimed
+    }
+}
+
+#[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn database_errors_keep_the_cause_chain_in_their_message() {
+        let inner = std::io::Error::other("disk full");
+        let e = StoreError::database("sqlite", "claim", Outer(inner));
+        assert_eq!(e.to_string(), "sqlite claim failed: outer: disk full");
+        assert!(std::error::Error::source(&e).is_some());
     }
 }

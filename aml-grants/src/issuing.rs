@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use aml_core::{async_trait, Approval, ApprovalError, ApprovalHook, ApprovalRequest};
 
-use crate::grant::GrantIssuer;
+use crate::grant::{new_grant_id, GrantIssuer, StoreError};
 
 /// Wraps the host's approval decision: when it approves the exact digest, a grant is issued
 /// in the durable store and named in the approval, so the boundary's claim spends exactly
@@ -37,17 +37,21 @@ impl IssuingApproval {
 #[async_trait]
 impl ApprovalHook for IssuingApproval {
     async fn request_approval(&self, request: ApprovalRequest) -> Result<Approval, ApprovalError> {
-        let digest = request.proposal().digest();
+        let proposal = request.proposal().clone();
+        let digest = proposal.digest();
         let approval = self.decide.request_approval(request).await?;
         if !approval.approved || approval.proposal_sha256 != digest {
             // Nothing to issue; the boundary refuses it.
             return Ok(approval);
         }
-        let id = self
-            .issuer
-            .issue(digest, self.ttl)
+        let issued = async {
+            let id = new_grant_id()?;
+            self.issuer.issue_for(&id, &proposal, self.ttl).await?;
+            Ok::<_, StoreError>(id)
+        };
+        let id = issued
             .await
-            .map_err(|e| ApprovalError::with_source("could not issue the one-use grant", e))?;
+            .map_err(|e| ApprovalError::with_source(format!("could not issue the one-use grant: {e}"), e))?;
         Ok(approval.with_id(id))
     }
 }

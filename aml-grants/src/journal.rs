@@ -8,6 +8,7 @@ use aml_core::{async_trait, Sha256Digest, ToolCall, ToolError, ToolExecutor};
 use serde_json::Value;
 
 use crate::grant::StoreError;
+use crate::intent_claims::ClaimsWithIntent;
 
 /// What the journal records before the tool is entered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,9 +50,11 @@ pub struct UnresolvedIntent {
     pub proposal_sha256: String,
     /// The spent grant.
     pub grant_id: Option<String>,
-    /// The tool.
+    /// The tool (empty when the grant was issued without its proposal, by
+    /// [`GrantIssuer::issue_named`](crate::GrantIssuer::issue_named), and the intent was
+    /// written by its claim).
     pub tool: String,
-    /// When the tool was about to be entered (ms since the epoch).
+    /// When the tool was about to be entered, or the grant was claimed (ms since the epoch).
     pub intent_at_ms: i64,
 }
 
@@ -137,16 +140,40 @@ pub trait DecisionJournal: Send + Sync + core::fmt::Debug {
 /// after entry (`unknown`): conservative, and the broken journal needs the host's attention
 /// anyway. If the outcome cannot be written, the intent stays unresolved and is reported as
 /// `unknown` on restart.
+///
+/// Built with [`new`](Self::new), the intent is written here, after the claim: a process
+/// that dies between the two leaves a spent grant and no intent. Built by
+/// [`JournaledGrants::executor`](crate::JournaledGrants::executor), the claim already wrote
+/// the intent of every granted call in its own transaction, and only the outcome is written
+/// here (ADR 010).
 #[derive(Debug, Clone)]
 pub struct JournaledExecutor {
     inner: Arc<dyn ToolExecutor>,
-    journal: Arc<dyn ReceiptJournal>,
+    journal: Journal,
+}
+
+#[derive(Debug, Clone)]
+enum Journal {
+    /// Intents are written before the tool is entered.
+    AtDispatch(Arc<dyn ReceiptJournal>),
+    /// Granted calls' intents were written by the claim.
+    AtClaim(Arc<dyn ClaimsWithIntent>),
 }
 
 impl JournaledExecutor {
-    /// Journals every call of `inner` in `journal`.
+    /// Journals every call of `inner` in `journal`, writing the intent before the tool.
     pub fn new(inner: Arc<dyn ToolExecutor>, journal: Arc<dyn ReceiptJournal>) -> Self {
-        JournaledExecutor { inner, journal }
+        JournaledExecutor {
+            inner,
+            journal: Journal::AtDispatch(journal),
+        }
+    }
+
+    pub(crate) fn after_claims(inner: Arc<dyn ToolExecutor>, store: Arc<dyn ClaimsWithIntent>) -> Self {
+        JournaledExecutor {
+            inner,
+            journal: Journal::AtClaim(store),
+        }
     }
 }
 
@@ -158,19 +185,39 @@ impl ToolExecutor for JournaledExecutor {
             grant_id: call.grant().and_then(|g| g.grant().approval_id.clone()),
             tool: call.proposal().tool().to_owned(),
         };
-        let id = self.journal.intent(&entry).await.map_err(|e| {
+        let refused = |e| {
             ToolError::with_source(
                 "the journal refused the intent record; the tool was not entered",
                 e,
             )
-        })?;
-        let result = self.inner.execute(call).await;
-        let (outcome, detail) = match &result {
-            Ok(_) => (RecordedOutcome::Dispatched, None),
-            Err(e) => (RecordedOutcome::Unknown, Some(e.to_string())),
         };
-        // Losing this record leaves the intent unresolved, i.e. reported as unknown.
-        let _ = self.journal.outcome(id, outcome, detail.as_deref()).await;
-        result
+        match (&self.journal, entry.grant_id.is_some()) {
+            (Journal::AtClaim(store), true) => {
+                let result = self.inner.execute(call).await;
+                let (outcome, detail) = describe(&result);
+                // Losing this record leaves the claim's intent unresolved, i.e. unknown.
+                let _ = store.outcome_for_grant(&entry, outcome, detail.as_deref()).await;
+                result
+            }
+            (journal, _) => {
+                let journal: &dyn ReceiptJournal = match journal {
+                    Journal::AtDispatch(j) => j.as_ref(),
+                    Journal::AtClaim(s) => s.as_ref(),
+                };
+                let id = journal.intent(&entry).await.map_err(refused)?;
+                let result = self.inner.execute(call).await;
+                let (outcome, detail) = describe(&result);
+                // Losing this record leaves the intent unresolved, i.e. reported as unknown.
+                let _ = journal.outcome(id, outcome, detail.as_deref()).await;
+                result
+            }
+        }
+    }
+}
+
+fn describe(result: &Result<Value, ToolError>) -> (RecordedOutcome, Option<String>) {
+    match result {
+        Ok(_) => (RecordedOutcome::Dispatched, None),
+        Err(e) => (RecordedOutcome::Unknown, Some(e.to_string())),
     }
 }

@@ -11,21 +11,36 @@
 //! - the receipt journal ([`ReceiptJournal`], implemented by both databases) and
 //!   [`JournaledExecutor`], which writes an intent before the tool is entered and the outcome
 //!   after; an intent left without an outcome is `unknown`, listed by
-//!   [`ReceiptJournal::unresolved`] until the host reconciles it.
+//!   [`ReceiptJournal::unresolved`] until the host reconciles it;
+//! - [`JournaledGrants`], for stores that keep grants and journal together
+//!   ([`ClaimsWithIntent`]): the claim that spends a grant writes the dispatch intent in the
+//!   same transaction, so no process death leaves a spent grant without an intent.
+//!
+//! Feature flags: `sqlite` (default: bundled SQLite), `postgres` (tokio-postgres through a
+//! deadpool pool). Supported Rust: 1.88 and later.
+//!
+//! Time: [`SqliteStore`] judges expiry by each process's clock (its [`Clock`]), so
+//! processes sharing a file must keep their clocks in step; [`PostgresStore`] uses the
+//! database server's `now()`, so replicas agree whatever their own clocks say.
+//!
+//! Errors: a [`StoreError::Database`] message carries the database's own cause chain
+//! ("sqlite claim failed: database is locked"), never connection parameters.
 //!
 //! ```no_run
 //! # async fn host() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use aml_core::{approval_fn, tool_fn, Approval, ArgumentSnapshot, Effect, GuardedTool, Policy};
-//! use aml_grants::{IssuingApproval, JournaledExecutor, SqliteStore};
+//! use aml_grants::{IssuingApproval, JournaledGrants, SqliteStore};
 //!
 //! let store = Arc::new(SqliteStore::open("/var/lib/my-host/boundary.db")?);
+//! // Claims write the intent in their own transaction; the wrapped tool writes the outcome.
+//! let journaled = JournaledGrants::new(store.clone());
 //! let person = Arc::new(approval_fn(|req| async move { Ok(Approval::approve(req.proposal().digest())) }));
 //! let tool = GuardedTool::builder("send_message", Effect::Send, "Send a status update", Arc::new(Policy::empty()))
 //!     .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
 //!     .approval(IssuingApproval::new(person, store.clone()))
-//!     .grants_arc(store.clone())
-//!     .executor(JournaledExecutor::new(Arc::new(tool_fn(|_| async { Ok(serde_json::json!(null)) })), store.clone()))
+//!     .grants(journaled.clone())
+//!     .executor(journaled.executor(Arc::new(tool_fn(|_| async { Ok(serde_json::json!(null)) }))))
 //!     .build()?;
 //! # let _ = tool; Ok(()) }
 //! ```
@@ -33,6 +48,7 @@
 
 mod clock;
 mod grant;
+mod intent_claims;
 mod issuing;
 mod journal;
 mod memory;
@@ -43,6 +59,7 @@ mod sqlite;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use grant::{new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
+pub use intent_claims::{ClaimsWithIntent, JournaledGrants};
 pub use issuing::IssuingApproval;
 pub use journal::{
     DecisionJournal, DecisionRecord, IntentEntry, JournaledExecutor, ReceiptJournal, RecordedOutcome,

@@ -1,15 +1,33 @@
 //! The multi-node store: grants and the journal in PostgreSQL, for hosts that run several
-//! replicas. Time is the database's (`now()`), so replicas agree on expiry.
+//! replicas. Time is the database server's (`now()`), so replicas agree on expiry.
+//!
+//! Connections come from a pool (deadpool) that replaces connections the server ended.
+//! A claim or an issue that fails for a reason a retry can cure — the connection was
+//! closed, or the server reported a serialization failure or deadlock (under
+//! `REPEATABLE READ` or `SERIALIZABLE` isolation) — is retried on another connection, at
+//! most [`ATTEMPTS`] times. Each claim and issue carries a random token written into the
+//! row it changes, so a retry recognizes its own earlier success instead of reporting it as
+//! someone else's.
 
 use std::time::Duration;
 
-use aml_core::{async_trait, ClaimError, ClaimStatus, GrantRef, GrantStore, Sha256Digest};
-use tokio_postgres::{Client, NoTls};
+use aml_core::{async_trait, ClaimError, ClaimStatus, FrozenProposal, GrantRef, GrantStore, Sha256Digest};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::NoTls;
 
-use crate::grant::{classify, GrantIssuer, GrantLifetimes, StoreError};
+use crate::grant::{classify, new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
+use crate::intent_claims::ClaimsWithIntent;
 use crate::journal::{
     DecisionJournal, DecisionRecord, IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent,
 };
+
+/// How many times an operation is tried when a retry can cure its failure.
+const ATTEMPTS: usize = 4;
+/// Connections in the pool.
+const POOL_SIZE: usize = 16;
+/// How long an operation waits for a connection, or for a new one to be made.
+const POOL_TIMEOUT: Duration = Duration::from_secs(10);
 
 const SCHEMA: &str = "
 BEGIN;
@@ -42,43 +60,235 @@ CREATE TABLE IF NOT EXISTS aml_decisions (
     statement TEXT NOT NULL,
     recorded_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+-- Columns and index added after the first release; checked first, so an up-to-date
+-- database takes no table lock.
+DO $$
+DECLARE
+    col TEXT;
+BEGIN
+    FOREACH col IN ARRAY ARRAY['tool', 'claim_token', 'issue_token'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                       WHERE table_schema = current_schema() AND table_name = 'aml_grants'
+                         AND column_name = col) THEN
+            EXECUTE format('ALTER TABLE aml_grants ADD COLUMN %I TEXT', col);
+        END IF;
+    END LOOP;
+    IF to_regclass('aml_journal_grant_id') IS NULL THEN
+        CREATE INDEX aml_journal_grant_id ON aml_journal (grant_id);
+    END IF;
+END $$;
 COMMIT;";
 
-fn db(e: tokio_postgres::Error) -> StoreError {
-    StoreError::Database(e.to_string())
+const CLAIM: &str = "UPDATE aml_grants SET consumed_at = now(), claim_token = $3
+     WHERE id = $1 AND digest = $2 AND consumed_at IS NULL AND expires_at > now()
+     RETURNING id";
+/// One statement, so one transaction: the intent exists exactly when the claim succeeded.
+const CLAIM_WITH_INTENT: &str = "WITH claimed AS (
+         UPDATE aml_grants SET consumed_at = now(), claim_token = $3
+         WHERE id = $1 AND digest = $2 AND consumed_at IS NULL AND expires_at > now()
+         RETURNING id, digest, tool)
+     INSERT INTO aml_journal (digest, grant_id, tool)
+     SELECT digest, id, COALESCE(tool, '') FROM claimed
+     RETURNING id";
+const CLASSIFY: &str =
+    "SELECT consumed_at IS NOT NULL, expires_at <= now(), claim_token IS NOT DISTINCT FROM $3
+     FROM aml_grants WHERE id = $1 AND digest = $2";
+
+/// Why one attempt failed.
+enum Failure {
+    Pool(PoolError),
+    Db(tokio_postgres::Error),
 }
 
-/// Grants and journal in PostgreSQL, over one connection.
-#[derive(Debug)]
+impl From<tokio_postgres::Error> for Failure {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Failure::Db(e)
+    }
+}
+
+impl Failure {
+    /// Whether another attempt, on another connection, can succeed.
+    fn retryable(&self) -> bool {
+        match self {
+            Failure::Pool(PoolError::Backend(e)) | Failure::Db(e) => {
+                e.is_closed()
+                    || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+                    || e.code().is_some_and(|c| {
+                        *c == SqlState::T_R_SERIALIZATION_FAILURE
+                            || *c == SqlState::T_R_DEADLOCK_DETECTED
+                            || *c == SqlState::ADMIN_SHUTDOWN
+                            || c.code().starts_with("08")
+                    })
+            }
+            Failure::Pool(_) => false,
+        }
+    }
+
+    fn into_store_error(self, operation: &'static str) -> StoreError {
+        match self {
+            Failure::Pool(e) => StoreError::database("postgres", operation, e),
+            Failure::Db(e) => StoreError::database("postgres", operation, e),
+        }
+    }
+}
+
+/// Runs `$body` with a pooled `$client`, again on another connection while the failure is
+/// [`Failure::retryable`]; at most [`ATTEMPTS`] times.
+macro_rules! retrying {
+    ($store:expr, $operation:literal, |$client:ident| $body:expr) => {{
+        let mut attempt = 1;
+        loop {
+            let result: Result<_, Failure> = async {
+                let $client = $store.pool.get().await.map_err(Failure::Pool)?;
+                $body
+            }
+            .await;
+            match result {
+                Err(e) if e.retryable() && attempt < ATTEMPTS => attempt += 1,
+                other => break other.map_err(|e| e.into_store_error($operation)),
+            }
+        }
+    }};
+}
+
+/// Runs `$body` once with a pooled `$client` (for writes a retry could duplicate).
+macro_rules! once {
+    ($store:expr, $operation:literal, |$client:ident| $body:expr) => {{
+        let result: Result<_, Failure> = async {
+            let $client = $store.pool.get().await.map_err(Failure::Pool)?;
+            $body
+        }
+        .await;
+        result.map_err(|e| e.into_store_error($operation))
+    }};
+}
+
+/// Grants and journal in PostgreSQL, over a pool of connections.
 pub struct PostgresStore {
-    client: Client,
+    pool: Pool,
     lifetimes: GrantLifetimes,
+}
+
+impl core::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        // The pool's configuration holds the connection parameters: leave them out.
+        f.debug_struct("PostgresStore")
+            .field("pool", &self.pool.status())
+            .field("lifetimes", &self.lifetimes)
+            .finish()
+    }
 }
 
 impl PostgresStore {
     /// Connects (e.g. `host=127.0.0.1 user=postgres dbname=test`) and creates the tables.
-    /// Must run inside a tokio runtime: the connection is driven by a spawned task.
+    /// Must run inside a tokio runtime (with the time driver): connections are driven by
+    /// spawned tasks. Up to 16 connections; an operation waits at most 10 s for one.
     pub async fn connect(config: &str, lifetimes: GrantLifetimes) -> Result<Self, StoreError> {
-        let (client, connection) = tokio_postgres::connect(config, NoTls).await.map_err(db)?;
-        tokio::spawn(async move {
-            // Errors surface on the client's next query.
-            let _ = connection.await;
-        });
-        client.batch_execute(SCHEMA).await.map_err(db)?;
-        Ok(PostgresStore { client, lifetimes })
+        let pg: tokio_postgres::Config = config
+            .parse()
+            .map_err(|e| StoreError::database("postgres", "connect", e))?;
+        let manager = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                // Drops connections whose socket the server closed before handing them out.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(POOL_TIMEOUT))
+            .create_timeout(Some(POOL_TIMEOUT))
+            .recycle_timeout(Some(POOL_TIMEOUT))
+            .build()
+            .map_err(|e| StoreError::database("postgres", "connect", e))?;
+        let store = PostgresStore { pool, lifetimes };
+        retrying!(store, "schema setup", |client| Ok(client
+            .batch_execute(SCHEMA)
+            .await?))?;
+        Ok(store)
     }
 
     /// Whether grant `id` has been consumed (for reconciliation after a claim error).
     pub async fn is_consumed(&self, id: &str) -> Result<Option<bool>, StoreError> {
-        let row = self
-            .client
-            .query_opt(
-                "SELECT consumed_at IS NOT NULL FROM aml_grants WHERE id = $1",
-                &[&id],
-            )
+        retrying!(self, "read", |client| {
+            let row = client
+                .query_opt(
+                    "SELECT consumed_at IS NOT NULL FROM aml_grants WHERE id = $1",
+                    &[&id],
+                )
+                .await?;
+            Ok(row.map(|r| r.get(0)))
+        })
+    }
+
+    async fn insert_grant(
+        &self,
+        id: &str,
+        digest: Sha256Digest,
+        tool: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let ttl_ms = self.lifetimes.resolve_ms(ttl)?;
+        let token = new_grant_id()?;
+        let digest = digest.to_string();
+        let ours = retrying!(self, "issue", |client| {
+            let insert = client
+                .prepare_cached(
+                    "INSERT INTO aml_grants (id, digest, expires_at, tool, issue_token)
+                     VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond', $4, $5)
+                     ON CONFLICT (id) DO NOTHING RETURNING id",
+                )
+                .await?;
+            if client
+                .query_opt(&insert, &[&id, &digest, &ttl_ms, &tool, &token])
+                .await?
+                .is_some()
+            {
+                return Ok(true);
+            }
+            // Taken: by this issue's earlier attempt, or by anyone else.
+            let row = client
+                .query_opt(
+                    "SELECT issue_token IS NOT DISTINCT FROM $2 FROM aml_grants WHERE id = $1",
+                    &[&id, &token],
+                )
+                .await?;
+            Ok(row.is_some_and(|r| r.get(0)))
+        })?;
+        if !ours {
+            return Err(StoreError::Duplicate(id.to_owned()));
+        }
+        Ok(())
+    }
+
+    async fn spend(&self, grant: &GrantRef, with_intent: bool) -> Result<ClaimStatus, ClaimError> {
+        let Some(id) = &grant.approval_id else {
+            return Ok(ClaimStatus::NotIssued);
+        };
+        let digest = grant.proposal_sha256.to_string();
+        let claimed = async {
+            let token = new_grant_id()?;
+            let sql = if with_intent { CLAIM_WITH_INTENT } else { CLAIM };
+            retrying!(self, "claim", |client| {
+                let claim = client.prepare_cached(sql).await?;
+                if client.query_opt(&claim, &[id, &digest, &token]).await?.is_some() {
+                    return Ok(ClaimStatus::Claimed);
+                }
+                let check = client.prepare_cached(CLASSIFY).await?;
+                let row = client.query_opt(&check, &[id, &digest, &token]).await?;
+                Ok(match row {
+                    None => ClaimStatus::NotIssued,
+                    // An earlier attempt of this claim committed before its answer was lost.
+                    Some(r) if r.get::<_, bool>(2) => ClaimStatus::Claimed,
+                    Some(r) => classify(r.get(0), r.get(1)),
+                })
+            })
+        };
+        claimed
             .await
-            .map_err(db)?;
-        Ok(row.map(|r| r.get(0)))
+            .map_err(|e| ClaimError::with_source(e.to_string(), e))
     }
 }
 
@@ -90,70 +300,78 @@ impl GrantIssuer for PostgresStore {
         digest: Sha256Digest,
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
-        let ttl_ms = i64::try_from(self.lifetimes.resolve(ttl)?.as_millis()).unwrap_or(i64::MAX);
-        let inserted = self
-            .client
-            .execute(
-                "INSERT INTO aml_grants (id, digest, expires_at)
-                 VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond')
-                 ON CONFLICT (id) DO NOTHING",
-                &[&id, &digest.to_string(), &ttl_ms],
-            )
+        self.insert_grant(id, digest, None, ttl).await
+    }
+
+    async fn issue_for(
+        &self,
+        id: &str,
+        proposal: &FrozenProposal,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.insert_grant(id, proposal.digest(), Some(proposal.tool()), ttl)
             .await
-            .map_err(db)?;
-        if inserted == 0 {
-            return Err(StoreError::Duplicate(id.to_owned()));
-        }
-        Ok(())
     }
 }
 
 #[async_trait]
 impl GrantStore for PostgresStore {
     async fn claim(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError> {
-        let Some(id) = &grant.approval_id else {
-            return Ok(ClaimStatus::NotIssued);
-        };
-        let digest = grant.proposal_sha256.to_string();
-        let fail = |e| ClaimError::with_source("postgres grant store failed", db(e));
-        // One atomic statement: row locking lets exactly one claimant's UPDATE match.
-        let claimed = self
-            .client
-            .query_opt(
-                "UPDATE aml_grants SET consumed_at = now()
-                 WHERE id = $1 AND digest = $2 AND consumed_at IS NULL AND expires_at > now()
-                 RETURNING id",
-                &[id, &digest],
-            )
-            .await
-            .map_err(fail)?;
-        if claimed.is_some() {
-            return Ok(ClaimStatus::Claimed);
-        }
-        let row = self
-            .client
-            .query_opt(
-                "SELECT consumed_at IS NOT NULL, expires_at <= now() FROM aml_grants WHERE id = $1 AND digest = $2",
-                &[id, &digest],
-            )
-            .await
-            .map_err(fail)?;
-        Ok(row.map_or(ClaimStatus::NotIssued, |r| classify(r.get(0), r.get(1))))
+        self.spend(grant, false).await
+    }
+}
+
+#[async_trait]
+impl ClaimsWithIntent for PostgresStore {
+    async fn claim_with_intent(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError> {
+        self.spend(grant, true).await
+    }
+
+    async fn outcome_for_grant(
+        &self,
+        entry: &IntentEntry,
+        outcome: RecordedOutcome,
+        detail: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let digest = entry.proposal_sha256.to_string();
+        // Idempotent, so a retry cannot record twice: it resolves the claim's intent, or,
+        // when there is none for this grant at all, writes a complete record.
+        retrying!(self, "outcome", |client| {
+            let resolve = client
+                .prepare_cached(
+                    "WITH resolved AS (
+                         UPDATE aml_journal SET outcome = $2, detail = $3, outcome_at = now(), tool = $5
+                         WHERE grant_id = $1 AND outcome IS NULL RETURNING id)
+                     INSERT INTO aml_journal (digest, grant_id, tool, outcome, detail, outcome_at)
+                     SELECT $4, $1, $5, $2, $3, now()
+                     WHERE NOT EXISTS (SELECT 1 FROM aml_journal WHERE grant_id = $1)
+                       AND NOT EXISTS (SELECT 1 FROM resolved)",
+                )
+                .await?;
+            client
+                .execute(
+                    &resolve,
+                    &[&entry.grant_id, &outcome.as_str(), &detail, &digest, &entry.tool],
+                )
+                .await?;
+            Ok(())
+        })
     }
 }
 
 #[async_trait]
 impl ReceiptJournal for PostgresStore {
     async fn intent(&self, entry: &IntentEntry) -> Result<i64, StoreError> {
-        let row = self
-            .client
-            .query_one(
-                "INSERT INTO aml_journal (digest, grant_id, tool) VALUES ($1, $2, $3) RETURNING id",
-                &[&entry.proposal_sha256.to_string(), &entry.grant_id, &entry.tool],
-            )
-            .await
-            .map_err(db)?;
-        Ok(row.get(0))
+        let digest = entry.proposal_sha256.to_string();
+        once!(self, "intent", |client| {
+            let row = client
+                .query_one(
+                    "INSERT INTO aml_journal (digest, grant_id, tool) VALUES ($1, $2, $3) RETURNING id",
+                    &[&digest, &entry.grant_id, &entry.tool],
+                )
+                .await?;
+            Ok(row.get(0))
+        })
     }
 
     async fn outcome(
@@ -162,83 +380,86 @@ impl ReceiptJournal for PostgresStore {
         outcome: RecordedOutcome,
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
-        self.client
-            .execute(
-                "UPDATE aml_journal SET outcome = $2, detail = $3, outcome_at = now() WHERE id = $1 AND outcome IS NULL",
-                &[&id, &outcome.as_str(), &detail],
-            )
-            .await
-            .map(drop)
-            .map_err(db)
+        retrying!(self, "outcome", |client| {
+            client
+                .execute(
+                    "UPDATE aml_journal SET outcome = $2, detail = $3, outcome_at = now() WHERE id = $1 AND outcome IS NULL",
+                    &[&id, &outcome.as_str(), &detail],
+                )
+                .await?;
+            Ok(())
+        })
     }
 
     async fn unresolved(&self) -> Result<Vec<UnresolvedIntent>, StoreError> {
-        let rows = self
-            .client
-            .query(
-                "SELECT id, digest, grant_id, tool, (extract(epoch from intent_at) * 1000)::bigint
-                 FROM aml_journal WHERE outcome IS NULL AND reconciled_at IS NULL ORDER BY id",
-                &[],
-            )
-            .await
-            .map_err(db)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| UnresolvedIntent {
-                id: r.get(0),
-                proposal_sha256: r.get(1),
-                grant_id: r.get(2),
-                tool: r.get(3),
-                intent_at_ms: r.get(4),
-            })
-            .collect())
+        retrying!(self, "read", |client| {
+            let rows = client
+                .query(
+                    "SELECT id, digest, grant_id, tool, (extract(epoch from intent_at) * 1000)::bigint
+                     FROM aml_journal WHERE outcome IS NULL AND reconciled_at IS NULL ORDER BY id",
+                    &[],
+                )
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|r| UnresolvedIntent {
+                    id: r.get(0),
+                    proposal_sha256: r.get(1),
+                    grant_id: r.get(2),
+                    tool: r.get(3),
+                    intent_at_ms: r.get(4),
+                })
+                .collect())
+        })
     }
 
     async fn reconcile(&self, id: i64, note: &str) -> Result<bool, StoreError> {
-        self.client
-            .execute(
-                "UPDATE aml_journal SET reconciled_at = now(), reconcile_note = $2
-                 WHERE id = $1 AND outcome IS NULL AND reconciled_at IS NULL",
-                &[&id, &note],
-            )
-            .await
-            .map(|n| n == 1)
-            .map_err(db)
+        once!(self, "reconcile", |client| {
+            let n = client
+                .execute(
+                    "UPDATE aml_journal SET reconciled_at = now(), reconcile_note = $2
+                     WHERE id = $1 AND outcome IS NULL AND reconciled_at IS NULL",
+                    &[&id, &note],
+                )
+                .await?;
+            Ok(n == 1)
+        })
     }
 }
 
 #[async_trait]
 impl DecisionJournal for PostgresStore {
     async fn record_decision(&self, r: &DecisionRecord) -> Result<(), StoreError> {
-        self.client
-            .execute(
-                "INSERT INTO aml_decisions (digest, grant_id, approver_key_id, decision, statement)
-                 VALUES ($1, $2, $3, $4, $5)",
-                &[
-                    &r.proposal_sha256,
-                    &r.grant_id,
-                    &r.approver_key_id,
-                    &r.decision,
-                    &r.statement_json,
-                ],
-            )
-            .await
-            .map(drop)
-            .map_err(db)
+        once!(self, "decision record", |client| {
+            client
+                .execute(
+                    "INSERT INTO aml_decisions (digest, grant_id, approver_key_id, decision, statement)
+                     VALUES ($1, $2, $3, $4, $5)",
+                    &[
+                        &r.proposal_sha256,
+                        &r.grant_id,
+                        &r.approver_key_id,
+                        &r.decision,
+                        &r.statement_json,
+                    ],
+                )
+                .await?;
+            Ok(())
+        })
     }
 }
 
 impl PostgresStore {
     /// The decisions recorded for `digest`, oldest first: `(decision, statement JSON)`.
     pub async fn decisions_for(&self, digest: &str) -> Result<Vec<(String, String)>, StoreError> {
-        let rows = self
-            .client
-            .query(
-                "SELECT decision, statement FROM aml_decisions WHERE digest = $1 ORDER BY id",
-                &[&digest],
-            )
-            .await
-            .map_err(db)?;
-        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+        retrying!(self, "read", |client| {
+            let rows = client
+                .query(
+                    "SELECT decision, statement FROM aml_decisions WHERE digest = $1 ORDER BY id",
+                    &[&digest],
+                )
+                .await?;
+            Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
     }
 }

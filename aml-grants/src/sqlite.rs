@@ -1,16 +1,20 @@
 //! The embedded store: grants and the journal in one SQLite file (bundled SQLite, WAL,
 //! `synchronous=FULL` — `NORMAL` can forget the last claim on power loss, which would
 //! allow a replay). Safe across threads and across processes sharing the file.
+//!
+//! Expiry is judged by each process's own clock (the store's [`Clock`]): processes that
+//! share a file should share a time source (NTP); PostgreSQL uses the server's clock.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aml_core::{async_trait, ClaimError, ClaimStatus, GrantRef, GrantStore, Sha256Digest};
-use rusqlite::{params, Connection, OptionalExtension};
+use aml_core::{async_trait, ClaimError, ClaimStatus, FrozenProposal, GrantRef, GrantStore, Sha256Digest};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use crate::clock::{Clock, SystemClock};
 use crate::grant::{classify, GrantIssuer, GrantLifetimes, StoreError};
+use crate::intent_claims::ClaimsWithIntent;
 use crate::journal::{
     DecisionJournal, DecisionRecord, IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent,
 };
@@ -21,7 +25,8 @@ CREATE TABLE IF NOT EXISTS aml_grants (
     digest TEXT NOT NULL,
     issued_at INTEGER NOT NULL,
     expires_at INTEGER NOT NULL,
-    consumed_at INTEGER
+    consumed_at INTEGER,
+    tool TEXT
 );
 CREATE TABLE IF NOT EXISTS aml_journal (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -35,6 +40,7 @@ CREATE TABLE IF NOT EXISTS aml_journal (
     reconciled_at INTEGER,
     reconcile_note TEXT
 );
+CREATE INDEX IF NOT EXISTS aml_journal_grant_id ON aml_journal (grant_id);
 CREATE TABLE IF NOT EXISTS aml_decisions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     digest TEXT NOT NULL,
@@ -45,8 +51,35 @@ CREATE TABLE IF NOT EXISTS aml_decisions (
     recorded_at INTEGER NOT NULL
 );";
 
-fn db(e: rusqlite::Error) -> StoreError {
-    StoreError::Database(e.to_string())
+/// How long the first open of a file retries while other processes set it up.
+const OPEN_RETRY: Duration = Duration::from_secs(10);
+
+fn db(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
+    move |e| StoreError::database("sqlite", operation, e)
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Runs `f` again while another connection holds the lock SQLite needs and did not wait
+/// for (switching to WAL takes an exclusive lock without consulting the busy handler),
+/// for at most [`OPEN_RETRY`].
+fn retry_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let start = std::time::Instant::now();
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match f() {
+            Err(e) if is_busy(&e) && start.elapsed() < OPEN_RETRY => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            result => return result,
+        }
+    }
 }
 
 /// Grants and journal in one SQLite database.
@@ -58,7 +91,8 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path`.
+    /// Opens (creating if needed) the database at `path`. Any number of processes may open
+    /// one new file at once.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         Self::open_with(path, Arc::new(SystemClock), GrantLifetimes::default())
     }
@@ -69,18 +103,20 @@ impl SqliteStore {
         clock: Arc<dyn Clock>,
         lifetimes: GrantLifetimes,
     ) -> Result<Self, StoreError> {
-        let conn = Connection::open(path).map_err(db)?;
+        let mut conn = Connection::open(path).map_err(db("open"))?;
+        // Wait for other connections' locks from the first statement on.
+        conn.busy_timeout(Duration::from_secs(30)).map_err(db("open"))?;
         // WAL lets readers and one writer share the file across processes; FULL syncs the
         // WAL on every commit, so a claim that returned is on disk.
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .map_err(db)?;
+        let mode: String =
+            retry_busy(|| conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))).map_err(db("open"))?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Database(format!("journal_mode is {mode}, not wal")));
+            let cause = std::io::Error::other(format!("journal_mode is {mode}, not wal"));
+            return Err(StoreError::database("sqlite", "open", cause));
         }
-        conn.execute_batch("PRAGMA synchronous=FULL;").map_err(db)?;
-        conn.busy_timeout(Duration::from_secs(30)).map_err(db)?;
-        conn.execute_batch(SCHEMA).map_err(db)?;
+        conn.execute_batch("PRAGMA synchronous=FULL;")
+            .map_err(db("open"))?;
+        retry_busy(|| migrate(&mut conn)).map_err(db("schema setup"))?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             clock,
@@ -91,20 +127,18 @@ impl SqliteStore {
     /// Runs `f` on the connection, off the async executor when there is a tokio runtime.
     async fn run<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let conn = Arc::clone(&self.conn);
         let work = move || {
-            let guard = conn
-                .lock()
-                .map_err(|_| StoreError::Database("connection lock poisoned".into()))?;
-            f(&guard)
+            let mut guard = conn.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut guard)
         };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => handle
                 .spawn_blocking(work)
                 .await
-                .map_err(|e| StoreError::Database(format!("store task failed: {e}")))?,
+                .map_err(|e| StoreError::database("sqlite", "task", e))?,
             Err(_) => work(),
         }
     }
@@ -119,10 +153,99 @@ impl SqliteStore {
                 |r| r.get(0),
             )
             .optional()
-            .map_err(db)
+            .map_err(db("read"))
         })
         .await
     }
+
+    async fn insert_grant(
+        &self,
+        id: &str,
+        digest: Sha256Digest,
+        tool: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let ttl = self.lifetimes.resolve_ms(ttl)?;
+        let now = self.clock.now_ms();
+        let row = (id.to_owned(), digest.to_string(), tool.map(str::to_owned));
+        self.run(move |c| {
+            let inserted = c
+                .execute(
+                    "INSERT INTO aml_grants (id, digest, issued_at, expires_at, tool) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (id) DO NOTHING",
+                    params![row.0, row.1, now, now.saturating_add(ttl), row.2],
+                )
+                .map_err(db("issue"))?;
+            if inserted == 0 {
+                return Err(StoreError::Duplicate(row.0));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn spend(&self, grant: &GrantRef, with_intent: bool) -> Result<ClaimStatus, ClaimError> {
+        let Some(id) = grant.approval_id.clone() else {
+            return Ok(ClaimStatus::NotIssued);
+        };
+        let digest = grant.proposal_sha256.to_string();
+        let now = self.clock.now_ms();
+        self.run(move |c| {
+            // SQLite serializes writers: exactly one claimant of a grant sees a changed row,
+            // in this process or any other; the intent commits with it or not at all.
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(db("claim"))?;
+            let changed = tx
+                .execute(
+                    "UPDATE aml_grants SET consumed_at = ?3
+                     WHERE id = ?1 AND digest = ?2 AND consumed_at IS NULL AND expires_at > ?3",
+                    params![id, digest, now],
+                )
+                .map_err(db("claim"))?;
+            let status = if changed == 1 {
+                if with_intent {
+                    tx.execute(
+                        "INSERT INTO aml_journal (digest, grant_id, tool, intent_at)
+                         SELECT digest, id, COALESCE(tool, ''), ?2 FROM aml_grants WHERE id = ?1",
+                        params![id, now],
+                    )
+                    .map_err(db("claim"))?;
+                }
+                ClaimStatus::Claimed
+            } else {
+                let row: Option<(bool, bool)> = tx
+                    .query_row(
+                        "SELECT consumed_at IS NOT NULL, expires_at <= ?3 FROM aml_grants WHERE id = ?1 AND digest = ?2",
+                        params![id, digest, now],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .optional()
+                    .map_err(db("claim"))?;
+                row.map_or(ClaimStatus::NotIssued, |(consumed, expired)| classify(consumed, expired))
+            };
+            tx.commit().map_err(db("claim"))?;
+            Ok(status)
+        })
+        .await
+        .map_err(|e| ClaimError::with_source(e.to_string(), e))
+    }
+}
+
+/// Creates the tables, and adds the columns later versions need, in one write transaction
+/// so processes opening a new file at once do not race.
+fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(SCHEMA)?;
+    let has_tool: bool = tx.query_row(
+        "SELECT count(*) > 0 FROM pragma_table_info('aml_grants') WHERE name = 'tool'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_tool {
+        tx.execute_batch("ALTER TABLE aml_grants ADD COLUMN tool TEXT;")?;
+    }
+    tx.commit()
 }
 
 #[async_trait]
@@ -133,59 +256,69 @@ impl GrantIssuer for SqliteStore {
         digest: Sha256Digest,
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
-        let ttl = i64::try_from(self.lifetimes.resolve(ttl)?.as_millis()).unwrap_or(i64::MAX);
-        let now = self.clock.now_ms();
-        let row = (id.to_owned(), digest.to_string());
-        self.run(move |c| {
-            let inserted = c
-                .execute(
-                    "INSERT INTO aml_grants (id, digest, issued_at, expires_at) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (id) DO NOTHING",
-                    params![row.0, row.1, now, now.saturating_add(ttl)],
-                )
-                .map_err(db)?;
-            if inserted == 0 {
-                return Err(StoreError::Duplicate(row.0));
-            }
-            Ok(())
-        })
-        .await
+        self.insert_grant(id, digest, None, ttl).await
+    }
+
+    async fn issue_for(
+        &self,
+        id: &str,
+        proposal: &FrozenProposal,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.insert_grant(id, proposal.digest(), Some(proposal.tool()), ttl)
+            .await
     }
 }
 
 #[async_trait]
 impl GrantStore for SqliteStore {
     async fn claim(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError> {
-        let Some(id) = grant.approval_id.clone() else {
-            return Ok(ClaimStatus::NotIssued);
-        };
-        let digest = grant.proposal_sha256.to_string();
+        self.spend(grant, false).await
+    }
+}
+
+#[async_trait]
+impl ClaimsWithIntent for SqliteStore {
+    async fn claim_with_intent(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError> {
+        self.spend(grant, true).await
+    }
+
+    async fn outcome_for_grant(
+        &self,
+        entry: &IntentEntry,
+        outcome: RecordedOutcome,
+        detail: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let (digest, grant, tool) = (
+            entry.proposal_sha256.to_string(),
+            entry.grant_id.clone(),
+            entry.tool.clone(),
+        );
+        let detail = detail.map(str::to_owned);
         let now = self.clock.now_ms();
         self.run(move |c| {
-            // One atomic statement: SQLite serializes writers, so exactly one claimant of a
-            // grant sees a changed row, in this process or any other.
-            let changed = c
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(db("outcome"))?;
+            let updated = tx
                 .execute(
-                    "UPDATE aml_grants SET consumed_at = ?3
-                     WHERE id = ?1 AND digest = ?2 AND consumed_at IS NULL AND expires_at > ?3",
-                    params![id, digest, now],
+                    "UPDATE aml_journal SET outcome = ?2, detail = ?3, outcome_at = ?4, tool = ?5
+                     WHERE grant_id = ?1 AND outcome IS NULL",
+                    params![grant, outcome.as_str(), detail, now, tool],
                 )
-                .map_err(db)?;
-            if changed == 1 {
-                return Ok(ClaimStatus::Claimed);
+                .map_err(db("outcome"))?;
+            if updated == 0 {
+                tx.execute(
+                    "INSERT INTO aml_journal (digest, grant_id, tool, intent_at, outcome, detail, outcome_at)
+                     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?4
+                     WHERE NOT EXISTS (SELECT 1 FROM aml_journal WHERE grant_id = ?2)",
+                    params![digest, grant, tool, now, outcome.as_str(), detail],
+                )
+                .map_err(db("outcome"))?;
             }
-            let row: Option<(bool, bool)> = c
-                .query_row(
-                    "SELECT consumed_at IS NOT NULL, expires_at <= ?3 FROM aml_grants WHERE id = ?1 AND digest = ?2",
-                    params![id, digest, now],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()
-                .map_err(db)?;
-            Ok(row.map_or(ClaimStatus::NotIssued, |(consumed, expired)| classify(consumed, expired)))
+            tx.commit().map_err(db("outcome"))
         })
         .await
-        .map_err(|e| ClaimError::with_source("sqlite grant store failed", e))
     }
 }
 
@@ -203,7 +336,7 @@ impl ReceiptJournal for SqliteStore {
                 "INSERT INTO aml_journal (digest, grant_id, tool, intent_at) VALUES (?1, ?2, ?3, ?4)",
                 params![digest, grant, tool, now],
             )
-            .map_err(db)?;
+            .map_err(db("intent"))?;
             Ok(c.last_insert_rowid())
         })
         .await
@@ -223,7 +356,7 @@ impl ReceiptJournal for SqliteStore {
                 params![id, outcome.as_str(), detail, now],
             )
             .map(drop)
-            .map_err(db)
+            .map_err(db("outcome"))
         })
         .await
     }
@@ -235,7 +368,7 @@ impl ReceiptJournal for SqliteStore {
                     "SELECT id, digest, grant_id, tool, intent_at FROM aml_journal
                      WHERE outcome IS NULL AND reconciled_at IS NULL ORDER BY id",
                 )
-                .map_err(db)?;
+                .map_err(db("read"))?;
             let rows = stmt
                 .query_map([], |r| {
                     Ok(UnresolvedIntent {
@@ -246,8 +379,8 @@ impl ReceiptJournal for SqliteStore {
                         intent_at_ms: r.get(4)?,
                     })
                 })
-                .map_err(db)?;
-            rows.collect::<Result<Vec<_>, _>>().map_err(db)
+                .map_err(db("read"))?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(db("read"))
         })
         .await
     }
@@ -262,7 +395,7 @@ impl ReceiptJournal for SqliteStore {
                 params![id, now, note],
             )
             .map(|n| n == 1)
-            .map_err(db)
+            .map_err(db("reconcile"))
         })
         .await
     }
@@ -280,7 +413,7 @@ impl DecisionJournal for SqliteStore {
                 params![r.proposal_sha256, r.grant_id, r.approver_key_id, r.decision, r.statement_json, now],
             )
             .map(drop)
-            .map_err(db)
+            .map_err(db("decision record"))
         })
         .await
     }
@@ -293,11 +426,11 @@ impl SqliteStore {
         self.run(move |c| {
             let mut stmt = c
                 .prepare("SELECT decision, statement FROM aml_decisions WHERE digest = ?1 ORDER BY id")
-                .map_err(db)?;
+                .map_err(db("read"))?;
             let rows = stmt
                 .query_map([digest], |r| Ok((r.get(0)?, r.get(1)?)))
-                .map_err(db)?;
-            rows.collect::<Result<Vec<_>, _>>().map_err(db)
+                .map_err(db("read"))?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(db("read"))
         })
         .await
     }

@@ -1,5 +1,7 @@
-//! PostgreSQL (feature `postgres`): the one-use contract, expiry by the database clock, eight
-//! connections racing for one grant, and the journal. The server's address comes from
+//! PostgreSQL (feature `postgres`): the one-use contract, expiry by the database clock,
+//! connections racing for one grant under every isolation level, reconnection after the
+//! server ends a connection, claim and intent in one statement, error causes, and the
+//! journal. The server's address comes from
 //! `AML_POSTGRES_URL` (`scripts/test` sets it for the machine's server on 127.0.0.1:5432);
 //! without a reachable server these tests fail, saying so.
 #![cfg(feature = "postgres")]
@@ -12,8 +14,8 @@ use std::time::Duration;
 
 use aml_core::{ClaimStatus, GrantStore, ReceiptReason};
 use aml_grants::{
-    DecisionJournal, DecisionRecord, GrantIssuer, GrantLifetimes, IntentEntry, PostgresStore, ReceiptJournal,
-    RecordedOutcome,
+    DecisionJournal, DecisionRecord, GrantIssuer, GrantLifetimes, IntentEntry, JournaledGrants,
+    PostgresStore, ReceiptJournal, RecordedOutcome,
 };
 use common::*;
 
@@ -25,13 +27,32 @@ fn url() -> String {
 }
 
 async fn connect() -> PostgresStore {
-    PostgresStore::connect(&url(), GrantLifetimes::default())
+    connect_with("").await
+}
+
+/// Connects with extra connection parameters appended to `AML_POSTGRES_URL`.
+async fn connect_with(extra: &str) -> PostgresStore {
+    let config = format!("{} {extra}", url());
+    PostgresStore::connect(&config, GrantLifetimes::default())
         .await
         .unwrap_or_else(|e| panic!("PostgreSQL at {:?} is unreachable: {e}", url()))
 }
 
+/// A plain connection for the test's own queries.
+async fn admin() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {:?} is unreachable: {e}", url()));
+    tokio::spawn(connection);
+    client
+}
+
 fn unique(tag: &str) -> String {
-    format!("{tag}-{}-{:?}", std::process::id(), std::time::SystemTime::now())
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{tag}-{}-{nanos}", std::process::id())
 }
 
 #[tokio::test]
@@ -52,15 +73,47 @@ async fn postgres_grants_expire_by_the_database_clock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_connections_racing_for_one_grant_dispatch_once() {
-    let issuer = connect().await;
+    race(8, "").await;
+}
+
+/// Under `REPEATABLE READ` and `SERIALIZABLE` a claimant that waited for the winner's row
+/// lock gets a serialization failure from the server: it must still be told the grant is
+/// spent (`approval_reused_or_expired`), not that the store failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn race_losers_are_refused_under_every_isolation_level() {
+    for level in ["read committed", "repeatable read", "serializable"] {
+        // Spaces in a server option are escaped with a backslash, itself escaped once more
+        // inside the quoted connection parameter.
+        let extra = format!(
+            "options='-c default_transaction_isolation={}'",
+            level.replace(' ', r"\\ ")
+        );
+        let (client, connection) =
+            tokio_postgres::connect(&format!("{} {extra}", url()), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        let in_force: String = client
+            .query_one("SHOW transaction_isolation", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(in_force, level);
+        race(16, &extra).await;
+    }
+}
+
+/// `n` connections (each its own store) race for one grant: one dispatch, `n - 1` refusals.
+async fn race(n: usize, extra: &str) {
+    let issuer = connect_with(extra).await;
     let id = issuer.issue(args_digest(), None).await.unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let mut tools = Vec::new();
-    for _ in 0..8 {
-        let store: Arc<dyn GrantStore> = Arc::new(connect().await);
+    for _ in 0..n {
+        let store: Arc<dyn GrantStore> = Arc::new(connect_with(extra).await);
         tools.push(Arc::new(tool_with_grant(store, id.clone(), Arc::clone(&calls))));
     }
-    let barrier = Arc::new(tokio::sync::Barrier::new(8));
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
     let tasks: Vec<_> = tools
         .into_iter()
         .map(|tool| {
@@ -75,10 +128,145 @@ async fn eight_connections_racing_for_one_grant_dispatch_once() {
     for t in tasks {
         reasons.push(t.await.unwrap());
     }
-    assert_eq!(calls.load(Ordering::SeqCst), 1);
-    assert_eq!(count(&reasons, ReceiptReason::HostDispatchReturned), 1);
-    assert_eq!(count(&reasons, ReceiptReason::ApprovalReusedOrExpired), 7);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "{extra}: {reasons:?}");
+    assert_eq!(count(&reasons, ReceiptReason::HostDispatchReturned), 1, "{extra}");
+    assert_eq!(
+        count(&reasons, ReceiptReason::ApprovalReusedOrExpired),
+        n - 1,
+        "{extra}: {reasons:?}"
+    );
     assert_eq!(issuer.is_consumed(&id).await.unwrap(), Some(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_the_server_ended_is_replaced_and_the_next_claim_succeeds() {
+    // A name of our own, so only this test's backends are terminated.
+    let name = unique("aml-grants-test");
+    let store = connect_with(&format!("application_name={name}")).await;
+    let d = digest(&unique("reconnect"));
+    let before = store.issue(d, None).await.unwrap();
+    let admin = admin().await;
+    let ours = "SELECT pid FROM pg_stat_activity WHERE application_name = $1";
+    let old: Vec<i32> = admin
+        .query(ours, &[&name])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(!old.is_empty(), "the store holds a connection");
+    let ended: i64 = admin
+        .query_one(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000))
+             FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(ended, old.len() as i64);
+
+    // The pooled connection is dead; the claim runs on a new one.
+    assert_eq!(
+        store.claim(&grant(d, &before)).await.unwrap(),
+        ClaimStatus::Claimed
+    );
+    let after = store.issue(d, None).await.unwrap();
+    assert_eq!(
+        store.claim(&grant(d, &after)).await.unwrap(),
+        ClaimStatus::Claimed
+    );
+    let now: Vec<i32> = admin
+        .query(ours, &[&name])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        !now.is_empty() && now.iter().all(|pid| !old.contains(pid)),
+        "{old:?} then {now:?}"
+    );
+}
+
+#[tokio::test]
+async fn claim_and_intent_are_written_together() {
+    let store = Arc::new(connect().await);
+    let journaled = JournaledGrants::new(store.clone());
+    let id = aml_grants::new_grant_id().unwrap();
+    store.issue_for(&id, &args_proposal(), None).await.unwrap();
+    let mine = |list: Vec<aml_grants::UnresolvedIntent>, id: &str| {
+        list.into_iter()
+            .filter(|u| u.grant_id.as_deref() == Some(id))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        journaled.claim(&grant(args_digest(), &id)).await.unwrap(),
+        ClaimStatus::Claimed
+    );
+    let open = mine(store.unresolved().await.unwrap(), &id);
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0].tool, "send_message");
+    assert_eq!(
+        journaled.claim(&grant(args_digest(), &id)).await.unwrap(),
+        ClaimStatus::AlreadyClaimed
+    );
+    assert_eq!(
+        mine(store.unresolved().await.unwrap(), &id).len(),
+        1,
+        "a loser writes no intent"
+    );
+    assert!(store
+        .reconcile(open[0].id, "test: claimed by hand")
+        .await
+        .unwrap());
+
+    // The wrapped tool's return resolves it.
+    let id = aml_grants::new_grant_id().unwrap();
+    store.issue_for(&id, &args_proposal(), None).await.unwrap();
+    let ok = Arc::new(aml_core::tool_fn(|_| async { Ok(serde_json::json!(1)) }));
+    let tool = tool_with_policy(
+        policy(),
+        Arc::new(journaled.clone()),
+        id.clone(),
+        Arc::new(journaled.executor(ok)),
+    );
+    let out = tool.call(&args()).await.unwrap();
+    assert_eq!(out.receipt().reason(), ReceiptReason::HostDispatchReturned);
+    assert!(mine(store.unresolved().await.unwrap(), &id).is_empty());
+}
+
+#[tokio::test]
+async fn failures_report_the_database_cause_and_never_the_password() {
+    // A claim the server refuses: the receipt's detail says why.
+    let store: Arc<dyn GrantStore> = Arc::new(connect().await);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let out = tool_with_grant(store, "nul\0byte".into(), Arc::clone(&calls))
+        .call(&args())
+        .await
+        .unwrap();
+    assert_eq!(out.receipt().reason(), ReceiptReason::ApprovalConsumeError);
+    let detail = out.detail().unwrap();
+    assert!(
+        detail.contains("postgres claim failed") && detail.contains("invalid byte sequence"),
+        "{detail}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+
+    // A store that cannot set up its tables says so, without the connection's password.
+    let secret = unique("s3cret");
+    let refused = PostgresStore::connect(
+        &format!(
+            "{} password={secret} options='-c default_transaction_read_only=on'",
+            url()
+        ),
+        GrantLifetimes::default(),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("read-only transaction"), "{refused}");
+    assert!(!refused.contains(&secret), "{refused}");
 }
 
 #[tokio::test]

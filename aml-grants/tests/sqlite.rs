@@ -1,5 +1,6 @@
-//! SQLite: the one-use contract, expiry, races across threads and across processes, and
-//! a crash inside the tool callback.
+//! SQLite: the one-use contract, expiry, races across threads and across processes, many
+//! processes creating one file, claim and intent in one transaction, a crash after the claim
+//! and inside the tool callback, and error causes.
 
 mod common;
 
@@ -10,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aml_core::{ClaimStatus, GrantStore, ReceiptReason};
-use aml_grants::{GrantIssuer, GrantLifetimes, JournaledExecutor, ManualClock, ReceiptJournal, SqliteStore};
+use aml_grants::{
+    GrantIssuer, GrantLifetimes, JournaledExecutor, JournaledGrants, ManualClock, ReceiptJournal, SqliteStore,
+};
 use common::*;
 
 fn temp_db(tag: &str) -> PathBuf {
@@ -148,7 +151,7 @@ fn eight_processes_racing_on_one_sqlite_file_dispatch_once() {
         .collect();
     let outputs: Vec<String> = children
         .into_iter()
-        .map(|c| String::from_utf8(c.wait_with_output().unwrap().stdout).unwrap())
+        .map(|c| wait_bounded(c, Duration::from_secs(60)))
         .collect();
     let results: Vec<&str> = outputs
         .iter()
@@ -270,5 +273,241 @@ fn journaled_dispatches_record_their_outcomes() {
         }
         // Both outcomes recorded: nothing unresolved.
         assert!(store.unresolved().await.unwrap().is_empty());
+    });
+}
+
+/// Child role for the first-open race (run only by it, through `--ignored`): opens each of
+/// the round files at its round's start time and prints how many opens failed.
+#[test]
+#[ignore = "a child role of sixteen_processes_creating_one_file_twenty_times_all_open_it"]
+fn child_opens_new_files() {
+    let dir = PathBuf::from(std::env::var("AML_OPEN_DIR").expect("started by the open race"));
+    let start_at: u64 = std::env::var("AML_OPEN_START").unwrap().parse().unwrap();
+    let mut failures = Vec::new();
+    for round in 0..ROUNDS {
+        while now_ms() < start_at + round * ROUND_MS {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if let Err(e) = SqliteStore::open(dir.join(format!("round-{round}.db"))) {
+            failures.push(e.to_string());
+        }
+    }
+    println!("AML_CHILD_RESULT failed={} {failures:?}", failures.len());
+}
+
+const ROUNDS: u64 = 20;
+const ROUND_MS: u64 = 250;
+
+#[test]
+fn sixteen_processes_creating_one_file_twenty_times_all_open_it() {
+    let dir = temp_db("first-open").with_file_name("");
+    let start_at = (now_ms() + 2000).to_string();
+    let children: Vec<_> = (0..16)
+        .map(|_| {
+            child("child_opens_new_files")
+                .env("AML_OPEN_DIR", &dir)
+                .env("AML_OPEN_START", &start_at)
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let results: Vec<String> = children
+        .into_iter()
+        .map(|c| wait_bounded(c, Duration::from_secs(120)))
+        .map(|out| {
+            out.split("AML_CHILD_RESULT ")
+                .nth(1)
+                .and_then(|rest| rest.lines().next())
+                .unwrap_or("no result")
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        results.iter().all(|r| r.starts_with("failed=0 ")),
+        "every one of 320 opens must succeed: {results:?}"
+    );
+}
+
+#[test]
+fn claim_and_intent_commit_together_and_the_outcome_resolves_the_intent() {
+    let path = temp_db("claim-intent");
+    rt().block_on(async {
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let journaled = JournaledGrants::new(store.clone());
+        let id = aml_grants::new_grant_id().unwrap();
+        store.issue_for(&id, &args_proposal(), None).await.unwrap();
+
+        // The claim alone leaves an intent naming the grant and the tool it was issued for.
+        assert_eq!(
+            aml_core::GrantStore::claim(&journaled, &grant(args_digest(), &id))
+                .await
+                .unwrap(),
+            ClaimStatus::Claimed
+        );
+        let open = store.unresolved().await.unwrap();
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert_eq!(
+            (open[0].grant_id.as_deref(), open[0].tool.as_str()),
+            (Some(id.as_str()), "send_message")
+        );
+        // A losing claim writes nothing.
+        assert_eq!(
+            aml_core::GrantStore::claim(&journaled, &grant(args_digest(), &id))
+                .await
+                .unwrap(),
+            ClaimStatus::AlreadyClaimed
+        );
+        assert_eq!(store.unresolved().await.unwrap().len(), 1);
+        store
+            .reconcile(open[0].id, "test: claimed by hand")
+            .await
+            .unwrap();
+
+        // Through the boundary: the claim writes the intent, the tool's return resolves it.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&calls);
+        let counting = aml_core::tool_fn(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok(serde_json::json!({"sent": true})) }
+        });
+        let id = aml_grants::new_grant_id().unwrap();
+        store.issue_for(&id, &args_proposal(), None).await.unwrap();
+        let tool = tool_with_policy(
+            policy(),
+            Arc::new(journaled.clone()),
+            id.clone(),
+            Arc::new(journaled.executor(Arc::new(counting))),
+        );
+        let out = tool.call(&args()).await.unwrap();
+        assert_eq!(out.receipt().reason(), ReceiptReason::HostDispatchReturned);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(store.unresolved().await.unwrap().is_empty());
+    });
+}
+
+/// A policy that reads the fixed policy, except that once the grant in the database is
+/// spent — i.e. at the boundary's re-check right after the claim — it writes a marker and
+/// hangs, so the test can kill the process between the claim and the tool.
+#[derive(Debug)]
+struct HangAfterClaim {
+    db: PathBuf,
+    grant: String,
+    marker: PathBuf,
+}
+
+impl aml_core::PolicySource for HangAfterClaim {
+    fn current(&self) -> Arc<aml_core::Policy> {
+        let conn = rusqlite::Connection::open(&self.db).unwrap();
+        let spent: bool = conn
+            .query_row(
+                "SELECT consumed_at IS NOT NULL FROM aml_grants WHERE id = ?1",
+                [&self.grant],
+                |r| r.get(0),
+            )
+            .unwrap();
+        if spent {
+            std::fs::write(&self.marker, b"claimed").unwrap();
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        policy()
+    }
+}
+
+/// Child role for the kill test (run only by it, through `--ignored`).
+#[test]
+#[ignore = "a child role of a_kill_right_after_the_claim_leaves_an_unresolved_intent"]
+fn child_is_killed_after_the_claim() {
+    let path = PathBuf::from(std::env::var("AML_KILL_DB").expect("started by the kill test"));
+    let id = std::env::var("AML_KILL_GRANT").unwrap();
+    let marker = PathBuf::from(std::env::var("AML_KILL_MARKER").unwrap());
+    let entered = marker.with_file_name("tool-entered");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let journaled = JournaledGrants::new(store);
+    let tool = aml_core::tool_fn(move |_| {
+        let entered = entered.clone();
+        async move {
+            std::fs::write(&entered, b"entered").unwrap();
+            Ok(serde_json::json!(null))
+        }
+    });
+    let policy = HangAfterClaim {
+        db: path,
+        grant: id.clone(),
+        marker,
+    };
+    let guarded = tool_with_policy(
+        policy,
+        Arc::new(journaled.clone()),
+        id,
+        Arc::new(journaled.executor(Arc::new(tool))),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _ = rt.block_on(guarded.call(&args()));
+}
+
+#[test]
+fn a_kill_right_after_the_claim_leaves_an_unresolved_intent() {
+    let path = temp_db("kill-after-claim");
+    let marker = path.with_file_name("claimed");
+    let id = aml_grants::new_grant_id().unwrap();
+    rt().block_on(
+        SqliteStore::open(&path)
+            .unwrap()
+            .issue_for(&id, &args_proposal(), None),
+    )
+    .unwrap();
+    let mut victim = child("child_is_killed_after_the_claim")
+        .env("AML_KILL_DB", &path)
+        .env("AML_KILL_GRANT", &id)
+        .env("AML_KILL_MARKER", &marker)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&marker);
+    victim.kill().unwrap(); // SIGKILL between the claim and the tool.
+    victim.wait().unwrap();
+    assert!(!marker.with_file_name("tool-entered").exists());
+
+    rt().block_on(async {
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.is_consumed(&id).await.unwrap(), Some(true));
+        let unresolved = store.unresolved().await.unwrap();
+        assert_eq!(
+            unresolved.len(),
+            1,
+            "the spent grant must have an intent: {unresolved:?}"
+        );
+        assert_eq!(unresolved[0].grant_id.as_deref(), Some(id.as_str()));
+        assert_eq!(unresolved[0].proposal_sha256, args_digest().to_string());
+        assert_eq!(unresolved[0].tool, "send_message");
+    });
+}
+
+#[test]
+fn a_failing_claim_reports_the_database_cause() {
+    let path = temp_db("cause");
+    rt().block_on(async {
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let id = store.issue(args_digest(), None).await.unwrap();
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch("DROP TABLE aml_grants;")
+            .unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let out = tool_with_grant(store, id, Arc::clone(&calls))
+            .call(&args())
+            .await
+            .unwrap();
+        assert_eq!(out.receipt().reason(), ReceiptReason::ApprovalConsumeError);
+        let detail = out.detail().unwrap();
+        assert!(
+            detail.contains("sqlite claim failed") && detail.contains("no such table: aml_grants"),
+            "{detail}"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
     });
 }

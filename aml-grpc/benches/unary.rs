@@ -1,14 +1,19 @@
-//! One unary `CallTool` on loopback through the gated service versus the same call through
-//! a service with no gate (it parses the arguments and calls the tool directly), with p50
-//! and p99 of each.
+//! One unary `CallTool` on loopback: through the gated service (the gate alone, and the gate
+//! with a JSON-lines receipt file), versus the same tool behind a service with no gate (it
+//! parses the arguments and calls the tool directly; its client parses the result, as the
+//! typed client does). Then p50 and p99 of each, with the calls interleaved so that every
+//! variant sees the same machine noise.
 #![allow(missing_docs)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aml_core::{tool_fn, ArgumentSnapshot, Effect, GuardedTool, Policy};
+use aml_core::{
+    tool_fn, ActionBoundary, ArgumentSnapshot, Effect, JsonLinesSink, NoSink, Policy, ReceiptSink,
+    ToolCatalog, ToolGate, ToolRegistration,
+};
 use aml_grpc::pb::tool_service_server::{ToolService, ToolServiceServer};
-use aml_grpc::{pb, serve, GatedToolService, ServerLimits, ToolClient};
+use aml_grpc::{pb, serve, GatedToolService, ToolClient};
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::{json, Value};
 use tonic::{Request, Response, Status};
@@ -28,7 +33,7 @@ impl ToolService for Ungated {
         &self,
         request: Request<pb::CallToolRequest>,
     ) -> Result<Response<pb::CallToolResponse>, Status> {
-        let args: Value = serde_json::from_str(&request.into_inner().arguments_json)
+        let args: Value = serde_json::from_slice(&request.into_inner().arguments_json)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let result = json!({"record": args["id"], "status": "open"});
         Ok(Response::new(pb::CallToolResponse {
@@ -39,41 +44,43 @@ impl ToolService for Ungated {
     }
 }
 
+fn gated(sink: Arc<dyn ReceiptSink>) -> GatedToolService {
+    let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "fetch_record", "effect": "read", "resource": "record:42", "requires_approval": false}]}));
+    let fetch = ToolRegistration::new(
+        "fetch_record",
+        Effect::Read,
+        "Inspect record",
+        |s: &ArgumentSnapshot| Ok(format!("record:{}", s.get("id").cloned().unwrap_or_default())),
+        json!({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}),
+    )
+    .unwrap();
+    let boundary = ActionBoundary::builder(Arc::new(policy))
+        .executor(tool_fn(|call| async move {
+            Ok(json!({"record": call.arguments()["id"], "status": "open"}))
+        }))
+        .sink_arc(sink)
+        .build();
+    GatedToolService::new(ToolGate::new(ToolCatalog::new().with(fetch).unwrap(), boundary))
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    let policy = Arc::new(Policy::from_value(
-        &json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "fetch_record", "effect": "read", "resource": "record:42", "requires_approval": false}]}),
-    ));
-    let tool = GuardedTool::builder("fetch_record", Effect::Read, "Inspect record", policy)
-        .resource_for(|s: &ArgumentSnapshot| {
-            Ok(format!("record:{}", s.get("id").cloned().unwrap_or_default()))
+    let serve_gated = |service: GatedToolService| {
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap();
+            tokio::spawn(serve(listener, service, std::future::pending()));
+            ToolClient::connect(format!("http://{address}")).await.unwrap()
         })
-        .executor(tool_fn(|call| async move {
-            Ok(json!({"record": call.arguments()["id"], "status": "open"}))
-        }))
-        .build()
-        .unwrap();
-    let schema = json!({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]});
-    let gated = GatedToolService::new()
-        .with_tool("fetch_record", "Fetch", schema, Arc::new(tool))
-        .unwrap();
-
-    let gated_address = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(serve(
-            listener,
-            gated,
-            ServerLimits::default(),
-            std::future::pending(),
-        ));
-        address
-    });
-    let plain_address = rt.block_on(async {
+    };
+    let receipts = std::env::temp_dir().join(format!("aml-grpc-bench-{}.jsonl", std::process::id()));
+    let gate_only = serve_gated(gated(Arc::new(NoSink)));
+    let with_file = serve_gated(gated(Arc::new(JsonLinesSink::append(&receipts).unwrap())));
+    let plain = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         tokio::spawn(
@@ -83,48 +90,62 @@ fn bench(c: &mut Criterion) {
                     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
                 ),
         );
-        address
+        pb::tool_service_client::ToolServiceClient::connect(format!("http://{address}"))
+            .await
+            .unwrap()
     });
-    let gated = rt
-        .block_on(ToolClient::connect(format!("http://{gated_address}")))
-        .unwrap();
-    let plain = rt
-        .block_on(pb::tool_service_client::ToolServiceClient::connect(format!(
-            "http://{plain_address}"
-        )))
-        .unwrap();
-    let request = || pb::CallToolRequest {
-        tool: "fetch_record".into(),
-        arguments_json: r#"{"id":42}"#.into(),
+    let call_plain = || {
+        let response = rt
+            .block_on(
+                plain
+                    .clone()
+                    .call_tool(pb::CallToolRequest::new("fetch_record", r#"{"id":42}"#)),
+            )
+            .unwrap();
+        let result: Value = serde_json::from_str(&response.into_inner().result_json).unwrap();
+        drop(result);
     };
-    let call_gated = || {
-        rt.block_on(gated.call_tool("fetch_record", r#"{"id":42}"#, None))
+    let call = |client: &ToolClient| {
+        rt.block_on(client.call_tool("fetch_record", r#"{"id":42}"#, None))
             .map(drop)
             .unwrap()
     };
-    let call_plain = || rt.block_on(plain.clone().call_tool(request())).map(drop).unwrap();
+    let call_gate_only = || call(&gate_only);
+    let call_with_file = || call(&with_file);
 
     let mut group = c.benchmark_group("grpc_unary");
     group.measurement_time(Duration::from_secs(5));
     group.bench_function("no_gate", |b| b.iter(call_plain));
-    group.bench_function("gated", |b| b.iter(call_gated));
+    group.bench_function("gated", |b| b.iter(call_gate_only));
+    group.bench_function("gated_jsonl_sink", |b| b.iter(call_with_file));
     group.finish();
 
-    let percentiles = |call: &dyn Fn()| {
-        let mut samples: Vec<Duration> = (0..5000)
-            .map(|_| {
-                let start = Instant::now();
-                call();
-                start.elapsed()
-            })
-            .collect();
-        samples.sort();
-        (samples[2500], samples[4950])
-    };
-    let (p50, p99) = percentiles(&call_plain);
-    let (g50, g99) = percentiles(&call_gated);
-    println!("grpc_unary over 5000 calls each: no gate p50 {p50:?} p99 {p99:?}; gated p50 {g50:?} p99 {g99:?}; added p50 {:?} p99 {:?}",
-        g50.saturating_sub(p50), g99.saturating_sub(p99));
+    let variants: [(&str, &dyn Fn()); 3] = [
+        ("no gate", &call_plain),
+        ("gated", &call_gate_only),
+        ("gated + JSON-lines sink", &call_with_file),
+    ];
+    let mut samples = vec![Vec::with_capacity(5000); variants.len()];
+    for _ in 0..5000 {
+        for (i, (_, call)) in variants.iter().enumerate() {
+            let start = Instant::now();
+            call();
+            samples[i].push(start.elapsed());
+        }
+    }
+    let percentiles: Vec<(Duration, Duration)> = samples
+        .iter_mut()
+        .map(|s| {
+            s.sort();
+            (s[2500], s[4950])
+        })
+        .collect();
+    println!("grpc_unary over 5000 interleaved calls each:");
+    for ((name, _), (p50, p99)) in variants.iter().zip(&percentiles) {
+        let added = p50.saturating_sub(percentiles[0].0);
+        println!("  {name:24} p50 {p50:>10.1?} p99 {p99:>10.1?}  p50 minus no gate {added:.1?}");
+    }
+    let _ = std::fs::remove_file(&receipts);
 }
 
 criterion_group!(benches, bench);

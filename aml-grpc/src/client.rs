@@ -1,11 +1,12 @@
-//! A typed client: outcomes instead of bare statuses.
+//! A typed client: a dispatched result, or an error that says whether the tool ran.
 
 use std::time::Duration;
 
 use aml_core::{Plan, Receipt};
 use serde_json::Value;
+use tonic::codegen::{Body, Bytes, StdError};
 use tonic::transport::Channel;
-use tonic::{Code, Status};
+use tonic::Status;
 
 use crate::convert::{plan_from_message, receipt_from_message};
 use crate::pb;
@@ -23,40 +24,88 @@ pub struct Dispatched {
     pub receipt: Receipt,
 }
 
-/// A call that did not dispatch (or whose outcome is unknown), with what the server said.
-#[derive(Debug, Clone)]
-pub struct NotDispatched {
-    /// The status: its code tells the client what to do (never retry `UNKNOWN`).
-    pub status: Status,
-    /// The plan and receipt from the status's `ErrorInfo`, when the server attached them.
-    pub report: Option<StatusReport>,
+/// A call that did not return a result.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The server says the tool was not entered: refused before planning, blocked by the
+    /// boundary, or stopped before the one-use claim. Safe to correct and call again.
+    #[error("the tool was not run: {status}")]
+    NotRun {
+        /// The status.
+        status: Status,
+        /// What its `ErrorInfo` says (the reason, and the plan and receipt when made).
+        report: StatusReport,
+    },
+    /// The tool may have run: it was entered and failed (`unknown`), it was still running
+    /// at the deadline, or no answer from this service arrived (the client's own deadline,
+    /// a cancellation, a lost connection). Never retry automatically.
+    #[error("the tool's outcome is unknown: {status}")]
+    OutcomeUnknown {
+        /// The status.
+        status: Status,
+        /// What its `ErrorInfo` says, when the service sent one.
+        report: Option<StatusReport>,
+    },
 }
 
-impl NotDispatched {
+impl CallError {
+    /// Sorts a status: `NotRun` only when this service's `ErrorInfo` says so.
+    pub fn from_status(status: Status) -> Self {
+        match report_of(&status) {
+            Some(report) if report.not_run() => CallError::NotRun { status, report },
+            report => CallError::OutcomeUnknown { status, report },
+        }
+    }
+
+    /// The status.
+    pub fn status(&self) -> &Status {
+        match self {
+            CallError::NotRun { status, .. } | CallError::OutcomeUnknown { status, .. } => status,
+        }
+    }
+
     /// The status code.
-    pub fn code(&self) -> Code {
-        self.status.code()
+    pub fn code(&self) -> tonic::Code {
+        self.status().code()
+    }
+
+    /// What the status's `ErrorInfo` says, when the service sent one.
+    pub fn report(&self) -> Option<&StatusReport> {
+        match self {
+            CallError::NotRun { report, .. } => Some(report),
+            CallError::OutcomeUnknown { report, .. } => report.as_ref(),
+        }
     }
 }
 
-/// A client of `aml.v1.ToolService`.
+/// A client of `aml.v1.ToolService` over any tonic transport (a [`Channel`], or a tower
+/// stack of the host's own).
 #[derive(Debug, Clone)]
-pub struct ToolClient {
-    inner: ToolServiceClient<Channel>,
+pub struct ToolClient<T = Channel> {
+    inner: ToolServiceClient<T>,
 }
 
-impl ToolClient {
+impl ToolClient<Channel> {
     /// Connects to `endpoint` (e.g. `http://127.0.0.1:50051`).
     pub async fn connect(endpoint: String) -> Result<Self, tonic::transport::Error> {
         Ok(ToolClient {
             inner: ToolServiceClient::connect(endpoint).await?,
         })
     }
+}
 
-    /// Wraps a channel.
-    pub fn new(channel: Channel) -> Self {
+impl<T> ToolClient<T>
+where
+    T: tonic::client::GrpcService<tonic::body::Body> + Clone,
+    T::Error: Into<StdError>,
+    T::ResponseBody: Body<Data = Bytes> + Send + 'static,
+    <T::ResponseBody as Body>::Error: Into<StdError> + Send,
+{
+    /// Wraps a transport.
+    pub fn new(transport: T) -> Self {
         ToolClient {
-            inner: ToolServiceClient::new(channel),
+            inner: ToolServiceClient::new(transport),
         }
     }
 
@@ -77,11 +126,8 @@ impl ToolClient {
         tool: &str,
         arguments_json: &str,
         timeout: Option<Duration>,
-    ) -> Result<Dispatched, NotDispatched> {
-        let mut request = tonic::Request::new(pb::CallToolRequest {
-            tool: tool.to_owned(),
-            arguments_json: arguments_json.to_owned(),
-        });
+    ) -> Result<Dispatched, CallError> {
+        let mut request = tonic::Request::new(pb::CallToolRequest::new(tool, arguments_json));
         if let Some(t) = timeout {
             request.set_timeout(t);
         }
@@ -90,15 +136,14 @@ impl ToolClient {
             .clone()
             .call_tool(request)
             .await
-            .map_err(|status| NotDispatched {
-                report: report_of(&status),
-                status,
-            })?;
-        let message = response.into_inner();
-        let malformed = |what: &str| NotDispatched {
+            .map_err(CallError::from_status)?;
+        // The server answered OK, so the tool ran; a reply we cannot read leaves its result
+        // unknown to us.
+        let malformed = |what: &str| CallError::OutcomeUnknown {
             status: Status::internal(format!("the server sent {what}")),
             report: None,
         };
+        let message = response.into_inner();
         let plan = message.plan.as_ref().ok_or_else(|| malformed("no plan"))?;
         let receipt = message.receipt.as_ref().ok_or_else(|| malformed("no receipt"))?;
         Ok(Dispatched {

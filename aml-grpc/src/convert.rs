@@ -5,12 +5,8 @@ use serde_json::{json, Value};
 
 use crate::pb;
 
-fn digest_text(v: &Value) -> String {
-    v.as_str().unwrap_or_default().to_owned()
-}
-
-fn text(v: &Value) -> String {
-    v.as_str().unwrap_or_default().to_owned()
+fn digest_text(digest: Option<aml_core::Sha256Digest>) -> String {
+    digest.map(|d| d.to_string()).unwrap_or_default()
 }
 
 fn digest_json(text: &str) -> Value {
@@ -23,24 +19,22 @@ fn digest_json(text: &str) -> Value {
 
 /// `aml-action-plan/1` as a message (`proposal_sha256` empty for null).
 pub fn plan_message(plan: &Plan) -> pb::Plan {
-    let v = plan.to_value();
     pb::Plan {
-        protocol: text(&v["protocol"]),
-        proposal_sha256: digest_text(&v["proposal_sha256"]),
-        decision: text(&v["decision"]),
-        reason: text(&v["reason"]),
+        protocol: aml_core::PLAN_PROTOCOL.to_owned(),
+        proposal_sha256: digest_text(plan.proposal_sha256()),
+        decision: plan.decision().as_str().to_owned(),
+        reason: plan.reason().as_str().to_owned(),
     }
 }
 
 /// `aml-action-dispatch/1` as a message (`proposal_sha256` empty for null).
 pub fn receipt_message(receipt: &Receipt) -> pb::Receipt {
-    let v = receipt.to_value();
     pb::Receipt {
-        protocol: text(&v["protocol"]),
-        proposal_sha256: digest_text(&v["proposal_sha256"]),
-        policy_decision: text(&v["policy_decision"]),
-        execution_status: text(&v["execution_status"]),
-        reason: text(&v["reason"]),
+        protocol: aml_core::RECEIPT_PROTOCOL.to_owned(),
+        proposal_sha256: digest_text(receipt.proposal_sha256()),
+        policy_decision: receipt.policy_decision().as_str().to_owned(),
+        execution_status: receipt.execution_status().as_str().to_owned(),
+        reason: receipt.reason().as_str().to_owned(),
     }
 }
 
@@ -58,4 +52,42 @@ pub fn receipt_from_message(m: &pb::Receipt) -> Result<Receipt, serde_json::Erro
         "protocol": m.protocol, "proposal_sha256": digest_json(&m.proposal_sha256),
         "policy_decision": m.policy_decision, "execution_status": m.execution_status, "reason": m.reason,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_carry_the_protocol_forms_exactly() {
+        let plans = [
+            serde_json::from_value(json!({"protocol": "aml-action-plan/1",
+                "proposal_sha256": null, "decision": "deny", "reason": "invalid_proposal"}))
+            .unwrap(),
+            serde_json::from_value(json!({"protocol": "aml-action-plan/1",
+                "proposal_sha256": "a".repeat(64), "decision": "allow", "reason": "exact_rule"}))
+            .unwrap(),
+        ];
+        for plan in plans {
+            let m = plan_message(&plan);
+            let v = plan.to_value();
+            assert_eq!(m.protocol, v["protocol"]);
+            assert_eq!(m.decision, v["decision"]);
+            assert_eq!(m.reason, v["reason"]);
+            assert_eq!(digest_json(&m.proposal_sha256), v["proposal_sha256"]);
+            assert_eq!(plan_from_message(&m).unwrap(), plan);
+            let receipt: Receipt = serde_json::from_value(json!({"protocol": "aml-action-dispatch/1",
+                "proposal_sha256": v["proposal_sha256"], "policy_decision": v["decision"],
+                "execution_status": "blocked", "reason": "no_exact_rule"}))
+            .unwrap();
+            let m = receipt_message(&receipt);
+            let v = receipt.to_value();
+            assert_eq!(m.protocol, v["protocol"]);
+            assert_eq!(m.policy_decision, v["policy_decision"]);
+            assert_eq!(m.execution_status, v["execution_status"]);
+            assert_eq!(m.reason, v["reason"]);
+            assert_eq!(digest_json(&m.proposal_sha256), v["proposal_sha256"]);
+            assert_eq!(receipt_from_message(&m).unwrap(), receipt);
+        }
+    }
 }

@@ -1,209 +1,171 @@
-//! The gated tool service: host tools behind the boundary, as `aml.v1.ToolService`.
+//! The gated tool service: the host's [`ToolGate`] as `aml.v1.ToolService`.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use aml_core::{Deadline, ExecutionStatus, GuardedTool, GuardedToolError};
-use serde_json::Value;
-use tonic::{Code, Request, Response, Status};
+use aml_core::{CallClock, CallRecord, CallStatus, Deadline, GateAuthorization, Record, Refusal, ToolGate};
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
 
 use crate::convert::{plan_message, receipt_message};
+use crate::finish::FinishOnDrop;
 use crate::pb;
-use crate::status::{outcome_status, status};
+use crate::route::ToolServiceRoute;
+use crate::server::ServerLimits;
+use crate::status::{refusal_status, service_status, status_for, ServiceReason};
+use crate::timeout::{answer_by, parse_grpc_timeout};
 
-struct HostedTool {
-    tool: Arc<GuardedTool>,
-    description: String,
-    effect: String,
-    input_schema: Value,
-    validator: jsonschema::Validator,
-}
+/// The adapter name in call records and spans.
+pub const ADAPTER: &str = "grpc";
 
-/// A tool registration the service cannot use.
-#[derive(Debug, thiserror::Error)]
-#[error("tool {tool}: invalid input schema: {detail}")]
-pub struct SchemaError {
-    tool: String,
-    detail: String,
-}
-
-/// How much earlier than the caller's deadline the boundary stops waiting for approval
-/// (a fifth of the caller's budget, at most this much), so its answer still arrives in time.
-const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
-
-/// Receives every boundary outcome, for the host's receipt log.
-pub type OutcomeSink = Arc<dyn Fn(&aml_core::DispatchOutcome) + Send + Sync>;
-
-/// `aml.v1.ToolService` over the host's guarded tools.
-#[derive(Default)]
+/// `aml.v1.ToolService` over the host's [`ToolGate`]: its catalog (names, effects, input
+/// schemas), policy, hooks and receipt sink.
+///
+/// Every call gets exactly one call record in the gate's sink, refusals included.
+/// Until the one-use claim, a caller that cancels, disconnects or passes its deadline ends
+/// the call as blocked and the tool is never entered; from the claim on, the dispatch
+/// completes (on a task of its own if tonic drops the handler) and its receipt is recorded.
+/// See ADR 006.
+#[derive(Debug, Clone)]
 pub struct GatedToolService {
-    tools: BTreeMap<String, HostedTool>,
-    sink: Option<OutcomeSink>,
-}
-
-impl core::fmt::Debug for GatedToolService {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("GatedToolService")
-            .field("tools", &self.tools.keys().collect::<Vec<_>>())
-            .finish()
-    }
+    gate: ToolGate,
+    limits: ServerLimits,
 }
 
 impl GatedToolService {
-    /// A service with no tools.
-    pub fn new() -> Self {
-        Self::default()
+    /// Serves `gate` (renamed to adapter `grpc` in records) with [`ServerLimits::default`].
+    pub fn new(gate: ToolGate) -> Self {
+        GatedToolService {
+            gate: gate.for_adapter(ADAPTER),
+            limits: ServerLimits::default(),
+        }
     }
 
-    /// Reports every boundary outcome (plan and receipt) to `sink`, including those of
-    /// calls whose client went away.
-    pub fn with_outcome_sink(mut self, sink: OutcomeSink) -> Self {
-        self.sink = Some(sink);
+    /// Sets the limits.
+    pub fn with_limits(mut self, limits: ServerLimits) -> Self {
+        self.limits = limits;
         self
     }
 
-    /// Exposes `tool` under `name`, with the input schema the host enforces before planning.
-    pub fn with_tool(
-        mut self,
-        name: impl Into<String>,
-        description: impl Into<String>,
-        input_schema: Value,
-        tool: Arc<GuardedTool>,
-    ) -> Result<Self, SchemaError> {
-        let name = name.into();
-        let validator = jsonschema::options()
-            .with_draft(jsonschema::Draft::Draft202012)
-            .build(&input_schema)
-            .map_err(|e| SchemaError {
-                tool: name.clone(),
-                detail: e.to_string(),
-            })?;
-        let effect = tool.effect().as_str().to_owned();
-        self.tools.insert(
-            name,
-            HostedTool {
-                tool,
-                description: description.into(),
-                effect,
-                input_schema,
-                validator,
-            },
-        );
-        Ok(self)
+    /// The gate.
+    pub fn gate(&self) -> &ToolGate {
+        &self.gate
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> ServerLimits {
+        self.limits
+    }
+
+    /// The tonic service, with the request size check in front, for a host's own server.
+    pub fn into_route(self) -> ToolServiceRoute {
+        ToolServiceRoute::new(self)
     }
 
     async fn call(&self, request: Request<pb::CallToolRequest>) -> Result<pb::CallToolResponse, Status> {
         let arrived = Instant::now();
-        let timeout = grpc_timeout(request.metadata());
-        if timeout == Some(Duration::ZERO) {
-            return Err(refusal(
-                Code::DeadlineExceeded,
-                "deadline_exceeded",
-                "the request arrived after its deadline",
-            ));
-        }
-        let request = request.into_inner();
-        let hosted = self.tools.get(&request.tool).ok_or_else(|| {
-            refusal(
-                Code::InvalidArgument,
-                "invalid_or_unregistered_call",
-                "no such tool",
-            )
-        })?;
-        // Arguments the strict parser refuses skip the schema: the boundary blocks them
-        // with their canonical code.
-        if let Ok(args) = aml_core::strict::parse_str(&request.arguments_json) {
-            if !hosted.validator.is_valid(&args) {
-                return Err(refusal(
-                    Code::InvalidArgument,
-                    "invalid_arguments",
-                    "the arguments are outside the tool's input schema",
+        let clock = CallClock::start();
+        let (metadata, _, message) = request.into_parts();
+        let tool = match String::from_utf8(message.tool) {
+            Ok(tool) => tool,
+            Err(e) => {
+                let tool = String::from_utf8_lossy(e.as_bytes()).into_owned();
+                let detail = "the tool name is not UTF-8";
+                self.record_refusal(&tool, &clock, Err(Refusal::InvalidOrUnregisteredCall), detail);
+                return Err(refusal_status(Refusal::InvalidOrUnregisteredCall, detail));
+            }
+        };
+        let budget = match metadata
+            .get("grpc-timeout")
+            .map(|v| parse_grpc_timeout(v.as_bytes()))
+        {
+            Some(Ok(budget)) => Some(budget),
+            None => self.limits.default_timeout,
+            Some(Err(invalid)) => {
+                let detail = invalid.to_string();
+                self.record_refusal(&tool, &clock, Ok(ServiceReason::InvalidTimeout), &detail);
+                return Err(service_status(
+                    ServiceReason::InvalidTimeout,
+                    "the grpc-timeout header is malformed; nothing was planned",
+                    &detail,
+                    None,
                 ));
             }
-        }
-        let deadline = match timeout {
-            Some(limit) => {
-                // Stop waiting a little before the caller does, so our answer still reaches it.
-                let at = arrived + limit - (limit / 5).min(DEADLINE_MARGIN);
-                if Instant::now() >= at {
-                    return Err(refusal(
-                        Code::DeadlineExceeded,
-                        "deadline_exceeded",
-                        "the deadline passed before planning",
-                    ));
-                }
-                Some(Deadline::new(at, tokio::time::sleep_until(at.into())))
-            }
-            None => None,
         };
-        // The dispatch runs in its own task: if the transport drops this handler (client gone,
-        // tonic's own timeout), a call that already started still finishes with its receipt.
-        let tool = Arc::clone(&hosted.tool);
-        let sink = self.sink.clone();
-        let arguments = request.arguments_json;
-        let task = tokio::spawn(async move {
-            let outcome = match deadline {
-                Some(deadline) => tool.call_json_until(arguments.as_bytes(), deadline).await,
-                None => tool.call_json(arguments.as_bytes()).await,
-            };
-            if let (Some(sink), Ok(outcome)) = (&sink, &outcome) {
-                sink(outcome);
-            }
-            outcome
-        });
-        let pending = task.await.map_err(|e| {
-            status(
-                Code::Unknown,
-                format!("the dispatch task failed: {e}"),
-                "host_dispatch_error",
-                HashMap::new(),
-            )
-        })?;
-        let outcome = pending.map_err(|e| {
-            let detail = match e {
-                GuardedToolError::Mapper(e) => e.to_string(),
-                other => other.to_string(),
-            };
-            status(
-                Code::Internal,
-                "the host failed before planning this call".to_owned(),
-                "host_error",
-                HashMap::from([("detail".to_owned(), detail)]),
-            )
-        })?;
-        if outcome.receipt().execution_status() != ExecutionStatus::Dispatched {
-            return Err(outcome_status(&outcome));
+        let due = budget.and_then(|budget| answer_by(arrived, budget));
+        if due.is_some_and(|due| Instant::now() >= due) {
+            let detail = "the deadline had passed when the request arrived";
+            self.record_refusal(&tool, &clock, Ok(ServiceReason::DeadlineExceeded), detail);
+            return Err(service_status(
+                ServiceReason::DeadlineExceeded,
+                "the deadline passed before planning; nothing was planned",
+                detail,
+                None,
+            ));
+        }
+        // Lookup, schema, strict parse and plan happen now; the gate records every outcome.
+        let prepared = self.gate.prepare_json(&tool, &message.arguments_json);
+        let deadline = due.map(|due| Deadline::new(due.into_std(), tokio::time::sleep_until(due)));
+        // Approval and the claim run in this handler: if the caller goes away, tonic drops
+        // this future and nothing is claimed or entered (the gate records it as blocked).
+        let authorized = match self.gate.authorize(prepared, deadline).await {
+            GateAuthorization::Authorized(authorized) => authorized,
+            GateAuthorization::Ended(outcome) => return Err(status_for(&outcome)),
+            _ => return Err(Status::internal("the gate ended a call in an unknown way")),
+        };
+        // From the claim on, the dispatch completes even when the caller is gone: it runs on
+        // this task, and if tonic drops the handler, on a task of its own.
+        let plan = due.map(|_| authorized.plan().clone());
+        let mut running = FinishOnDrop::new(authorized.execute(None));
+        let outcome = match due {
+            Some(due) => match tokio::time::timeout_at(due, &mut running).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    return Err(service_status(
+                        ServiceReason::DispatchInProgress,
+                        "the deadline passed while the tool was running; its receipt is in the host's record: do not retry automatically",
+                        "the tool was entered and had not returned by the deadline",
+                        plan.as_ref(),
+                    ))
+                }
+            },
+            None => running.await,
+        };
+        if outcome.status() != CallStatus::Dispatched {
+            return Err(status_for(&outcome));
         }
         Ok(pb::CallToolResponse {
             result_json: outcome
                 .output()
-                .map(Value::to_string)
+                .map(serde_json::Value::to_string)
                 .unwrap_or_else(|| "null".to_owned()),
-            plan: Some(plan_message(outcome.plan())),
-            receipt: Some(receipt_message(outcome.receipt())),
+            plan: outcome.plan().map(plan_message),
+            receipt: outcome.receipt().map(receipt_message),
         })
     }
-}
 
-fn refusal(code: Code, reason: &str, message: &str) -> Status {
-    status(code, message.to_owned(), reason, HashMap::new())
-}
-
-/// The `grpc-timeout` header: `<digits><unit>`, unit one of H M S m u n.
-fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
-    let text = metadata.get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
+    /// Records a call the service ended before the gate saw it: a core refusal, or a
+    /// [`ServiceReason`] at the head of the detail.
+    fn record_refusal(
+        &self,
+        tool: &str,
+        clock: &CallClock,
+        why: Result<ServiceReason, Refusal>,
+        detail: &str,
+    ) {
+        let mut record = CallRecord::new(ADAPTER, tool, clock);
+        let reason = match why {
+            Ok(reason) => {
+                record.refusal = reason.refusal();
+                record.detail = Some(format!("{reason}: {detail}"));
+                reason.as_str()
+            }
+            Err(refusal) => {
+                record.refusal = Some(refusal);
+                record.detail = Some(detail.to_owned());
+                refusal.as_str()
+            }
+        };
+        tracing::info!(target: "aml.grpc", tool, reason, "call refused before the gate");
+        self.gate.boundary().sink().record(&Record::Call(record));
+    }
 }
 
 #[tonic::async_trait]
@@ -213,13 +175,14 @@ impl pb::tool_service_server::ToolService for GatedToolService {
         _request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
         let tools = self
-            .tools
-            .iter()
-            .map(|(name, hosted)| pb::ToolDescription {
-                name: name.clone(),
-                description: hosted.description.clone(),
-                effect: hosted.effect.clone(),
-                input_schema_json: hosted.input_schema.to_string(),
+            .gate
+            .catalog()
+            .tools()
+            .map(|tool| pb::ToolDescription {
+                name: tool.name().to_owned(),
+                description: tool.description().to_owned(),
+                effect: tool.effect().as_str().to_owned(),
+                input_schema_json: tool.input_schema().to_string(),
             })
             .collect();
         Ok(Response::new(pb::ListToolsResponse { tools }))
@@ -230,26 +193,5 @@ impl pb::tool_service_server::ToolService for GatedToolService {
         request: Request<pb::CallToolRequest>,
     ) -> Result<Response<pb::CallToolResponse>, Status> {
         self.call(request).await.map(Response::new)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grpc_timeout_units_parse() {
-        let mut m = tonic::metadata::MetadataMap::new();
-        for (text, expected) in [
-            ("5S", Some(Duration::from_secs(5))),
-            ("250m", Some(Duration::from_millis(250))),
-            ("1H", Some(Duration::from_secs(3600))),
-            ("7n", Some(Duration::from_nanos(7))),
-            ("x", None),
-            ("10Q", None),
-        ] {
-            m.insert("grpc-timeout", text.parse().unwrap());
-            assert_eq!(grpc_timeout(&m), expected, "{text}");
-        }
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aml_core::{ActionBoundaryBuilder, ApprovalRecord, JsonLinesSink, ReceiptSink, Record, Sha256Digest};
+use aml_core::{ActionBoundaryBuilder, ApprovalRecord, JsonLinesSink, ReceiptSink, Record};
 
 /// Where a person decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -27,7 +27,8 @@ pub(crate) async fn with_approvals(
     sink: &Arc<JsonLinesSink>,
 ) -> Result<ActionBoundaryBuilder, String> {
     use aml_approval::{
-        ApproverKey, DecisionChannel, Keyring, SignedApprovalHook, TtyApprovals, WebApprovals,
+        ApproverKey, DecisionChannel, Keyring, SignedApprovalHook, StatementDecision, TtyApprovals,
+        WebApprovals,
     };
     use aml_grants::MemoryGrants;
 
@@ -46,21 +47,18 @@ pub(crate) async fn with_approvals(
         Channel::Web => {
             // Every signed decision is journaled beside the receipts.
             let decisions = Arc::clone(sink);
-            let record: aml_approval::DecisionLog = Arc::new(move |signed| {
-                let statement = &signed.statement;
-                match statement.proposal_sha256.parse::<Sha256Digest>() {
-                    Ok(digest) => decisions.record(&Record::Approval(ApprovalRecord::new(
-                        digest,
-                        statement.decision == aml_approval::Verdict::Approve,
-                        Some(statement.grant_id.clone()),
+            let page = WebApprovals::builder(key)
+                .port(port)
+                .on_decision(move |signed| {
+                    let statement = signed.statement();
+                    decisions.record(&Record::Approval(ApprovalRecord::new(
+                        statement.proposal_sha256(),
+                        statement.decision() == StatementDecision::Approve,
+                        Some(statement.grant_id().to_owned()),
                         signed.to_value(),
-                    ))),
-                    Err(e) => {
-                        tracing::error!("a signed decision names no valid digest ({e}); not counted")
-                    }
-                }
-            });
-            let page = WebApprovals::start(port, key, Some(record))
+                    )));
+                })
+                .start()
                 .await
                 .map_err(|e| format!("approval page: {e}"))?;
             eprintln!("aml-mcp-gate: approve or deny pending calls at {}", page.url());

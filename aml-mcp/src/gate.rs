@@ -84,8 +84,7 @@ pub const VERDICT_META_KEY: &str = "aml.action-boundary/verdict";
 /// The gate's verdict on one `tools/call`.
 #[derive(Debug, Clone)]
 pub struct McpVerdict {
-    outcome: Option<GateOutcome>,
-    refusal: Option<Refusal>,
+    outcome: GateOutcome,
     status: ResultStatus,
     result: Option<CallToolResult>,
     result_digest: Option<ResultSummary>,
@@ -123,30 +122,16 @@ impl McpVerdict {
             .filter(|_| status != ResultStatus::NotCalled && status != ResultStatus::Unknown)
             .map(ResultSummary::of_json);
         McpVerdict {
-            outcome: Some(outcome),
-            refusal: None,
+            outcome,
             status,
             result: None,
             result_digest,
         }
     }
 
-    /// A call a gateway refused before it reached the gate's plan (for a reason of the
-    /// transport: an inexact number, an upstream that is gone). Nothing was sent.
-    pub fn refused(refusal: Refusal) -> Self {
-        McpVerdict {
-            outcome: None,
-            refusal: Some(refusal),
-            status: ResultStatus::NotCalled,
-            result: None,
-            result_digest: None,
-        }
-    }
-
-    /// The gate's outcome (refusal, plan, receipt, host error, detail); `None` for a call
-    /// refused before the gate ([`refused`](Self::refused)).
-    pub fn outcome(&self) -> Option<&GateOutcome> {
-        self.outcome.as_ref()
+    /// The gate's outcome (refusal, plan, receipt, host error, detail).
+    pub fn outcome(&self) -> &GateOutcome {
+        &self.outcome
     }
     /// What became of the call at the server.
     pub fn status(&self) -> ResultStatus {
@@ -154,15 +139,15 @@ impl McpVerdict {
     }
     /// The refusal before any plan.
     pub fn rejection(&self) -> Option<Refusal> {
-        self.refusal.or_else(|| self.outcome.as_ref()?.refusal())
+        self.outcome.refusal()
     }
     /// The plan, when one was made.
     pub fn plan(&self) -> Option<&Plan> {
-        self.outcome.as_ref()?.plan()
+        self.outcome.plan()
     }
     /// The receipt, when one was made.
     pub fn receipt(&self) -> Option<&Receipt> {
-        self.outcome.as_ref()?.receipt()
+        self.outcome.receipt()
     }
     /// The result's digest and size, as the call record holds them, when one came back.
     pub fn result_digest(&self) -> Option<ResultSummary> {
@@ -188,7 +173,7 @@ impl McpVerdict {
 
     fn view(&self) -> VerdictView<'_> {
         VerdictView {
-            host_error: self.outcome.as_ref().and_then(GateOutcome::host_error),
+            host_error: self.outcome.host_error(),
             mcp_result_status: self.status.as_str(),
             plan: self.plan(),
             receipt: self.receipt(),
@@ -215,13 +200,7 @@ impl McpVerdict {
 
     /// A sentence for the agent on why the call has no result (for an `isError` answer).
     pub fn explanation(&self) -> String {
-        let Some(outcome) = &self.outcome else {
-            return match self.refusal {
-                Some(refusal) => format!("AML gate refused the call: {refusal}"),
-                None => "AML gate refused the call.".to_owned(),
-            };
-        };
-        match outcome.status() {
+        match self.outcome.status() {
             CallStatus::Refused(refusal) => format!("AML gate refused the call: {refusal}"),
             CallStatus::HostError => "AML gate could not prepare this call (host error).".to_owned(),
             CallStatus::Unknown => {

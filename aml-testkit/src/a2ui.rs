@@ -4,12 +4,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use aml_a2ui::{FunctionGate, FunctionRegistry, HostCatalog, HostFunction};
+use aml_a2ui::{FunctionGate, FunctionRegistry, HostCatalog, HostFunction, WireForm};
 use aml_core::{async_trait, Effect, GuardedTool, LivePolicy, Plan, Policy, Receipt, Rule, Sha256Digest};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::args::CallerArguments;
+use crate::caller_args::CallerArguments;
 use crate::fixtures::{ApprovalBehavior, CallerChange, DestinationMapper, FixtureApproval, ObservingTool};
 use crate::harness::{Attempt, Harness, HarnessError};
 use crate::log::HostLog;
@@ -32,19 +32,35 @@ pub fn send_message_schema() -> Value {
     })
 }
 
-/// The host catalog: `sendMessage` bound to `tool` (agent-callable), or renderer-only.
-pub fn host_catalog(tool: Option<Arc<GuardedTool>>) -> Result<HostCatalog, aml_a2ui::CatalogError> {
+/// The host catalog: `sendMessage` bound to `tool` (agent-callable, with
+/// [`send_message_schema`]), or renderer-only.
+pub fn host_catalog(tool: Option<&GuardedTool>) -> Result<HostCatalog, HarnessError> {
+    let err = |e: &dyn std::fmt::Display| HarnessError(e.to_string());
     let description = "Send a status update to a recipient.";
     let function = match tool {
-        Some(tool) => HostFunction::agent_callable(FUNCTION, description, send_message_schema(), tool)?,
-        None => HostFunction::renderer_only(FUNCTION, description, send_message_schema())?,
+        Some(tool) => {
+            let registration = tool.registration(send_message_schema()).map_err(|e| err(&e))?;
+            HostFunction::agent_callable(FUNCTION, description, registration)
+        }
+        None => {
+            HostFunction::renderer_only(FUNCTION, description, send_message_schema()).map_err(|e| err(&e))?
+        }
     };
     Ok(HostCatalog::new(CATALOG_ID, "AML action boundary host functions").with_function(function))
 }
 
-fn request(call_id: &str, call: &str, catalog_id: &str, args: Value) -> Value {
+/// A gate over [`host_catalog`] with `tool`'s boundary (policy and hooks).
+fn gate_for(tool: &GuardedTool, catalog: HostCatalog) -> Result<FunctionGate, HarnessError> {
+    FunctionGate::new(
+        Arc::new(FunctionRegistry::new().with_catalog(catalog)),
+        tool.boundary().clone(),
+    )
+    .map_err(|e| HarnessError(e.to_string()))
+}
+
+fn request(form: WireForm, call_id: &str, call: &str, catalog_id: &str, args: Value) -> Value {
     json!({"version": "v1.0", "callRendererFunction": {"functionCallId": call_id,
-           "callFunction": {"call": call, "catalogId": catalog_id, "args": args}}})
+           "callFunction": {form.function_key(): call, "catalogId": catalog_id, "args": args}}})
 }
 
 /// Title and description of one documented A2UI case.
@@ -78,8 +94,15 @@ fn receipt_json(receipt: Option<Receipt>) -> Value {
     receipt.map_or(Value::Null, |r| r.to_value())
 }
 
-/// Plays one documented A2UI case and returns its report entry.
+/// Plays one documented A2UI case and returns its report entry (the Candidate form the
+/// documented report uses).
 pub async fn run_case(text: &CaseText) -> Result<Value, HarnessError> {
+    run_case_in(text, WireForm::Candidate).await
+}
+
+/// Plays one documented A2UI case with the request written in `form`; the answer comes
+/// back in the same form.
+pub async fn run_case_in(text: &CaseText, form: WireForm) -> Result<Value, HarnessError> {
     let id = text.id.as_str();
     let policy = LivePolicy::new(
         Policy::from_rules([Rule {
@@ -106,6 +129,7 @@ pub async fn run_case(text: &CaseText) -> Result<Value, HarnessError> {
         _ => (FUNCTION, CATALOG_ID),
     };
     let shared_request = Arc::new(Mutex::new(request(
+        form,
         "send_1",
         call,
         catalog_id,
@@ -133,9 +157,8 @@ pub async fn run_case(text: &CaseText) -> Result<Value, HarnessError> {
         .executor(observing.clone())
         .build()
         .map_err(|e| HarnessError(e.to_string()))?;
-    let catalog = host_catalog((id != "renderer_only").then(|| Arc::new(tool)))
-        .map_err(|e| HarnessError(e.to_string()))?;
-    let gate = FunctionGate::new(Arc::new(FunctionRegistry::new().with_catalog(catalog)));
+    let catalog = host_catalog((id != "renderer_only").then_some(&tool))?;
+    let gate = gate_for(&tool, catalog)?;
 
     let sent = shared_request.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let bytes = serde_json::to_vec(&sent).map_err(|e| HarnessError(e.to_string()))?;
@@ -170,28 +193,42 @@ pub async fn report() -> Result<Value, HarnessError> {
         .resource_for(DestinationMapper)
         .build()
         .map_err(|e| HarnessError(e.to_string()))?;
-    let catalog = |tool| {
-        host_catalog(tool)
-            .map(|c| c.definition())
-            .map_err(|e| HarnessError(e.to_string()))
-    };
+    let catalog = |tool| host_catalog(tool).map(|c| c.definition());
     Ok(json!({
         "protocol": A2UI_PROTOCOL,
         "scope": "aml-testkit through aml-a2ui: fixture hooks only; no renderer, person or message was involved.",
         "source": format!("aml-testkit {} (Rust), aml-a2ui FunctionGate", env!("CARGO_PKG_VERSION")),
         "spec": "https://a2ui.org/specification/v1.0-a2ui/",
         "cases": cases,
-        "host_catalog": catalog(Some(Arc::new(probe)))?,
+        "host_catalog": catalog(Some(&probe))?,
         "host_catalog_variants": {"renderer_only": catalog(None)?},
     }))
 }
 
 /// Carries guarded-tool calls over A2UI v1.0: each call is a fresh `callRendererFunction`
 /// message (bytes in) through a [`FunctionGate`], and the `rendererFunctionResponse` bytes
-/// that come out are decoded for the result.
-#[derive(Debug, Default)]
+/// that come out are decoded for the result. The default is the current form (`@call`),
+/// the one the A2UI SDKs send.
+#[derive(Debug)]
 pub struct A2uiHarness {
+    form: WireForm,
     next_id: AtomicU64,
+}
+
+impl A2uiHarness {
+    /// A harness that writes its messages in `form`.
+    pub fn new(form: WireForm) -> Self {
+        A2uiHarness {
+            form,
+            next_id: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Default for A2uiHarness {
+    fn default() -> Self {
+        A2uiHarness::new(WireForm::Current)
+    }
 }
 
 #[async_trait]
@@ -201,13 +238,13 @@ impl Harness for A2uiHarness {
     }
 
     async fn call(&self, tool: Arc<GuardedTool>, args: &CallerArguments) -> Result<Attempt, HarnessError> {
-        let catalog = host_catalog(Some(tool)).map_err(|e| HarnessError(e.to_string()))?;
-        let gate = FunctionGate::new(Arc::new(FunctionRegistry::new().with_catalog(catalog)));
+        let gate = gate_for(&tool, host_catalog(Some(&tool))?)?;
         let call_id = format!("call_{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let key = self.form.function_key();
         // The agent's message text, written once from the arguments as they are now.
         let message = args.with(|a| {
             format!(
-                r#"{{"version":"v1.0","callRendererFunction":{{"functionCallId":{},"callFunction":{{"call":"{FUNCTION}","catalogId":"{CATALOG_ID}","args":{}}}}}}}"#,
+                r#"{{"version":"v1.0","callRendererFunction":{{"functionCallId":{},"callFunction":{{"{key}":"{FUNCTION}","catalogId":"{CATALOG_ID}","args":{}}}}}}}"#,
                 Value::from(call_id.as_str()),
                 a.agent_json()
             )

@@ -12,7 +12,7 @@ pub const ADDED_REPORT_KEYS: &[&str] = &["host_catalog", "host_catalog_variants"
 
 /// How one documented case compared.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum CaseVerdict {
     /// Every field equals the documented case.
     Pass,
     /// Equal except the one documented substitution: an attempt Rust's types rule out
@@ -25,10 +25,10 @@ pub enum Verdict {
     Fail(Vec<String>),
 }
 
-impl Verdict {
+impl CaseVerdict {
     /// Whether the case holds.
     pub fn passed(&self) -> bool {
-        !matches!(self, Verdict::Fail(_))
+        !matches!(self, CaseVerdict::Fail(_))
     }
 }
 
@@ -65,10 +65,10 @@ fn diff(expected: &Value, actual: &Value, path: &str, out: &mut Vec<String>) {
 /// Compares one case. The only accepted substitution: a documented JavaScript
 /// `adapter_error` attempt that Rust rules out at compile time, reported as exactly
 /// `{"statically_ruled_out": STATICALLY_RULED_OUT, "host_hook_events": []}`.
-pub fn compare_case(expected: &Value, actual: &Value) -> Verdict {
+pub fn compare_case(expected: &Value, actual: &Value) -> CaseVerdict {
     let direct = differences(expected, actual);
     if direct.is_empty() {
-        return Verdict::Pass;
+        return CaseVerdict::Pass;
     }
     let static_attempt =
         serde_json::json!([{"statically_ruled_out": STATICALLY_RULED_OUT, "host_hook_events": []}]);
@@ -79,17 +79,17 @@ pub fn compare_case(expected: &Value, actual: &Value) -> Verdict {
         let mut substituted = expected.clone();
         substituted["attempts"] = static_attempt;
         if differences(&substituted, actual).is_empty() {
-            return Verdict::PassStatic;
+            return CaseVerdict::PassStatic;
         }
     }
     if wire_refusal_stands_for_input_refusal(expected, actual) {
         let mut substituted = expected.clone();
         substituted["attempts"] = actual["attempts"].clone();
         if differences(&substituted, actual).is_empty() {
-            return Verdict::PassWireRefused;
+            return CaseVerdict::PassWireRefused;
         }
     }
-    Verdict::Fail(direct)
+    CaseVerdict::Fail(direct)
 }
 
 /// A documented input refusal (one blocked attempt, no digest, an `AML_*` code, no hook
@@ -133,9 +133,18 @@ pub fn mask_digests(value: &Value) -> Value {
     }
 }
 
+/// A computed report compared with a documented one, report-level fields apart from cases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comparison {
+    /// Report-level fields that differ (`protocol`, an unexpected key), with why.
+    pub report_level: Vec<(String, Vec<String>)>,
+    /// Every documented case by id, in order, then any case the documentation lacks.
+    pub cases: Vec<(String, CaseVerdict)>,
+}
+
 /// Compares a whole report: its protocol and every case, by id and in order.
-pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, Verdict)> {
-    let mut verdicts = Vec::new();
+pub fn compare_report_parts(expected: &Value, actual: &Value) -> Comparison {
+    let mut report_level = Vec::new();
     let empty_map = serde_json::Map::new();
     let e_top = expected.as_object().unwrap_or(&empty_map);
     let a_top = actual.as_object().unwrap_or(&empty_map);
@@ -143,20 +152,15 @@ pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, Verdict)
         if key != "cases" && !UNCOMPARED_REPORT_KEYS.contains(&key.as_str()) && a_top.get(key) != Some(value)
         {
             let got = a_top.get(key).map_or("nothing".to_owned(), Value::to_string);
-            verdicts.push((
-                key.clone(),
-                Verdict::Fail(vec![format!("expected {value}, got {got}")]),
-            ));
+            report_level.push((key.clone(), vec![format!("expected {value}, got {got}")]));
         }
     }
     for key in a_top.keys() {
         if !e_top.contains_key(key) && !ADDED_REPORT_KEYS.contains(&key.as_str()) {
-            verdicts.push((
-                key.clone(),
-                Verdict::Fail(vec!["unexpected report key".to_owned()]),
-            ));
+            report_level.push((key.clone(), vec!["unexpected report key".to_owned()]));
         }
     }
+    let mut cases = Vec::new();
     let empty = Vec::new();
     let expected_cases = expected["cases"].as_array().unwrap_or(&empty);
     let actual_cases = actual["cases"].as_array().unwrap_or(&empty);
@@ -164,17 +168,27 @@ pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, Verdict)
         let id = e["id"].as_str().unwrap_or("?").to_owned();
         let verdict = match actual_cases.get(i) {
             Some(a) => compare_case(e, a),
-            None => Verdict::Fail(vec!["case missing".to_owned()]),
+            None => CaseVerdict::Fail(vec!["case missing".to_owned()]),
         };
-        verdicts.push((id, verdict));
+        cases.push((id, verdict));
     }
     for extra in actual_cases.iter().skip(expected_cases.len()) {
-        verdicts.push((
+        cases.push((
             extra["id"].as_str().unwrap_or("?").to_owned(),
-            Verdict::Fail(vec!["case not documented".to_owned()]),
+            CaseVerdict::Fail(vec!["case not documented".to_owned()]),
         ));
     }
-    verdicts
+    Comparison { report_level, cases }
+}
+
+/// [`compare_report_parts`] as one list: report-level differences first, then the cases.
+pub fn compare_report(expected: &Value, actual: &Value) -> Vec<(String, CaseVerdict)> {
+    let Comparison { report_level, cases } = compare_report_parts(expected, actual);
+    report_level
+        .into_iter()
+        .map(|(key, why)| (key, CaseVerdict::Fail(why)))
+        .chain(cases)
+        .collect()
 }
 
 #[cfg(test)]
@@ -199,7 +213,7 @@ mod tests {
             json!({"id": "m", "attempts": [{"adapter_error": "x", "host_hook_events": ["e"]}], "n": 0});
         let mut actual = expected.clone();
         actual["attempts"] = json!([{"statically_ruled_out": STATICALLY_RULED_OUT, "host_hook_events": []}]);
-        assert_eq!(compare_case(&expected, &actual), Verdict::PassStatic);
+        assert_eq!(compare_case(&expected, &actual), CaseVerdict::PassStatic);
         actual["n"] = json!(1);
         assert!(!compare_case(&expected, &actual).passed());
         actual["n"] = json!(0);

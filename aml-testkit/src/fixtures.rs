@@ -14,7 +14,7 @@ use aml_core::{
 };
 use serde_json::{json, Value};
 
-use crate::args::CallerArguments;
+use crate::caller_args::CallerArguments;
 use crate::log::HostLog;
 
 /// The exact host rule a revoking fixture removes.

@@ -3,18 +3,19 @@
 
 use std::sync::Arc;
 
-use aml_core::{async_trait, GuardedTool};
-use aml_grpc::{serve, GatedToolService, ServerLimits, ToolClient};
+use aml_core::{async_trait, GuardedTool, ToolCatalog, ToolGate};
+use aml_grpc::{serve, CallError, GatedToolService, ServiceReason, StatusReport, ToolClient};
 
-use crate::args::CallerArguments;
+use crate::caller_args::CallerArguments;
 use crate::harness::{Attempt, Harness, HarnessError};
 
 fn err(e: impl core::fmt::Display) -> HarnessError {
     HarnessError(e.to_string())
 }
 
-/// Each call starts `aml.v1.ToolService` on `127.0.0.1:0` with the host's tool as
-/// `send_message`, and calls it with the agent's argument text from a tonic client.
+/// Each call starts `aml.v1.ToolService` on `127.0.0.1:0` over a gate built from the host's
+/// tool (its registration with the `send_message` input schema, and its boundary: policy,
+/// hooks, sink), and calls it with the agent's argument text from a tonic client.
 #[derive(Debug, Default)]
 pub struct GrpcHarness;
 
@@ -27,24 +28,21 @@ impl Harness for GrpcHarness {
     async fn call(&self, tool: Arc<GuardedTool>, args: &CallerArguments) -> Result<Attempt, HarnessError> {
         // The agent's argument text, written once from the arguments as they are now.
         let arguments_json = args.with(|a| a.agent_json());
-        let service = GatedToolService::new()
-            .with_tool(
-                "send_message",
-                "Send a status update",
-                crate::a2ui::send_message_schema(),
-                tool,
-            )
+        let registration = tool
+            .registration(crate::a2ui::send_message_schema())
             .map_err(err)?;
+        let catalog = ToolCatalog::new().with(registration).map_err(err)?;
+        let gate = ToolGate::new(catalog, tool.boundary().clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(err)?;
         let address = listener.local_addr().map_err(err)?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, service, ServerLimits::default(), async {
+        let server = tokio::spawn(serve(listener, GatedToolService::new(gate), async {
             let _ = stopped.await;
         }));
         let client = ToolClient::connect(format!("http://{address}"))
             .await
             .map_err(err)?;
-        let outcome = client.call_tool("send_message", &arguments_json, None).await;
+        let outcome = client.call_tool(tool.tool(), &arguments_json, None).await;
         let _ = stop.send(());
         let _ = server.await;
         match outcome {
@@ -53,24 +51,29 @@ impl Harness for GrpcHarness {
                 receipt: done.receipt,
                 result: Some(done.result),
             }),
-            Err(refused) => match refused.report {
-                Some(report) if report.reason == "host_error" => {
-                    Ok(Attempt::HostError(report.detail.unwrap_or_default()))
-                }
-                Some(aml_grpc::StatusReport {
-                    plan: Some(plan),
-                    receipt: Some(receipt),
-                    ..
-                }) => Ok(Attempt::Completed {
-                    plan,
-                    receipt,
-                    result: None,
-                }),
-                _ => Err(err(format!(
-                    "the call failed without a receipt: {}",
-                    refused.status
-                ))),
-            },
+            Err(refused) => attempt_of(refused),
         }
+    }
+}
+
+fn attempt_of(refused: CallError) -> Result<Attempt, HarnessError> {
+    match refused.report() {
+        Some(report) if report.reason == ServiceReason::HostError.as_str() => {
+            // A mapper's error displays as the mapper's own message.
+            Ok(Attempt::HostError(report.detail.clone().unwrap_or_default()))
+        }
+        Some(StatusReport {
+            plan: Some(plan),
+            receipt: Some(receipt),
+            ..
+        }) => Ok(Attempt::Completed {
+            plan: plan.clone(),
+            receipt: receipt.clone(),
+            result: None,
+        }),
+        _ => Err(err(format!(
+            "the call failed without a receipt: {}",
+            refused.status()
+        ))),
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use aml_core::{async_trait, GuardedTool, Plan, Receipt};
 use serde_json::Value;
 
-use crate::args::CallerArguments;
+use crate::caller_args::CallerArguments;
 
 /// What one call through an adapter ended with.
 #[derive(Debug, Clone, PartialEq)]

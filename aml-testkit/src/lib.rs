@@ -8,26 +8,34 @@
 //! - the **documented cases**: the 17-case guarded-tool rehearsal ([`rehearsal`]) and the
 //!   reference's 13-case black-box challenge ([`challenge`]);
 //! - the [`Harness`] trait an adapter implements so those cases run through its wire path,
-//!   and a [`matrix`] runner that plays every case through every adapter and compares the
-//!   results with `fixtures/` ([`compare`]);
+//!   a harness for each adapter the workspace ships (including the worked example of a
+//!   custom adapter, [`http`]), and a [`matrix`] runner that plays every case through every
+//!   adapter and compares the results with `fixtures/` ([`compare`]);
+//! - [`rehearse_with`]: the 17 guarded-tool cases through any harness in one call, as a
+//!   [`RehearsalReport`] a custom adapter's own test asserts (`assert!(report.passed())`),
+//!   with documented deviations explained (see `docs/CUSTOM_ADAPTER.md`);
 //! - the `aml-testkit` command line (`rehearse`, `case`, `canonicalize`).
 #![forbid(unsafe_code)]
 
 pub mod a2ui;
-mod args;
+mod caller_args;
 pub mod challenge;
 pub mod compare;
 pub mod fixtures;
 pub mod grpc;
 mod harness;
+pub mod http;
 mod log;
 pub mod matrix;
 pub mod mcp;
 pub mod notice_fixture;
 pub mod rehearsal;
 pub mod relay_fixture;
+mod report;
 pub mod wire;
 
-pub use args::{CallerArguments, MessageArgs};
+pub use caller_args::{CallerArguments, MessageArgs};
+pub use compare::CaseVerdict;
 pub use harness::{Attempt, CoreHarness, Harness, HarnessError, UnavailableHarness};
 pub use log::{Counters, HostLog};
+pub use report::{mark, rehearse_with, CaseResult, RehearsalReport};

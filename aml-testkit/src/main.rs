@@ -6,9 +6,9 @@ use std::process::ExitCode;
 
 use aml_core::canonical::to_canonical_string;
 use aml_core::Sha256Digest;
-use aml_testkit::compare::{compare_report, Verdict};
-use aml_testkit::matrix::{self, fixture, harness_for, GUARDED_TOOL_FIXTURE};
-use aml_testkit::{challenge, rehearsal};
+use aml_testkit::challenge;
+use aml_testkit::compare::{compare_report, CaseVerdict};
+use aml_testkit::matrix::{self, fixture, harness_for};
 use clap::{Parser, Subcommand, ValueEnum};
 
 const EXIT_CODES: &str = "\
@@ -22,7 +22,7 @@ Logging: set RUST_LOG (e.g. RUST_LOG=debug) for diagnostics on stderr; stdout ne
 
 const REHEARSE_HELP: &str = "\
 Without a report name: a table with one row per documented case and one column per adapter
-(core, mcp, a2ui, grpc). `pass` = the adapter reproduced the case in fixtures/; `pass*` and
+(core, mcp, a2ui, grpc, and http: the worked example of a custom adapter, aml-http-example). `pass` = the adapter reproduced the case in fixtures/; `pass*` and
 `pass~` = a documented deviation (fixtures/README.md); `-` = the case is not played through
 that adapter (the A2UI and MCP reports are specific to their wire).
 
@@ -110,6 +110,7 @@ enum Adapter {
     Mcp,
     A2ui,
     Grpc,
+    Http,
 }
 
 impl Adapter {
@@ -119,6 +120,7 @@ impl Adapter {
             Adapter::Mcp => "mcp",
             Adapter::A2ui => "a2ui",
             Adapter::Grpc => "grpc",
+            Adapter::Http => "http",
         }
     }
 }
@@ -207,11 +209,25 @@ fn guarded_tool(runtime: &tokio::runtime::Runtime, adapter: Adapter) -> ExitCode
     let Some(harness) = harness_for(adapter.name()) else {
         return fail(2, &format!("no harness for adapter {:?}", adapter.name()));
     };
-    print_and_compare(
-        runtime.block_on(rehearsal::rehearse(harness.as_ref())),
-        GUARDED_TOOL_FIXTURE,
-        "fixtures/guarded-tool-rehearsal.json",
-    )
+    let rehearsed = runtime.block_on(aml_testkit::rehearse_with(harness.as_ref()));
+    let report = match rehearsed.report() {
+        Ok(report) => report,
+        Err(e) => return fail(1, &e.to_string()),
+    };
+    print_json(report);
+    for problem in rehearsed.report_level_failures() {
+        eprintln!("aml-testkit: {problem} deviates from fixtures/guarded-tool-rehearsal.json");
+    }
+    // Deviations only: the documented ones are in the printed report itself
+    // (`statically_ruled_out`, `wire_refused`), and a matching report leaves stderr empty.
+    for case in rehearsed.cases().iter().filter(|c| !c.passed()) {
+        let why = case.explanation().unwrap_or_default();
+        eprintln!(
+            "aml-testkit: {} deviates from fixtures/guarded-tool-rehearsal.json: {why}",
+            case.id()
+        );
+    }
+    ExitCode::from(if rehearsed.passed() { 0 } else { 1 })
 }
 
 /// Prints a computed report and exits non-zero if it deviates from its fixture.
@@ -231,7 +247,7 @@ fn print_and_compare(
 /// Prints a computed report and exits non-zero if `verdicts` finds a deviation.
 fn print_and_compare_with(
     report: Result<serde_json::Value, aml_testkit::HarnessError>,
-    verdicts: impl FnOnce(Result<serde_json::Value, aml_testkit::HarnessError>) -> Vec<(String, Verdict)>,
+    verdicts: impl FnOnce(Result<serde_json::Value, aml_testkit::HarnessError>) -> Vec<(String, CaseVerdict)>,
     fixture_name: &str,
 ) -> ExitCode {
     let report = match report {
@@ -241,7 +257,7 @@ fn print_and_compare_with(
     print_json(&report);
     let mut deviates = false;
     for (id, verdict) in verdicts(Ok(report)) {
-        if let Verdict::Fail(diffs) = verdict {
+        if let CaseVerdict::Fail(diffs) = verdict {
             deviates = true;
             eprintln!("aml-testkit: {id} deviates from {fixture_name}:");
             for d in diffs {

@@ -2,9 +2,9 @@
 
 use serde_json::Value;
 
-use crate::compare::{compare_report, Verdict};
+use crate::compare::{compare_report, CaseVerdict};
 use crate::harness::{CoreHarness, Harness, HarnessError};
-use crate::rehearsal::rehearse;
+use crate::report::rehearse_with;
 
 /// The documented guarded-tool report (`fixtures/guarded-tool-rehearsal.json`).
 pub const GUARDED_TOOL_FIXTURE: &str = include_str!("../../fixtures/guarded-tool-rehearsal.json");
@@ -13,8 +13,9 @@ pub const A2UI_FIXTURE: &str = include_str!("../../fixtures/a2ui-function-report
 /// The documented MCP report (`fixtures/mcp-connected-pilot.json`).
 pub const MCP_FIXTURE: &str = include_str!("../../fixtures/mcp-connected-pilot.json");
 
-/// The adapter columns, in order.
-pub const ADAPTERS: &[&str] = &["core", "mcp", "a2ui", "grpc"];
+/// The adapter columns, in order: the core, the built-in adapters, and the worked example
+/// of a custom adapter (`http`, `aml-http-example`).
+pub const ADAPTERS: &[&str] = &["core", "mcp", "a2ui", "grpc", "http"];
 
 /// Parses an embedded fixture.
 pub fn fixture(text: &str) -> Value {
@@ -28,6 +29,7 @@ pub fn harness_for(adapter: &str) -> Option<Box<dyn Harness>> {
         "mcp" => Box::new(crate::mcp::McpHarness),
         "a2ui" => Box::new(crate::a2ui::A2uiHarness::default()),
         "grpc" => Box::new(crate::grpc::GrpcHarness),
+        "http" => Box::new(crate::http::HttpHarness),
         _ => return None,
     })
 }
@@ -39,38 +41,47 @@ pub struct Row {
     pub report: &'static str,
     /// Case id.
     pub case: String,
-    /// Verdict per column of [`ADAPTERS`].
-    pub cells: Vec<Option<Verdict>>,
+    /// CaseVerdict per column of [`ADAPTERS`].
+    pub cells: Vec<Option<CaseVerdict>>,
 }
 
 /// Compares a computed report (or the error that stopped it) with an embedded fixture.
-pub fn report_verdicts(fixture_text: &str, report: Result<Value, HarnessError>) -> Vec<(String, Verdict)> {
+pub fn report_verdicts(
+    fixture_text: &str,
+    report: Result<Value, HarnessError>,
+) -> Vec<(String, CaseVerdict)> {
     let expected = fixture(fixture_text);
     match report {
         Ok(report) => compare_report(&expected, &report),
         Err(e) => case_ids(&expected)
             .into_iter()
-            .map(|id| (id, Verdict::Fail(vec![e.to_string()])))
+            .map(|id| (id, CaseVerdict::Fail(vec![e.to_string()])))
             .collect(),
     }
 }
 
 /// Compares a computed MCP report with the fixture, digests masked: the documented
 /// report's digests come from a host purpose it did not publish.
-pub fn mcp_verdicts(report: Result<Value, HarnessError>) -> Vec<(String, Verdict)> {
+pub fn mcp_verdicts(report: Result<Value, HarnessError>) -> Vec<(String, CaseVerdict)> {
     let expected = crate::compare::mask_digests(&fixture(MCP_FIXTURE));
     match report {
         Ok(report) => compare_report(&expected, &crate::compare::mask_digests(&report)),
         Err(e) => case_ids(&expected)
             .into_iter()
-            .map(|id| (id, Verdict::Fail(vec![e.to_string()])))
+            .map(|id| (id, CaseVerdict::Fail(vec![e.to_string()])))
             .collect(),
     }
 }
 
-/// Runs the guarded-tool rehearsal through one harness and compares it with the fixture.
-pub async fn guarded_tool_verdicts(harness: &dyn Harness) -> Vec<(String, Verdict)> {
-    report_verdicts(GUARDED_TOOL_FIXTURE, rehearse(harness).await)
+/// Runs the guarded-tool rehearsal through one harness and compares it with the fixture
+/// ([`rehearse_with`] as a list).
+pub async fn guarded_tool_verdicts(harness: &dyn Harness) -> Vec<(String, CaseVerdict)> {
+    let report = rehearse_with(harness).await;
+    report
+        .cases()
+        .iter()
+        .map(|case| (case.id().to_owned(), report.cell(case)))
+        .collect()
 }
 
 fn case_ids(report: &Value) -> Vec<String> {
@@ -85,7 +96,7 @@ fn case_ids(report: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn single_column(report: &'static str, adapter: &str, verdicts: Vec<(String, Verdict)>) -> Vec<Row> {
+fn single_column(report: &'static str, adapter: &str, verdicts: Vec<(String, CaseVerdict)>) -> Vec<Row> {
     let col = ADAPTERS.iter().position(|a| *a == adapter).unwrap_or(0);
     verdicts
         .into_iter()
@@ -111,14 +122,19 @@ pub async fn matrix() -> Vec<Row> {
         let Some(harness) = harness_for(adapter) else {
             continue;
         };
-        for (i, (_, verdict)) in guarded_tool_verdicts(harness.as_ref())
-            .await
-            .into_iter()
-            .enumerate()
-        {
-            if let Some(row) = rows.get_mut(i) {
-                row.cells[col] = Some(verdict);
-            }
+        for (case, verdict) in guarded_tool_verdicts(harness.as_ref()).await {
+            let row = match rows.iter().position(|r| r.case == case) {
+                Some(i) => &mut rows[i],
+                None => {
+                    rows.push(Row {
+                        report: "guarded-tool",
+                        case,
+                        cells: vec![None; ADAPTERS.len()],
+                    });
+                    rows.last_mut().expect("just pushed")
+                }
+            };
+            row.cells[col] = Some(verdict);
         }
     }
     rows.extend(single_column(
@@ -154,10 +170,10 @@ pub fn render(rows: &[Row]) -> (String, bool) {
         for (col, cell) in row.cells.iter().enumerate() {
             let mark = match cell {
                 None => "-",
-                Some(Verdict::Pass) => "pass",
-                Some(Verdict::PassStatic) => "pass*",
-                Some(Verdict::PassWireRefused) => "pass~",
-                Some(Verdict::Fail(why)) => {
+                Some(CaseVerdict::Pass) => "pass",
+                Some(CaseVerdict::PassStatic) => "pass*",
+                Some(CaseVerdict::PassWireRefused) => "pass~",
+                Some(CaseVerdict::Fail(why)) => {
                     failures.push(format!(
                         "{}/{} [{}]: {}",
                         row.report,

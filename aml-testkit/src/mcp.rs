@@ -19,7 +19,7 @@ use rmcp::ServiceExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::args::CallerArguments;
+use crate::caller_args::CallerArguments;
 use crate::fixtures::{ApprovalBehavior, FixtureApproval};
 use crate::harness::{Attempt, Harness, HarnessError};
 use crate::log::HostLog;

@@ -11,7 +11,7 @@ use aml_core::{Effect, ExecutionStatus, GuardedTool, LivePolicy, Policy, Rule, S
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::args::{CallerArguments, MessageArgs};
+use crate::caller_args::{CallerArguments, MessageArgs};
 use crate::fixtures::{
     ApprovalBehavior, ClaimBehavior, DestinationMapper, FailingMapper, FixtureApproval, FixtureClaims,
     FixtureTool, RuleRef,

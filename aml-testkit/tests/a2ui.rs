@@ -1,32 +1,39 @@
-//! The A2UI adapter against the documented report and the official A2UI v1.0 schemas
-//! (`fixtures/a2ui-v1.0/`, `$ref`s resolved offline).
+//! The A2UI adapter against the documented report and the A2UI v1.0 schemas of both forms
+//! (Candidate: `fixtures/a2ui-v1.0/`; current, as `a2ui-core` 0.4.0 generates them:
+//! `fixtures/a2ui-v1.0-current/`; `$ref`s resolved offline).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use aml_a2ui::{wire, FunctionGate, FunctionRegistry};
+use aml_a2ui::{wire, FunctionGate, FunctionRegistry, WireForm};
 use aml_core::{tool_fn, ArgumentSnapshot, Effect, GuardedTool, MapperError, Policy};
-use aml_testkit::a2ui::{host_catalog, report, A2uiHarness};
-use aml_testkit::compare::{compare_report, Verdict};
+use aml_testkit::a2ui::{case_texts, host_catalog, report, run_case, run_case_in, A2uiHarness};
+use aml_testkit::compare::{compare_report, CaseVerdict};
 use aml_testkit::matrix::{fixture, guarded_tool_verdicts, A2UI_FIXTURE};
 use jsonschema::{Registry, Validator};
 use serde_json::{json, Value};
 
 const BASE: &str = "https://a2ui.org/specification/v1_0/";
 
-fn spec_file(path: &str) -> Value {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/a2ui-v1.0");
+fn fixture_file(dir: &str, path: &str) -> Value {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures")
+        .join(dir);
     aml_core::strict::parse_str(&std::fs::read_to_string(dir.join(path)).unwrap()).unwrap()
 }
 
-/// A validator for one official schema, with common types and `catalog` registered under
+fn spec_file(path: &str) -> Value {
+    fixture_file("a2ui-v1.0", path)
+}
+
+/// A validator for `schema` with the common types of `dir` and `catalog` registered under
 /// their `$id`s (the catalog as `catalog.json`).
-fn validator(schema: &str, catalog: Value) -> Validator {
+fn validator_in(dir: &str, schema: &Value, catalog: Value) -> Validator {
     let registry = Registry::new()
         .extend([
             (
                 format!("{BASE}common_types.json"),
-                spec_file("json/common_types.json"),
+                fixture_file(dir, "json/common_types.json"),
             ),
             (format!("{BASE}catalog.json"), catalog),
         ])
@@ -35,8 +42,26 @@ fn validator(schema: &str, catalog: Value) -> Validator {
         .unwrap();
     jsonschema::options()
         .with_registry(&registry)
-        .build(&spec_file(&format!("json/{schema}")))
+        .build(schema)
         .unwrap()
+}
+
+/// A validator for one official Candidate schema.
+fn validator(schema: &str, catalog: Value) -> Validator {
+    validator_in("a2ui-v1.0", &spec_file(&format!("json/{schema}")), catalog)
+}
+
+/// Current-form answers: no `renderer_to_agent.json` is published for this form, so the
+/// message is `rendererFunctionResponse` as the generated `common_types.json` defines it.
+fn current_answer_validator(catalog: Value) -> Validator {
+    let schema = json!({"type": "object", "properties": {"version": {"const": "v1.0"},
+        "rendererFunctionResponse": {"$ref": format!("{BASE}common_types.json#/$defs/FunctionResponse")}},
+        "required": ["version", "rendererFunctionResponse"], "additionalProperties": false});
+    validator_in("a2ui-v1.0-current", &schema, catalog)
+}
+
+fn current_catalog() -> Value {
+    host_catalog(None).unwrap().definition_in(WireForm::Current)
 }
 
 fn assert_valid(v: &Validator, instance: &Value) {
@@ -57,16 +82,75 @@ fn the_nine_documented_cases_match_the_fixture() {
     let verdicts = compare_report(&fixture(A2UI_FIXTURE), &block_on(report()).unwrap());
     assert_eq!(verdicts.len(), 9);
     for (id, v) in verdicts {
-        assert_eq!(v, Verdict::Pass, "{id}");
+        assert_eq!(v, CaseVerdict::Pass, "{id}");
     }
 }
 
 #[test]
-fn the_seventeen_guarded_tool_cases_run_over_a2ui_messages() {
-    let verdicts = block_on(guarded_tool_verdicts(&A2uiHarness::default()));
-    assert_eq!(verdicts.len(), 17);
-    for (id, v) in verdicts {
-        assert!(v.passed(), "{id}: {v:?}");
+fn the_seventeen_guarded_tool_cases_run_over_a2ui_messages_in_both_forms() {
+    for form in [WireForm::Current, WireForm::Candidate] {
+        let verdicts = block_on(guarded_tool_verdicts(&A2uiHarness::new(form)));
+        assert_eq!(verdicts.len(), 17);
+        for (id, v) in verdicts {
+            // `mapper_mutated` is the one documented static substitution (fixtures/README.md).
+            let expected = if id == "mapper_mutated" {
+                CaseVerdict::PassStatic
+            } else {
+                CaseVerdict::Pass
+            };
+            assert_eq!(v, expected, "{id} ({form:?})");
+        }
+    }
+}
+
+#[test]
+fn the_nine_documented_cases_in_the_current_form_differ_only_in_the_answer_shape() {
+    let answers = current_answer_validator(current_catalog());
+    let requests = validator_in(
+        "a2ui-v1.0-current",
+        &fixture_file("a2ui-v1.0-current", "json/agent_to_renderer.json"),
+        current_catalog(),
+    );
+    let texts = case_texts();
+    assert_eq!(texts.len(), 9);
+    for text in &texts {
+        let candidate = block_on(run_case(text)).unwrap();
+        let current = block_on(run_case_in(text, WireForm::Current)).unwrap();
+        let id = text.id.as_str();
+        for key in [
+            "invocation",
+            "aml_plan",
+            "aml_receipt",
+            "callback_count",
+            "observed_arguments",
+        ] {
+            assert_eq!(candidate[key], current[key], "{id}: {key}");
+        }
+        let answer = &current["response"];
+        assert_valid(&answers, answer);
+        let rfr = &answer["rendererFunctionResponse"];
+        assert_eq!(rfr["functionCallId"], "send_1");
+        let expected = match id {
+            "approved_exact" | "mutated_during_approval" => Value::Null,
+            "renderer_only" | "wrong_catalog" | "unknown_function" => json!("UNKNOWN_FUNCTION"),
+            "invalid_args" => json!("INVALID_FUNCTION_CALL"),
+            "changed_destination" | "stale_approval" => json!("ACTION_BLOCKED"),
+            "uncertain_callback" => json!("EXECUTION_ERROR"),
+            other => panic!("unexpected case {other}"),
+        };
+        assert_eq!(rfr["error"]["code"], expected, "{id}");
+        if expected.is_null() {
+            assert_eq!(
+                rfr["value"],
+                candidate["response"]["rendererFunctionResponse"]["value"]
+            );
+        }
+        // The request as the SDK's generated schema reads it, with the host catalog: valid
+        // except where the catalog does not describe it (as in the Candidate form).
+        let described = !matches!(id, "unknown_function" | "invalid_args");
+        assert_eq!(requests.is_valid(&current["request"]), described, "{id}");
+        // The checker tells the forms apart: `call` is not the current form.
+        assert!(!requests.is_valid(&candidate["request"]), "{id}");
     }
 }
 
@@ -151,9 +235,11 @@ fn gate_with(mapper_fails: bool) -> FunctionGate {
         .executor(tool_fn(|_| async { Ok(json!({"sent": true})) }))
         .build()
         .unwrap();
-    FunctionGate::new(Arc::new(
-        FunctionRegistry::new().with_catalog(host_catalog(Some(Arc::new(tool))).unwrap()),
-    ))
+    FunctionGate::new(
+        Arc::new(FunctionRegistry::new().with_catalog(host_catalog(Some(&tool)).unwrap())),
+        tool.boundary().clone(),
+    )
+    .unwrap()
 }
 
 fn message(id: &str, args: &str) -> Vec<u8> {

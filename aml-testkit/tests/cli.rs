@@ -75,7 +75,7 @@ fn an_unknown_adapter_is_named_with_the_possible_values() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("[possible values: core, mcp, a2ui, grpc]"),
+        stderr.contains("[possible values: core, mcp, a2ui, grpc, http]"),
         "{stderr}"
     );
 }

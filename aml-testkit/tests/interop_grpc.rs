@@ -1,14 +1,16 @@
 //! Interop: a Python `grpcio` client nobody here wrote (installed by
 //! `scripts/interop-setup`) calls the gated service over loopback: a dispatched result, a
 //! `PERMISSION_DENIED` with `ErrorInfo` reason `no_exact_rule`, the health check, and
-//! message types found through server reflection.
+//! message types (the service's and `google.rpc.ErrorInfo`) found through server reflection.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
-use aml_core::{tool_fn, ArgumentSnapshot, Effect, GuardedTool, Policy};
-use aml_grpc::{serve, GatedToolService, ServerLimits};
+use aml_core::{
+    tool_fn, ActionBoundary, ArgumentSnapshot, Effect, Policy, ToolCatalog, ToolGate, ToolRegistration,
+};
+use aml_grpc::{serve, GatedToolService};
 use serde_json::{json, Value};
 
 fn python() -> PathBuf {
@@ -27,31 +29,28 @@ fn python_grpcio_client_against_the_gated_service() {
         .enable_all()
         .build()
         .unwrap();
-    let policy = Arc::new(Policy::from_value(
-        &json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "fetch_record", "effect": "read", "resource": "record:42", "requires_approval": false}]}),
-    ));
-    let tool = GuardedTool::builder("fetch_record", Effect::Read, "Inspect record", policy)
-        .resource_for(|s: &ArgumentSnapshot| {
-            Ok(format!("record:{}", s.get("id").cloned().unwrap_or_default()))
-        })
+    let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "fetch_record", "effect": "read", "resource": "record:42", "requires_approval": false}]}));
+    let fetch = ToolRegistration::new(
+        "fetch_record",
+        Effect::Read,
+        "Inspect record",
+        |s: &ArgumentSnapshot| Ok(format!("record:{}", s.get("id").cloned().unwrap_or_default())),
+        json!({"type": "object"}),
+    )
+    .unwrap()
+    .with_description("Fetch a record");
+    let boundary = ActionBoundary::builder(Arc::new(policy))
         .executor(tool_fn(|call| async move {
             Ok(json!({"record": call.arguments()["id"], "status": "open"}))
         }))
-        .build()
-        .unwrap();
-    let service = GatedToolService::new()
-        .with_tool(
-            "fetch_record",
-            "Fetch a record",
-            json!({"type": "object"}),
-            Arc::new(tool),
-        )
-        .unwrap();
+        .build();
+    let gate = ToolGate::new(ToolCatalog::new().with(fetch).unwrap(), boundary);
+    let service = GatedToolService::new(gate);
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let address = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    rt.spawn(serve(listener, service, ServerLimits::default(), async {
+    rt.spawn(serve(listener, service, async {
         let _ = stopped.await;
     }));
 
@@ -87,5 +86,10 @@ fn python_grpcio_client_against_the_gated_service() {
     assert!(
         services.contains(&"aml.v1.ToolService") && services.contains(&"grpc.health.v1.Health"),
         "{services:?}"
+    );
+    // grpcurl and other reflection clients decode the details with this type.
+    assert_eq!(
+        report["reflected_error_info_fields"],
+        json!(["reason", "domain", "metadata"])
     );
 }

@@ -354,7 +354,7 @@ async fn http(address: &str, request: String) -> String {
 async fn pending(origin: &str, token: &str) -> Vec<Value> {
     let response = http(
         origin,
-        format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: x\r\n\r\n"),
+        format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: {origin}\r\n\r\n"),
     )
     .await;
     serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap()
@@ -366,7 +366,7 @@ async fn approve(origin: &str, token: &str, proposal: &Value) {
         proposal["grant_id"].as_str().unwrap(),
         proposal["proposal_sha256"].as_str().unwrap()
     );
-    let decided = http(origin, format!("POST /decide HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}", form.len())).await;
+    let decided = http(origin, format!("POST /decide HTTP/1.1\r\nHost: {origin}\r\nOrigin: http://{origin}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}", form.len())).await;
     assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
 }
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use aml_mcp::VERDICT_META_KEY;
-use aml_testkit::compare::Verdict;
+use aml_testkit::compare::CaseVerdict;
 use aml_testkit::matrix::{guarded_tool_verdicts, mcp_verdicts};
 use aml_testkit::mcp::{approved_digest, read_json_lines, report_with, McpHarness};
 use rmcp::model::CallToolRequestParams;
@@ -29,7 +29,7 @@ fn the_six_documented_cases_match_the_fixture_except_digest_values() {
     let verdicts = mcp_verdicts(Ok(report.clone()));
     assert_eq!(verdicts.len(), 6);
     for (id, v) in verdicts {
-        assert_eq!(v, Verdict::Pass, "{id}");
+        assert_eq!(v, CaseVerdict::Pass, "{id}");
     }
     // Digests are real: plan and receipt agree, and the approved call's is this host's.
     for case in report["cases"].as_array().unwrap() {
@@ -53,9 +53,9 @@ fn the_seventeen_guarded_tool_cases_run_over_mcp() {
     assert_eq!(verdicts.len(), 17);
     for (id, v) in verdicts {
         match id.as_str() {
-            "mapper_mutated" => assert_eq!(v, Verdict::PassStatic),
-            "invalid_arguments" => assert_eq!(v, Verdict::PassWireRefused),
-            _ => assert_eq!(v, Verdict::Pass, "{id}"),
+            "mapper_mutated" => assert_eq!(v, CaseVerdict::PassStatic),
+            "invalid_arguments" => assert_eq!(v, CaseVerdict::PassWireRefused),
+            _ => assert_eq!(v, CaseVerdict::Pass, "{id}"),
         }
     }
 }
@@ -221,7 +221,7 @@ fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
             peer.call_tool(CallToolRequestParams::new("send_notice").with_arguments(args)).await.unwrap()
         });
         let pending = loop {
-            let response = http(&origin, format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: x\r\n\r\n")).await;
+            let response = http(&origin, format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: {origin}\r\n\r\n")).await;
             let list: Value = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
             if let Some(first) = list.as_array().and_then(|l| l.first()) {
                 break first.clone();
@@ -231,7 +231,7 @@ fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
         assert_eq!(pending["tool"], "send_notice");
         let form = format!("t={token}&grant_id={}&proposal_sha256={}&decision=approve", pending["grant_id"].as_str().unwrap(),
                            pending["proposal_sha256"].as_str().unwrap());
-        let decided = http(&origin, format!("POST /decide HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}", form.len())).await;
+        let decided = http(&origin, format!("POST /decide HTTP/1.1\r\nHost: {origin}\r\nOrigin: http://{origin}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}", form.len())).await;
         assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
         let approved = call.await.unwrap();
         let statement: Value = read_json_lines(&dir.join("receipts.jsonl"))

@@ -29,6 +29,9 @@ fn repo() -> PathBuf {
 #[derive(Debug)]
 struct ShBlock {
     commands: Vec<String>,
+    /// Per command: the JSON object a `# {…}` comment line right after it shows it prints
+    /// (a subset of what it prints; text after the object is prose).
+    expected: Vec<Option<Value>>,
     shown_output: Option<String>,
 }
 
@@ -42,14 +45,31 @@ fn sh_blocks(readme: &str) -> Vec<ShBlock> {
         };
         let body: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
         match info.trim() {
-            "sh" => blocks.push(ShBlock {
-                commands: body
-                    .iter()
-                    .map(|l| strip_comment(l).trim().to_owned())
-                    .filter(|l| !l.is_empty())
-                    .collect(),
-                shown_output: None,
-            }),
+            "sh" => {
+                let (mut commands, mut expected) = (Vec::new(), Vec::new());
+                for line in &body {
+                    if let Some(shown) = line.trim_start().strip_prefix("# {") {
+                        let first = serde_json::Deserializer::from_str(&format!("{{{shown}"))
+                            .into_iter::<Value>()
+                            .next()
+                            .map(|v| v.unwrap_or_else(|e| panic!("README comment {line:?}: {e}")));
+                        let last: &mut Option<Value> =
+                            expected.last_mut().expect("a `# {…}` comment follows a command");
+                        *last = first;
+                        continue;
+                    }
+                    let command = strip_comment(line).trim().to_owned();
+                    if !command.is_empty() {
+                        commands.push(command);
+                        expected.push(None);
+                    }
+                }
+                blocks.push(ShBlock {
+                    commands,
+                    expected,
+                    shown_output: None,
+                })
+            }
             "json" if last_was_sh => blocks.last_mut().unwrap().shown_output = Some(body.join("\n")),
             _ => {}
         }
@@ -194,8 +214,10 @@ fn every_readme_command_runs_and_does_what_the_readme_says() {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     let blocks = sh_blocks(&readme);
     let mut ran = Vec::new();
+    // A server a README command starts stays up for the commands after it.
+    let mut server: Option<Background> = None;
     for block in &blocks {
-        for line in &block.commands {
+        for (line, expected) in block.commands.iter().zip(&block.expected) {
             let command = parse(line);
             let argv: Vec<&str> = command.argv.iter().map(String::as_str).collect();
             match argv.as_slice() {
@@ -208,6 +230,16 @@ fn every_readme_command_runs_and_does_what_the_readme_says() {
                     aml_testkit::mcp::gate_binary_path().expect("aml-mcp-gate is built");
                 }
                 ["target/release/aml-mcp-gate", args @ ..] => gate_command(&command, args),
+                ["cargo", "run", "-p", "aml-a2ui", "--example", "gate_stdio", "--", args @ ..] => {
+                    a2ui_example(&command, args, block.shown_output.as_deref())
+                }
+                ["cargo", "run", "-p", "aml-grpc", "--example", "tool_server", "--", args @ ..] => {
+                    server = Some(grpc_example_server(args))
+                }
+                ["target/interop/venv/bin/python", "scripts/interop/grpc_calls.py", args @ ..] => {
+                    assert!(server.is_some(), "{line}: no server was started before");
+                    python_grpc_call(&command, args, expected.as_ref())
+                }
                 ["bash", "scripts/test"] => not_run(&command),
                 other => panic!(
                     "README command {line:?} ({other:?}) is not run by any test: teach tests/readme.rs to run it"
@@ -297,6 +329,126 @@ fn testkit_command(command: &ReadmeCommand, args: &[&str], shown_output: Option<
         }
         other => panic!("{}: no check for aml-testkit {other:?}", command.line),
     }
+}
+
+/// A process a README command starts and leaves running; killed when dropped.
+struct Background(std::process::Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An example binary of this build (`target/<profile>/examples/NAME`).
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(
+        path.is_file(),
+        "{path:?} is not built (cargo test --workspace builds the examples)"
+    );
+    path
+}
+
+/// The README's gRPC example server, run from a scratch directory (so its receipts file lands
+/// there) with the repository's files: up once it prints `{"listening": …}`.
+fn grpc_example_server(args: &[&str]) -> Background {
+    use std::io::BufRead;
+    let scratch = std::env::temp_dir().join(format!("aml-readme-grpc-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let args: Vec<PathBuf> = args
+        .iter()
+        .map(|a| match repo().join(a) {
+            p if p.is_file() => p,
+            _ => PathBuf::from(a),
+        })
+        .collect();
+    let mut child = Command::new(example("tool_server"))
+        .args(&args)
+        .current_dir(&scratch)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (up, listening) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains("\"listening\"") {
+                let _ = up.send(());
+            }
+        }
+    });
+    let server = Background(child);
+    listening
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the README's gRPC server did not start listening within 60 s");
+    server
+}
+
+/// Whether every field of `expected` is in `actual` with the same value (objects compared
+/// field by field, recursively).
+fn contains(actual: &Value, expected: &Value) -> bool {
+    match (actual, expected) {
+        (Value::Object(a), Value::Object(e)) => {
+            e.iter().all(|(k, v)| a.get(k).is_some_and(|av| contains(av, v)))
+        }
+        _ => actual == expected,
+    }
+}
+
+/// The README's Python grpcio calls against the running example server: each prints what the
+/// `# {…}` comment after it shows.
+fn python_grpc_call(command: &ReadmeCommand, args: &[&str], expected: Option<&Value>) {
+    let peers = interop_peers();
+    let mut process = Command::new(peers.join("venv/bin/python"));
+    process
+        .arg(repo().join("scripts/interop/grpc_calls.py"))
+        .args(args)
+        .current_dir(repo());
+    let (code, stdout, stderr) = output_within(&mut process, None, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{}: {stderr}", command.line);
+    let printed: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{}: {e}: {stdout}", command.line));
+    let expected =
+        expected.unwrap_or_else(|| panic!("{}: the README shows no `# {{…}}` output", command.line));
+    assert!(
+        contains(&printed, expected),
+        "{}: printed {printed}, the README shows {expected}",
+        command.line
+    );
+}
+
+/// The A2UI example gate (built with the workspace's tests, under `target/<profile>/examples`):
+/// one message in, exactly the response the README shows out.
+fn a2ui_example(command: &ReadmeCommand, args: &[&str], shown_output: Option<&str>) {
+    let exe = std::env::current_exe().unwrap();
+    let examples = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("examples");
+    let mut process = Command::new(examples.join("gate_stdio"));
+    process.args(args).current_dir(repo()).env_remove("RUST_LOG");
+    let input = command.stdin.as_deref().expect("the README pipes one message in");
+    let (code, stdout, stderr) = output_within(&mut process, Some(input), Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{}: {stderr}", command.line);
+    let shown: Value = serde_json::from_str(shown_output.expect("the README shows the response")).unwrap();
+    let lines: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(
+        lines,
+        [shown],
+        "the README shows another response for {}",
+        command.line
+    );
 }
 
 fn interop_peers() -> PathBuf {

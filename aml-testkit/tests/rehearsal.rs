@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use aml_testkit::compare::{compare_report, differences, Verdict};
+use aml_testkit::compare::{compare_report, differences, CaseVerdict};
 use aml_testkit::matrix::{fixture, harness_for, GUARDED_TOOL_FIXTURE};
 use aml_testkit::rehearsal::rehearse;
 use aml_testkit::CoreHarness;
@@ -23,8 +23,8 @@ fn core_adapter_reproduces_every_documented_case() {
     assert_eq!(verdicts.len(), 17);
     for (id, verdict) in &verdicts {
         match id.as_str() {
-            "mapper_mutated" => assert_eq!(*verdict, Verdict::PassStatic, "{id}"),
-            _ => assert_eq!(*verdict, Verdict::Pass, "{id}"),
+            "mapper_mutated" => assert_eq!(*verdict, CaseVerdict::PassStatic, "{id}"),
+            _ => assert_eq!(*verdict, CaseVerdict::Pass, "{id}"),
         }
     }
 }
@@ -123,7 +123,75 @@ fn the_table_shows_every_case_and_adapter_with_a_total() {
             cells[1].starts_with("pass")
         });
     assert_eq!(core_passes.count(), 17);
-    // 17 guarded-tool cases x 4 adapters, 9 A2UI and 6 MCP cases.
-    assert!(table.lines().any(|l| l == "83 passed, 0 failed"), "{table}");
+    // 17 guarded-tool cases x 5 adapters (core, mcp, a2ui, grpc, http), 9 A2UI and 6 MCP cases.
+    assert!(table.lines().any(|l| l == "100 passed, 0 failed"), "{table}");
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["case", "core", "mcp", "a2ui", "grpc", "http"]);
     assert!(out.status.success());
+}
+
+#[test]
+fn rehearse_with_gives_the_verdicts_the_table_shows_and_explains_each_deviation() {
+    let report = block_on(aml_testkit::rehearse_with(&CoreHarness));
+    assert!(report.passed(), "{report}");
+    assert_eq!((report.passed_count(), report.failed_count()), (17, 0));
+    assert_eq!(
+        report.case("host_allow").unwrap().title(),
+        "Exact route, host allow rule"
+    );
+    let shown = report.to_string();
+    assert!(shown.contains("17 passed, 0 failed"), "{shown}");
+    assert!(
+        shown.contains("pass* mapper_mutated: documented deviation"),
+        "{shown}"
+    );
+
+    // A wire that cannot carry the input: accepted as `pass~`, with the harness's own reason.
+    let mut json = report.report().unwrap().clone();
+    let i = json["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|c| c["id"] == "invalid_arguments")
+        .unwrap();
+    json["cases"][i]["attempts"] =
+        serde_json::json!([{"wire_refused": "JSON-RPC has no infinity", "host_hook_events": []}]);
+    let refused = aml_testkit::RehearsalReport::compare("pigeon", Ok(json));
+    assert!(refused.passed(), "{refused}");
+    let case = refused.case("invalid_arguments").unwrap();
+    assert_eq!(case.mark(), "pass~");
+    assert!(case.explanation().unwrap().contains("JSON-RPC has no infinity"));
+    assert_eq!(refused.deviations().count(), 2);
+}
+
+#[test]
+fn rehearse_with_fails_a_deviating_or_unavailable_adapter_and_says_why() {
+    let unavailable = aml_testkit::UnavailableHarness::new("pigeon", "no pigeon adapter exists");
+    let report = block_on(aml_testkit::rehearse_with(&unavailable));
+    assert!(!report.passed());
+    assert_eq!((report.passed_count(), report.failed_count()), (0, 17));
+    assert!(report
+        .to_string()
+        .contains("FAIL host_allow: no pigeon adapter exists"));
+
+    let good = block_on(rehearse(&CoreHarness)).unwrap();
+    let mut wrong_digest = good.clone();
+    wrong_digest["cases"][2]["attempts"][0]["proposal_sha256"] = Value::from("0".repeat(64));
+    let report = aml_testkit::RehearsalReport::compare("core", Ok(wrong_digest));
+    assert!(!report.passed());
+    let case = &report.cases()[2];
+    assert_eq!(case.mark(), "FAIL");
+    assert!(case
+        .explanation()
+        .unwrap()
+        .contains("$.attempts[0].proposal_sha256"));
+
+    // A deviation outside the cases fails the whole column.
+    let mut wrong_protocol = good;
+    wrong_protocol["protocol"] = Value::from("aml-guarded-tool-rehearsal/1");
+    let report = aml_testkit::RehearsalReport::compare("core", Ok(wrong_protocol));
+    assert!(!report.passed());
+    assert_eq!(report.report_level_failures().len(), 1);
+    assert!(report.to_string().contains("0 passed, 17 failed"), "{report}");
+    assert!(!report.cell(&report.cases()[0]).passed());
 }

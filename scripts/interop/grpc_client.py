@@ -3,7 +3,8 @@ reflection (v1alpha, as grpcio-reflection speaks it).
 
 Usage: grpc_client.py HOST:PORT
 Prints one JSON object: the dispatched call, the denied call's status and ErrorInfo, the
-health status, and the services reflection lists.
+health status, the services reflection lists, and the fields of google.rpc.ErrorInfo as
+reflection describes it.
 """
 import json
 import sys
@@ -30,6 +31,8 @@ def main() -> None:
     )
 
     out = {"services": services}
+    error_info = pool.FindMessageTypeByName("google.rpc.ErrorInfo")
+    out["reflected_error_info_fields"] = [field.name for field in error_info.fields]
     ok = call_tool(request_type(tool="fetch_record", arguments_json=json.dumps({"id": 42})))
     out["dispatched"] = {
         "result": json.loads(ok.result_json),

@@ -1,70 +1,185 @@
-//! `aml-approval`: approver keys and offline signing of approval statements.
+//! `aml-approval`: approver keys, offline signing and verification of approval statements.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use aml_approval::{ApproverKey, Keyring, SignedStatement, Statement, Verdict, STATEMENT_PROTOCOL};
+use aml_approval::{
+    ApproverKey, Keyring, SignedStatement, Statement, StatementDecision, StatementError, StatementRefusal,
+    StatementRules, Validity, MAX_SAFE_INTEGER,
+};
+use aml_core::Sha256Digest;
+use aml_grants::{Clock, SystemClock};
+use clap::{Parser, Subcommand, ValueEnum};
 
-const USAGE: &str = "\
-usage:
-  aml-approval keygen KEY_ID KEY_FILE          new Ed25519 key; prints its keyring entry
-  aml-approval public KEY_FILE                 the keyring entry for a key file
-  aml-approval sign KEY_FILE DIGEST GRANT_ID approve|deny [--ttl SECONDS]
-                                               prints a signed aml-approval-statement/1
-  aml-approval verify KEYRING_FILE STATEMENT_FILE
-                                               checks a statement against a keyring";
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success; for `verify`: a valid, current approval
+  1  a file cannot be read or written, or is not what it should be (key file, keyring)
+  2  usage error (unknown command or option, missing or malformed argument)
+  3  verify: the statement is malformed (not an aml-approval-statement/1 statement)
+  4  verify: the signature does not verify, or the key is not in the keyring
+  5  verify: the statement denies
+  6  verify: the statement has expired
+  7  verify: issued in the future, or valid for longer than --max-lifetime
+  8  verify: it decides another proposal or grant than --digest / --grant-id
+
+Files:
+  key file  {\"key_id\": \"…\", \"secret_key\": \"<64 hex>\"}   private, written by keygen
+  keyring   {\"keys\": [{\"key_id\": \"…\", \"public_key\": \"<64 hex>\"}]}
+            each entry is what keygen and public print";
+
+/// Approver keys, offline signing and verification of aml-approval-statement/1 statements.
+#[derive(Debug, Parser)]
+#[command(name = "aml-approval", version, after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a new Ed25519 approver key file (mode 0600; never overwritten) and print its
+    /// keyring entry.
+    #[command(after_help = EXIT_CODES)]
+    Keygen {
+        /// The key's id, as statements and keyrings name it.
+        #[arg(value_parser = non_blank)]
+        key_id: String,
+        /// Where to write the new key file.
+        key_file: PathBuf,
+    },
+    /// Print the keyring entry {"key_id", "public_key"} of a key file.
+    #[command(after_help = EXIT_CODES)]
+    Public {
+        /// An approver key file.
+        key_file: PathBuf,
+    },
+    /// Sign a decision about one proposal digest and one grant id; print the statement.
+    #[command(after_help = EXIT_CODES)]
+    Sign {
+        /// The approver's key file.
+        key_file: PathBuf,
+        /// The proposal's SHA-256 digest (64 lowercase hex).
+        #[arg(value_parser = digest)]
+        digest: Sha256Digest,
+        /// The one-use grant id the boundary proposed for this decision.
+        #[arg(value_parser = non_blank)]
+        grant_id: String,
+        /// The decision.
+        decision: Decision,
+        /// How long the statement stays valid, in seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 300, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u64).range(1..=MAX_TTL_SECS))]
+        ttl: u64,
+    },
+    /// Check a statement against a keyring; exit 0 only for a valid, current approval.
+    #[command(after_help = EXIT_CODES)]
+    Verify {
+        /// The keyring: {"keys": [{"key_id", "public_key"}]}.
+        keyring: PathBuf,
+        /// The signed statement (JSON).
+        statement: PathBuf,
+        /// Also require this proposal digest.
+        #[arg(long, value_parser = digest)]
+        digest: Option<Sha256Digest>,
+        /// Also require this grant id.
+        #[arg(long)]
+        grant_id: Option<String>,
+        /// Judge the times as of this instant (ms since the Unix epoch) instead of now.
+        #[arg(long, value_name = "MS", allow_negative_numbers = true,
+              value_parser = clap::value_parser!(i64).range(-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER))]
+        at: Option<i64>,
+        /// The longest validity accepted, in seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = MAX_TTL_SECS, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u64).range(1..=MAX_TTL_SECS))]
+        max_lifetime: u64,
+    },
+}
+
+/// One day: the hosts' default maximum statement lifetime.
+const MAX_TTL_SECS: u64 = 24 * 3600;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Decision {
+    Approve,
+    Deny,
+}
+
+fn digest(text: &str) -> Result<Sha256Digest, String> {
+    text.parse().map_err(|e| format!("{e}"))
+}
+
+fn non_blank(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("must not be blank".into());
+    }
+    Ok(text.to_owned())
+}
+
+/// A failure and its exit code.
+struct Failure(u8, String);
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let result = match args.as_slice() {
-        ["keygen", key_id, file] => keygen(key_id, file),
-        ["public", file] => read_key(file).map(|k| println!("{}", entry(&k))),
-        ["sign", file, digest, grant, decision] => sign(file, digest, grant, decision, 300),
-        ["sign", file, digest, grant, decision, "--ttl", secs] => match secs.parse() {
-            Ok(secs) => sign(file, digest, grant, decision, secs),
-            Err(_) => Err(format!("--ttl needs whole seconds, got {secs:?}")),
-        },
-        ["verify", keyring, statement] => verify(keyring, statement),
-        ["--help" | "-h" | "help"] => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        _ => {
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Keygen { key_id, key_file } => keygen(&key_id, &key_file),
+        Command::Public { key_file } => read_key(&key_file).map(|k| println!("{}", k.public_entry())),
+        Command::Sign {
+            key_file,
+            digest,
+            grant_id,
+            decision,
+            ttl,
+        } => sign(&key_file, digest, &grant_id, decision, ttl),
+        Command::Verify {
+            keyring,
+            statement,
+            digest,
+            grant_id,
+            at,
+            max_lifetime,
+        } => verify(
+            &keyring,
+            &statement,
+            digest,
+            grant_id.as_deref(),
+            at,
+            max_lifetime,
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("aml-approval: {e}");
-            ExitCode::from(1)
+        Err(Failure(code, message)) => {
+            eprintln!("aml-approval: {message}");
+            ExitCode::from(code)
         }
     }
 }
 
-fn entry(key: &ApproverKey) -> serde_json::Value {
-    serde_json::json!({"key_id": key.key_id(), "public_key": key.public_key_hex()})
+fn read(file: &Path) -> Result<String, Failure> {
+    std::fs::read_to_string(file).map_err(|e| Failure(1, format!("cannot read {}: {e}", file.display())))
 }
 
-fn read_key(file: &str) -> Result<ApproverKey, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
-    ApproverKey::from_json(&text).map_err(|e| format!("{file}: {e}"))
+fn read_key(file: &Path) -> Result<ApproverKey, Failure> {
+    ApproverKey::from_json(&read(file)?).map_err(|e| Failure(1, format!("{}: {e}", file.display())))
 }
 
-fn keygen(key_id: &str, file: &str) -> Result<(), String> {
-    if std::path::Path::new(file).exists() {
-        return Err(format!("{file} exists; refusing to overwrite a key"));
+fn keygen(key_id: &str, file: &Path) -> Result<(), Failure> {
+    if file.exists() {
+        return Err(Failure(
+            1,
+            format!("{} exists; refusing to overwrite a key", file.display()),
+        ));
     }
-    let key = ApproverKey::generate(key_id).map_err(|e| e.to_string())?;
+    let key = ApproverKey::generate(key_id).map_err(|e| Failure(1, e.to_string()))?;
     write_private(file, &key.to_json())?;
-    println!("{}", entry(&key));
+    println!("{}", key.public_entry());
     Ok(())
 }
 
 #[cfg(unix)]
-fn write_private(file: &str, text: &str) -> Result<(), String> {
+fn write_private(file: &Path, text: &str) -> Result<(), Failure> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
@@ -72,55 +187,93 @@ fn write_private(file: &str, text: &str) -> Result<(), String> {
         .create_new(true)
         .mode(0o600)
         .open(file)
-        .map_err(|e| format!("cannot create {file}: {e}"))?;
+        .map_err(|e| Failure(1, format!("cannot create {}: {e}", file.display())))?;
     f.write_all(text.as_bytes())
-        .map_err(|e| format!("cannot write {file}: {e}"))
+        .map_err(|e| Failure(1, format!("cannot write {}: {e}", file.display())))
 }
 
 #[cfg(not(unix))]
-fn write_private(file: &str, text: &str) -> Result<(), String> {
-    std::fs::write(file, text).map_err(|e| format!("cannot write {file}: {e}"))
+fn write_private(file: &Path, text: &str) -> Result<(), Failure> {
+    std::fs::write(file, text).map_err(|e| Failure(1, format!("cannot write {}: {e}", file.display())))
 }
 
-fn sign(file: &str, digest: &str, grant: &str, decision: &str, ttl_secs: u64) -> Result<(), String> {
+fn sign(
+    file: &Path,
+    digest: Sha256Digest,
+    grant: &str,
+    decision: Decision,
+    ttl_secs: u64,
+) -> Result<(), Failure> {
     let key = read_key(file)?;
-    digest
-        .parse::<aml_core::Sha256Digest>()
-        .map_err(|e| format!("{digest:?}: {e}"))?;
     let decision = match decision {
-        "approve" => Verdict::Approve,
-        "deny" => Verdict::Deny,
-        other => return Err(format!("decision must be approve or deny, got {other:?}")),
+        Decision::Approve => StatementDecision::Approve,
+        Decision::Deny => StatementDecision::Deny,
     };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_err(|e| e.to_string())?;
-    let now_ms = i64::try_from(now.as_millis()).map_err(|e| e.to_string())?;
-    let ttl_ms = i64::try_from(Duration::from_secs(ttl_secs).as_millis()).map_err(|e| e.to_string())?;
-    let signed = Statement {
-        protocol: STATEMENT_PROTOCOL.into(),
-        proposal_sha256: digest.to_owned(),
-        grant_id: grant.to_owned(),
-        approver_key_id: key.key_id().to_owned(),
-        decision,
-        issued_at_ms: now_ms,
-        expires_at_ms: now_ms.saturating_add(ttl_ms),
-    }
-    .sign(&key)
-    .map_err(|e| e.to_string())?;
+    let validity = Validity::lasting(SystemClock.now_ms(), Duration::from_secs(ttl_secs))
+        .map_err(|e| Failure(1, e.to_string()))?;
+    let signed = Statement::new(digest, grant, key.key_id(), decision, validity)
+        .sign(&key)
+        .map_err(|e| Failure(1, e.to_string()))?;
     println!("{}", signed.to_value());
     Ok(())
 }
 
-fn verify(keyring: &str, statement: &str) -> Result<(), String> {
-    let ring_text = std::fs::read_to_string(keyring).map_err(|e| format!("cannot read {keyring}: {e}"))?;
-    let ring = Keyring::from_json(&ring_text).map_err(|e| format!("{keyring}: {e}"))?;
-    let text = std::fs::read_to_string(statement).map_err(|e| format!("cannot read {statement}: {e}"))?;
-    let signed = SignedStatement::from_json(&text).map_err(|e| format!("{statement}: {e}"))?;
-    let s = ring.verify(&signed).map_err(|e| format!("{statement}: {e}"))?;
+fn verify(
+    keyring: &Path,
+    statement: &Path,
+    digest: Option<Sha256Digest>,
+    grant_id: Option<&str>,
+    at: Option<i64>,
+    max_lifetime: u64,
+) -> Result<(), Failure> {
+    let ring =
+        Keyring::from_json(&read(keyring)?).map_err(|e| Failure(1, format!("{}: {e}", keyring.display())))?;
+    let name = statement.display();
+    let signed =
+        SignedStatement::from_json(&read(statement)?).map_err(|e| Failure(3, format!("{name}: {e}")))?;
+    let s = ring.verify(&signed).map_err(|e| {
+        let code = match e {
+            StatementError::UnknownKey(_) | StatementError::BadSignature => 4,
+            _ => 3,
+        };
+        Failure(code, format!("{name}: {e}"))
+    })?;
+    let now = at.unwrap_or_else(|| SystemClock.now_ms());
+    let rules = StatementRules {
+        max_lifetime: Duration::from_secs(max_lifetime),
+        ..StatementRules::default()
+    };
+    let validity = s.validity();
+    if let Err(refusal) = s.check(now, &rules, digest, grant_id) {
+        let (code, why) = match refusal {
+            StatementRefusal::OtherProposal => (8, format!("it decides proposal {}", s.proposal_sha256())),
+            StatementRefusal::OtherGrant => (8, format!("it names grant {:?}", s.grant_id())),
+            StatementRefusal::Denied => (5, "the approver denied it".to_owned()),
+            StatementRefusal::IssuedInTheFuture => (
+                7,
+                format!(
+                    "issued in the future (issued_at_ms {}, now {now})",
+                    validity.issued_at_ms()
+                ),
+            ),
+            StatementRefusal::LifetimeTooLong => (
+                7,
+                format!(
+                    "valid for {} ms, longer than --max-lifetime {max_lifetime} s",
+                    validity.expires_at_ms() - validity.issued_at_ms()
+                ),
+            ),
+            StatementRefusal::Expired => (6, format!("expired at {} (now {now})", validity.expires_at_ms())),
+            _ => (3, refusal.to_string()),
+        };
+        return Err(Failure(code, format!("{name}: {why} [{refusal}]")));
+    }
     println!(
-        "valid: {:?} of {} by {}",
-        s.decision, s.proposal_sha256, s.approver_key_id
+        "valid: approve of {} for grant {} by {}, until {}",
+        s.proposal_sha256(),
+        s.grant_id(),
+        s.approver_key_id(),
+        validity.expires_at_ms()
     );
     Ok(())
 }

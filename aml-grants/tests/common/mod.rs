@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use aml_core::testing;
 use aml_core::{
-    approval_fn, tool_fn, Approval, ArgumentSnapshot, ClaimStatus, Effect, GrantRef, GrantStore, GuardedTool,
-    Policy, ReceiptReason, Sha256Digest, ToolExecutor,
+    tool_fn, ClaimStatus, GrantRef, GrantStore, GuardedTool, Policy, ReceiptReason, Sha256Digest,
+    ToolExecutor,
 };
 use aml_grants::{GrantIssuer, StoreError};
 use serde_json::json;
@@ -56,10 +57,7 @@ pub(crate) async fn one_use_contract<S: GrantIssuer + GrantStore>(store: &S, tag
 
 /// A policy with one approval-required rule for `send_message` to `team@example.test`.
 pub(crate) fn policy() -> Arc<Policy> {
-    Arc::new(Policy::from_value(
-        &json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "send_message", "effect": "send", "resource": "team@example.test", "requires_approval": true}]}),
-    ))
+    testing::send_message_policy(true)
 }
 
 /// A guarded tool whose approval always names grant `id`, claimed from `store`, counting
@@ -82,30 +80,59 @@ pub(crate) fn tool_with_grant_and(
     id: String,
     executor: Arc<dyn ToolExecutor>,
 ) -> GuardedTool {
-    GuardedTool::builder("send_message", Effect::Send, "Send a status update", policy())
-        .resource_for(|a: &ArgumentSnapshot| Ok(a.str("to").unwrap_or_default().to_owned()))
-        .approval(approval_fn(move |req| {
-            let id = id.clone();
-            async move { Ok(Approval::approve(req.proposal().digest()).with_id(id)) }
-        }))
+    tool_with_policy(policy(), store, id, executor)
+}
+
+pub(crate) fn args() -> serde_json::Value {
+    testing::send_message_args()
+}
+
+/// The frozen proposal the tool above makes of [`args`].
+pub(crate) fn args_proposal() -> aml_core::FrozenProposal {
+    aml_core::FrozenProposal::from_value(&json!({"protocol": "aml-proposed-action/1", "tool": testing::SEND_MESSAGE,
+        "effect": "send", "resource": testing::TEAM, "purpose": testing::SEND_MESSAGE_PURPOSE, "arguments": args()}))
+    .unwrap()
+}
+
+/// The digest the tool above computes for [`args`].
+pub(crate) fn args_digest() -> Sha256Digest {
+    testing::send_message_digest()
+}
+
+/// A guarded tool like [`tool_with_grant`], reading its policy from `policy`.
+pub(crate) fn tool_with_policy(
+    policy: impl aml_core::PolicySource + 'static,
+    store: Arc<dyn GrantStore>,
+    id: String,
+    executor: Arc<dyn ToolExecutor>,
+) -> GuardedTool {
+    testing::send_message(policy)
+        .approval(testing::approve_with_grant(id))
         .grants_arc(store)
         .executor_arc(executor)
         .build()
         .unwrap()
 }
 
-pub(crate) fn args() -> serde_json::Value {
-    json!({"to": "team@example.test", "body": "Build passed."})
-}
-
-/// The digest the tool above computes for [`args`].
-pub(crate) fn args_digest() -> Sha256Digest {
-    let planned = aml_core::plan(
-        &json!({"protocol": "aml-proposed-action/1", "tool": "send_message", "effect": "send",
-                "resource": "team@example.test", "purpose": "Send a status update", "arguments": args()}),
-        &policy(),
-    );
-    planned.plan().proposal_sha256().unwrap()
+/// Waits for `child` at most `limit` (killing it then, and failing); its stdout.
+pub(crate) fn wait_bounded(mut child: std::process::Child, limit: Duration) -> String {
+    use std::io::Read;
+    let start = std::time::Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            let mut out = String::new();
+            if let Some(mut stdout) = child.stdout.take() {
+                stdout.read_to_string(&mut out).unwrap();
+            }
+            return out;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a child process did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Counts how the attempts ended.

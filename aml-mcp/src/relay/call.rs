@@ -152,15 +152,14 @@ pub(crate) async fn refuse_call(
         Refusal::InexactNumber => "a number in the call has no exact double value".to_owned(),
         _ => detail.to_owned(),
     };
-    relay.record_refusal(&tool, refusal, recorded);
-    let verdict = McpVerdict::refused(refusal);
+    let verdict = McpVerdict::from_outcome(relay.record_refusal(&tool, refusal, recorded));
     let text = format!("{}: {detail}", verdict.explanation());
     relay
         .answer(error_result(client_id, &text, &verdict.to_json()))
         .await;
 }
 
-/// The gate's plan for the call; a retry's proposal is the envelope (ADR 010).
+/// The gate's plan for the call; a retry's proposal is the envelope (ADR 013).
 fn prepare(relay: &Relay, request: &mut CallRequest) -> (bool, PreparedCall) {
     let arguments = std::mem::take(&mut request.arguments);
     let retry = request.input_responses.is_some() || request.request_state.is_some();
@@ -219,7 +218,7 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
         }
         _ => {
             let mut text = verdict.explanation();
-            if let Some(detail) = verdict.outcome().and_then(|o| o.detail()) {
+            if let Some(detail) = verdict.outcome().detail() {
                 text = format!("{text} ({detail})");
             }
             error_result(&request.client_id, &text, &verdict.to_json())

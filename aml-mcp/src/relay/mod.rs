@@ -21,7 +21,7 @@
 //! client session, so several sessions can share an upstream connection.
 //!
 //! Design and limits: `docs/adr/007-mcp-harness-and-proxy-hop.md` and
-//! `docs/adr/010-input-required-retry.md`.
+//! `docs/adr/013-input-required-retry.md`.
 
 mod answer;
 mod call;

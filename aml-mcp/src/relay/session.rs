@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use aml_core::strict::{self, Limits};
-use aml_core::{CallClock, CallRecord, Record, Refusal};
+use aml_core::{GateOutcome, Refusal};
 use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -184,15 +184,10 @@ impl Relay {
         let _ = self.to_upstream.send(Bytes::from(note)).await;
     }
 
-    /// One record for a request the relay refused itself.
-    pub(crate) fn record_refusal(&self, tool: &str, refusal: Refusal, detail: String) {
-        let gate = self.tools.gate().gate();
-        let mut record = CallRecord::new(gate.adapter(), tool, &CallClock::start());
-        record.refusal = Some(refusal);
-        record.detail = Some(detail);
-        tracing::info!(target: "aml.dispatch", adapter = gate.adapter(), tool, reason = refusal.as_str(),
-                       status = "not_planned", "call ended");
-        gate.boundary().sink().record(&Record::Call(record));
+    /// One record (through the gate, like every call) for a request the relay refused
+    /// itself; nothing was sent.
+    pub(crate) fn record_refusal(&self, tool: &str, refusal: Refusal, detail: String) -> GateOutcome {
+        self.tools.gate().gate().refused(tool, refusal, detail)
     }
 }
 

@@ -1,5 +1,5 @@
 //! The host's tools as the relay gates them: the catalog's gate for first calls, a gate over
-//! envelope registrations for input-required retries (ADR 010), and the filtered
+//! envelope registrations for input-required retries (ADR 013), and the filtered
 //! `tools/list`.
 
 use std::collections::BTreeMap;

@@ -13,8 +13,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use super::answer::{error_result, relay_reply};
+use super::from_client::flight_key;
 use super::jsonrpc::{self, json_string, Envelope, Members};
-use super::session::{flight_key, Flight, Pending, Relay, Reply};
+use super::session::{Flight, Pending, Relay, Reply};
 use super::ServerRequestPolicy;
 use crate::{ForwardError, McpVerdict, ResultStatus};
 

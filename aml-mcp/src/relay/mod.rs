@@ -27,6 +27,8 @@ mod answer;
 mod call;
 mod deferred;
 pub mod frame;
+mod from_client;
+mod from_upstream;
 mod jsonrpc;
 mod session;
 pub mod stdio;

@@ -1,0 +1,251 @@
+//! Messages from the client: each one checked (a JSON-RPC answer for anything malformed),
+//! requests relayed with the relay's own id and a time limit, `tools/call` to the gate,
+//! cancellations passed on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aml_core::strict::{self, Limits};
+use aml_core::Refusal;
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::task::JoinSet;
+
+use super::call::{refuse_call, start_call};
+use super::frame::Inbound;
+use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
+use super::session::{Flight, Pending, Relay};
+use crate::ForwardError;
+
+fn strict_limits(relay: &Relay) -> Limits {
+    Limits {
+        max_bytes: relay.config.max_message_bytes,
+        ..Limits::default()
+    }
+}
+
+pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut JoinSet<()>) {
+    let bytes = match inbound {
+        Inbound::Message(bytes) => bytes,
+        Inbound::Oversized { prefix, len } => {
+            let message = format!(
+                "invalid request: the message is {len} bytes, over aml-mcp-gate's limit of {} bytes",
+                relay.config.max_message_bytes
+            );
+            let id = scan_id(&prefix);
+            return relay
+                .answer_error(id.as_deref(), jsonrpc::INVALID_REQUEST, &message)
+                .await;
+        }
+    };
+    let env = Envelope::parse(&bytes);
+    let readable_id = |env: &serde_json::Result<Envelope<'_>>| match env {
+        Ok(env) => env
+            .valid_id()
+            .map(|id| Bytes::copy_from_slice(id.get().as_bytes())),
+        Err(_) => scan_id(&bytes),
+    };
+    let value = match strict::parse_slice_with(&bytes, strict_limits(relay)) {
+        Ok(value) => value,
+        Err(e) => {
+            let id = readable_id(&env);
+            return relay
+                .answer_error(id.as_deref(), jsonrpc::PARSE_ERROR, &format!("parse error: {e}"))
+                .await;
+        }
+    };
+    let (mut message, env) = match (value, env) {
+        (Value::Array(items), _) => return answer_batch(relay, &items).await,
+        (Value::Object(message), Ok(env)) => (message, env),
+        (_, env) => {
+            let id = readable_id(&env);
+            let message = "invalid request: a message must be a JSON object";
+            return relay
+                .answer_error(id.as_deref(), jsonrpc::INVALID_REQUEST, message)
+                .await;
+        }
+    };
+    let kind = match env.kind() {
+        Ok(kind) => kind,
+        Err(why) => {
+            let id = env.valid_id().map(|id| id.get().as_bytes());
+            return relay
+                .answer_error(id, jsonrpc::INVALID_REQUEST, &format!("invalid request: {why}"))
+                .await;
+        }
+    };
+    let method = env.method.as_deref().unwrap_or_default();
+    match kind {
+        Kind::Request => {
+            let Some(id) = env.id else { return };
+            let client_id = Bytes::copy_from_slice(id.get().as_bytes());
+            let gone = relay.state().gone.clone();
+            if method == "tools/call" {
+                match gone {
+                    Some(reason) => {
+                        refuse_call(relay, &client_id, &env, Refusal::UpstreamGone, &reason).await
+                    }
+                    None => start_call(relay, client_id, &env, message.remove("params"), calls).await,
+                }
+                return;
+            }
+            if let Some(reason) = gone {
+                let message =
+                    format!("aml-mcp-gate: the upstream server is gone ({reason}); nothing was sent");
+                return relay
+                    .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
+                    .await;
+            }
+            let limit = match method {
+                "initialize" | "server/discover" => relay.config.handshake_timeout,
+                _ => relay.config.upstream_timeout,
+            };
+            let id_range = range_in(&bytes, id);
+            forward(relay, client_id, &bytes, id_range, method, limit).await;
+        }
+        Kind::Notification if method == "notifications/cancelled" => cancel(relay, &bytes, &env).await,
+        Kind::Notification | Kind::Response => {
+            let _ = relay.to_upstream.send(bytes.clone()).await;
+        }
+    }
+}
+
+/// MCP has no batches: each request in one gets its own `-32600`.
+async fn answer_batch(relay: &Relay, items: &[Value]) {
+    let message = "invalid request: aml-mcp-gate does not take JSON-RPC batches (MCP removed them); send each message alone";
+    let ids: Vec<Bytes> = items
+        .iter()
+        .filter_map(|item| item.get("id"))
+        .filter(|id| id.is_string() || id.is_i64() || id.is_u64())
+        .map(|id| Bytes::from(id.to_string()))
+        .collect();
+    if ids.is_empty() {
+        return relay.answer_error(None, jsonrpc::INVALID_REQUEST, message).await;
+    }
+    let answers: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            String::from_utf8_lossy(&error_response(Some(id), jsonrpc::INVALID_REQUEST, message, None))
+                .into_owned()
+        })
+        .collect();
+    relay
+        .answer(Bytes::from(format!("[{}]", answers.join(","))))
+        .await;
+}
+
+/// The client id as a lookup key (so `"a"` and `"\u0061"` are one id).
+pub(crate) fn flight_key(raw: &[u8]) -> String {
+    serde_json::from_slice::<Value>(raw)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| String::from_utf8_lossy(raw).into_owned())
+}
+
+/// Relays a client request with the relay's own id, answering it with a timeout.
+async fn forward(
+    relay: &Arc<Relay>,
+    client_id: Bytes,
+    message: &[u8],
+    id_range: std::ops::Range<usize>,
+    method: &str,
+    limit: Duration,
+) {
+    let key = flight_key(&client_id);
+    let upstream_id = {
+        let mut state = relay.state();
+        let id = state.next_id();
+        let timer = tokio::spawn(expire(Arc::clone(relay), id, method.to_owned(), limit)).abort_handle();
+        state.pending.insert(
+            id,
+            Pending::Relayed {
+                client_id,
+                flight: key.clone(),
+                tools_list: method == "tools/list",
+                timer,
+            },
+        );
+        state.flights.insert(key, Flight::Relayed(id));
+        id
+    };
+    let relayed = splice(message, &mut [(id_range, upstream_id.to_string().as_bytes())]);
+    let _ = relay.to_upstream.send(Bytes::from(relayed)).await;
+}
+
+/// A relayed request's time limit ran out.
+async fn expire(relay: Arc<Relay>, upstream_id: u64, method: String, limit: Duration) {
+    tokio::time::sleep(limit).await;
+    let client_id = {
+        let mut state = relay.state();
+        match state.pending.remove(&upstream_id) {
+            Some(Pending::Relayed {
+                client_id, flight, ..
+            }) => {
+                state.flights.remove(&flight);
+                state.pending.insert(upstream_id, Pending::Cancelled);
+                client_id
+            }
+            Some(other) => {
+                state.pending.insert(upstream_id, other);
+                return;
+            }
+            None => return,
+        }
+    };
+    let message = format!("aml-mcp-gate: the upstream server did not answer {method} within {limit:?}");
+    relay
+        .answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message)
+        .await;
+    relay
+        .cancel_upstream(upstream_id, "aml-mcp-gate: no answer in time")
+        .await;
+    if matches!(method.as_str(), "initialize" | "server/discover") {
+        relay.fail(format!(
+            "the server did not answer the client's {method} within {limit:?}"
+        ));
+    }
+}
+
+/// The client cancels one of its requests: passed on with the id the server knows; a call
+/// still waiting for approval is dropped (and recorded as such), not sent.
+async fn cancel(relay: &Relay, message: &[u8], env: &Envelope<'_>) {
+    let Some(params) = env.params else { return };
+    let Some(request_id) = Members::parse(params).ok().and_then(|m| m.get("requestId")) else {
+        return;
+    };
+    let key = flight_key(request_id.get().as_bytes());
+    let upstream_id = {
+        let mut state = relay.state();
+        match state.flights.remove(&key) {
+            Some(Flight::Relayed(id)) => {
+                if let Some(Pending::Relayed { timer, .. }) = state.pending.insert(id, Pending::Cancelled) {
+                    timer.abort();
+                }
+                id
+            }
+            Some(Flight::Call {
+                upstream: Some(id), ..
+            }) => {
+                if let Some(Pending::Call { reply }) = state.pending.insert(id, Pending::Cancelled) {
+                    let _ = reply.send(Err(ForwardError::Cancelled));
+                }
+                id
+            }
+            Some(Flight::Call { upstream: None, task }) => {
+                // Not sent yet: the call's task is dropped, which records it.
+                if let Some(task) = task {
+                    task.abort();
+                }
+                return;
+            }
+            None => {
+                tracing::debug!(target: "aml_mcp::relay", "a cancellation for no request in flight was dropped");
+                return;
+            }
+        }
+    };
+    let relayed = splice(
+        message,
+        &mut [(range_in(message, request_id), upstream_id.to_string().as_bytes())],
+    );
+    let _ = relay.to_upstream.send(Bytes::from(relayed)).await;
+}

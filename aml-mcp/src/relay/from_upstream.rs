@@ -1,0 +1,177 @@
+//! Messages from the server: answers routed to what waits for them, unreadable ones failing
+//! the request they name, server requests relayed or refused by host setting, and a server
+//! that sends the client's own requests back.
+
+use bytes::Bytes;
+
+use super::answer::{filter_tools_list, relay_reply};
+use super::frame::Inbound;
+use super::jsonrpc::{self, error_response, range_in, scan_id, Envelope, Kind};
+use super::session::{Pending, Relay, Reply};
+use super::ServerRequestPolicy;
+use crate::ForwardError;
+use aml_core::Refusal;
+
+pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
+    let bytes = match inbound {
+        Inbound::Message(bytes) => bytes,
+        Inbound::Oversized { prefix, len } => {
+            let why = format!(
+                "a message of {len} bytes, over the limit of {} bytes",
+                relay.config.max_message_bytes
+            );
+            return unreadable(relay, scan_id(&prefix), why).await;
+        }
+    };
+    let env = match Envelope::parse(&bytes) {
+        Ok(env) => env,
+        Err(e) => return unreadable(relay, scan_id(&bytes), format!("not JSON-RPC ({e})")).await,
+    };
+    match env.kind() {
+        Ok(Kind::Response) => {
+            let body = match (env.result, env.error) {
+                (Some(result), _) => Ok(range_in(&bytes, result)),
+                (None, Some(error)) => Err(range_in(&bytes, error)),
+                _ => return,
+            };
+            if let Some(id) = env.id {
+                let answer = Reply {
+                    id: range_in(&bytes, id),
+                    body,
+                    message: bytes.clone(),
+                };
+                reply(relay, id.get(), answer).await;
+            }
+        }
+        Ok(Kind::Request) => {
+            let method = env.method.as_deref().unwrap_or_default();
+            if matches!(method, "initialize" | "server/discover") {
+                // Only clients send these: the "server" sends our requests back.
+                return echoed(relay, method).await;
+            }
+            let policy = match method {
+                "sampling/createMessage" => relay.config.sampling,
+                "elicitation/create" => relay.config.elicitation,
+                _ => ServerRequestPolicy::Relay,
+            };
+            match (policy, env.id) {
+                (ServerRequestPolicy::Refuse, Some(id)) => {
+                    refuse_server_request(relay, id.get(), method).await
+                }
+                _ => relay.answer(bytes.clone()).await,
+            }
+        }
+        Ok(Kind::Notification) => relay.answer(bytes.clone()).await,
+        Err(why) => {
+            let id = env.id.map(|id| Bytes::copy_from_slice(id.get().as_bytes()));
+            unreadable(relay, id, format!("not a valid JSON-RPC message ({why})")).await
+        }
+    }
+}
+
+/// The upstream repeats what it is sent: it is not an MCP server. Whoever waits is told.
+async fn echoed(relay: &Relay, method: &str) {
+    let why = format!(
+        "the server sent the client's {method} back instead of answering it: it does not speak MCP (JSON-RPC) on stdio"
+    );
+    let pending: Vec<Pending> = relay.state().pending.drain().map(|(_, p)| p).collect();
+    for waiting in pending {
+        if let Pending::Relayed { client_id, timer, .. } = waiting {
+            timer.abort();
+            let message = format!("aml-mcp-gate: {why}");
+            relay
+                .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
+                .await;
+        }
+    }
+    relay.fail(why);
+}
+
+/// Routes the server's answer to what waits for it.
+async fn reply(relay: &Relay, id: &str, answer: Reply) {
+    let Ok(upstream_id) = id.parse::<u64>() else {
+        tracing::warn!(target: "aml_mcp::relay", id, "the server answered an id the gate never sent; dropped");
+        return;
+    };
+    let waiting = {
+        let mut state = relay.state();
+        let waiting = state.pending.remove(&upstream_id);
+        if let Some(Pending::Relayed { flight, .. }) = &waiting {
+            state.flights.remove(flight);
+        }
+        waiting
+    };
+    match waiting {
+        Some(Pending::Relayed {
+            client_id,
+            tools_list,
+            timer,
+            ..
+        }) => {
+            timer.abort();
+            let answer = if tools_list {
+                filter_tools_list(&answer.message, &client_id, &relay.tools)
+            } else {
+                Some(relay_reply(&answer, &client_id, None))
+            };
+            match answer {
+                Some(answer) => relay.answer(Bytes::from(answer)).await,
+                None => {
+                    let text = "aml-mcp-gate: the server's answer could not be read";
+                    relay.answer_error(Some(&client_id), -32603, text).await
+                }
+            }
+        }
+        Some(Pending::Call { reply }) => {
+            let _ = reply.send(Ok(answer));
+        }
+        Some(Pending::Cancelled) => {
+            tracing::info!(target: "aml_mcp::relay", upstream_id,
+                           "the server answered a request after it was cancelled; the answer was dropped");
+        }
+        None => {
+            tracing::warn!(target: "aml_mcp::relay", upstream_id, "the server answered no pending request; dropped");
+        }
+    }
+}
+
+/// A message from the server that cannot be read: if its id names a request in flight,
+/// that request fails now; otherwise it is dropped (the request's time limit still holds).
+async fn unreadable(relay: &Relay, id: Option<Bytes>, why: String) {
+    let upstream_id = id.and_then(|id| std::str::from_utf8(&id).ok()?.parse::<u64>().ok());
+    let waiting = upstream_id.and_then(|id| {
+        let mut state = relay.state();
+        let waiting = state.pending.remove(&id)?;
+        if let Pending::Relayed { flight, .. } = &waiting {
+            state.flights.remove(flight);
+        }
+        state.pending.insert(id, Pending::Cancelled);
+        Some(waiting)
+    });
+    match waiting {
+        Some(Pending::Relayed { client_id, timer, .. }) => {
+            timer.abort();
+            let message = format!("aml-mcp-gate: the server's answer could not be read: {why}");
+            relay.answer_error(Some(&client_id), -32603, &message).await;
+        }
+        Some(Pending::Call { reply }) => {
+            let _ = reply.send(Err(ForwardError::Unreadable(why)));
+        }
+        _ => tracing::warn!(target: "aml_mcp::relay", "dropped a message from the server: {why}"),
+    }
+}
+
+/// A server request the host does not relay: answered with an error, recorded.
+async fn refuse_server_request(relay: &Relay, id: &str, method: &str) {
+    let setting = if method == "sampling/createMessage" {
+        "--sampling"
+    } else {
+        "--elicitation"
+    };
+    let message = format!(
+        "aml-mcp-gate: the host does not relay {method} from this server to the client ({setting} relay allows it)"
+    );
+    relay.record_refusal(method, Refusal::ServerRequestRefused, message.clone());
+    let answer = error_response(Some(id.as_bytes()), jsonrpc::REFUSED_BY_HOST, &message, None);
+    let _ = relay.to_upstream.send(answer).await;
+}

@@ -225,7 +225,9 @@ fn a_revocation_between_claim_and_dispatch_blocks_with_policy_changed() {
     let entered = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&entered);
     let b = ActionBoundary::builder(live.clone())
-        .approval(approval_fn(|req| async move { Ok(Approval::approve(req.proposal().digest())) }))
+        .approval(approval_fn(|req| async move {
+            Ok(Approval::approve(req.proposal().digest()))
+        }))
         .grants(RevokingStore(live))
         .executor(tool_fn(move |_| {
             counter.fetch_add(1, Ordering::SeqCst);

@@ -31,7 +31,12 @@ type Fingerprint = (Option<Sha256Digest>, Option<Sha256Digest>);
 
 impl Reloader {
     /// Reloads into `policy` (shared with the boundary) and `tools` (shared with the relay).
-    pub(crate) fn new(policy_path: PathBuf, tools_path: Option<PathBuf>, policy: LivePolicy, tools: RelayTools) -> Self {
+    pub(crate) fn new(
+        policy_path: PathBuf,
+        tools_path: Option<PathBuf>,
+        policy: LivePolicy,
+        tools: RelayTools,
+    ) -> Self {
         Reloader {
             policy_path,
             tools_path,
@@ -92,7 +97,9 @@ impl Reloader {
     /// Loads both files and puts them in force, or fails closed; logs either way.
     pub(crate) fn reload(&self, why: &str) {
         match self.load() {
-            Ok(digest) => tracing::info!(policy_sha256 = %digest, "reloaded ({why}): the new policy is in force"),
+            Ok(digest) => {
+                tracing::info!(policy_sha256 = %digest, "reloaded ({why}): the new policy is in force")
+            }
             Err(e) => {
                 tracing::error!(
                     "reload ({why}) failed: {e}; every call is blocked with invalid_policy until a valid policy is loaded"
@@ -103,13 +110,15 @@ impl Reloader {
     }
 
     fn load(&self) -> Result<Sha256Digest, String> {
-        let read = |path: &Path| std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()));
+        let read =
+            |path: &Path| std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()));
         let policy = Policy::from_json_slice(&read(&self.policy_path)?);
         if let Some(e) = policy.error() {
             return Err(format!("{}: {e}", self.policy_path.display()));
         }
         if let Some(path) = &self.tools_path {
-            let text = String::from_utf8(read(path)?).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
+            let text =
+                String::from_utf8(read(path)?).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
             self.tools
                 .replace_from_json(&text)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -123,5 +132,7 @@ impl Reloader {
 }
 
 fn digest_text(policy: &Policy) -> String {
-    policy.digest().map_or_else(|| "none (invalid)".to_owned(), |d| d.to_string())
+    policy
+        .digest()
+        .map_or_else(|| "none (invalid)".to_owned(), |d| d.to_string())
 }

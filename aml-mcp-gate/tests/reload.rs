@@ -71,14 +71,23 @@ impl Session {
                                       "resource": {"argument": "to"}, "input_schema": schema}]});
         std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
         let mut command: Vec<String> = vec![GATE.into()];
-        for (flag, file) in [("--policy", "policy.json"), ("--tools", "tools.json"), ("--receipts", "receipts.jsonl")] {
+        for (flag, file) in [
+            ("--policy", "policy.json"),
+            ("--tools", "tools.json"),
+            ("--receipts", "receipts.jsonl"),
+        ] {
             command.push(flag.into());
             command.push(dir.join(file).display().to_string());
         }
         command.extend(extra.iter().map(|s| s.to_string()));
         command.push("--".into());
         command.push(python().display().to_string());
-        command.push(repo().join("scripts/interop/mcp_notice_server.py").display().to_string());
+        command.push(
+            repo()
+                .join("scripts/interop/mcp_notice_server.py")
+                .display()
+                .to_string(),
+        );
         let mut client = Command::new(python())
             .arg(repo().join("scripts/interop/mcp_session_client.py"))
             .arg(serde_json::to_string(&command).unwrap())
@@ -89,7 +98,9 @@ impl Session {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let answers = lines(client.stdout.take().unwrap(), |line| serde_json::from_str(&line).unwrap());
+        let answers = lines(client.stdout.take().unwrap(), |line| {
+            serde_json::from_str(&line).unwrap()
+        });
         let log = lines(client.stderr.take().unwrap(), |line| line);
         let orders = client.stdin.take();
         let session = Session {
@@ -112,7 +123,9 @@ impl Session {
     }
 
     fn answer(&self) -> Value {
-        self.answers.recv_timeout(WAIT).expect("the client answers in time")
+        self.answers
+            .recv_timeout(WAIT)
+            .expect("the client answers in time")
     }
 
     /// One call: the receipt's (execution status, reason), or the refusal before planning.
@@ -143,7 +156,6 @@ impl Session {
     fn reached_server(&self) -> usize {
         std::fs::read_to_string(self.dir.join("audit.jsonl")).map_or(0, |text| text.lines().count())
     }
-
 }
 
 /// The call records in the gate's receipt log (complete once the gate has exited).
@@ -224,13 +236,25 @@ fn a_rule_removed_and_sighup_sent_blocks_the_next_call_and_a_bad_file_fails_clos
     write(&policy_path, &policy(Some(false)));
     session.wait_log("reloaded (the files changed)");
     assert_eq!(session.call(), pair("dispatched", "host_dispatch_returned"));
-    assert_eq!(session.reached_server(), 2, "only the two allowed calls reached the server");
+    assert_eq!(
+        session.reached_server(),
+        2,
+        "only the two allowed calls reached the server"
+    );
 
     session.close();
-    let reasons: Vec<Value> = receipts(&dir).iter().map(|r| r["receipt"]["reason"].clone()).collect();
+    let reasons: Vec<Value> = receipts(&dir)
+        .iter()
+        .map(|r| r["receipt"]["reason"].clone())
+        .collect();
     assert_eq!(
         reasons,
-        ["host_dispatch_returned", "no_exact_rule", "invalid_policy", "host_dispatch_returned"]
+        [
+            "host_dispatch_returned",
+            "no_exact_rule",
+            "invalid_policy",
+            "host_dispatch_returned"
+        ]
     );
 }
 
@@ -247,7 +271,10 @@ fn http(origin: &str, request: String) -> String {
 fn pending(origin: &str, token: &str) -> Value {
     let deadline = Instant::now() + WAIT;
     loop {
-        let response = http(origin, format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: {origin}\r\n\r\n"));
+        let response = http(
+            origin,
+            format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: {origin}\r\n\r\n"),
+        );
         let list: Vec<Value> = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
         if let Some(first) = list.into_iter().next() {
             return first;
@@ -260,7 +287,11 @@ fn pending(origin: &str, token: &str) -> Value {
 #[test]
 fn a_rule_revoked_while_its_call_waits_for_approval_ends_policy_changed_and_never_runs() {
     let dir = work("pending");
-    let mut session = Session::start(&dir, Some(true), &["--approve", "web", "--approval-timeout", "60"]);
+    let mut session = Session::start(
+        &dir,
+        Some(true),
+        &["--approve", "web", "--approval-timeout", "60"],
+    );
     // The page starts before the policy is put in force: its line comes first.
     let url = session.wait_log(" at http://");
     let pid = session.gate_pid();
@@ -291,10 +322,17 @@ fn a_rule_revoked_while_its_call_waits_for_approval_ends_policy_changed_and_neve
     assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
 
     assert_eq!(outcome(&session.answer()), pair("blocked", "policy_changed"));
-    assert_eq!(session.reached_server(), 0, "the revoked call never reached the server");
+    assert_eq!(
+        session.reached_server(),
+        0,
+        "the revoked call never reached the server"
+    );
     session.close();
     let receipts = receipts(&dir);
     assert_eq!(receipts.len(), 1);
     assert_eq!(receipts[0]["receipt"]["reason"], "policy_changed");
-    assert_eq!(receipts[0]["plan"]["proposal_sha256"], proposal["proposal_sha256"]);
+    assert_eq!(
+        receipts[0]["plan"]["proposal_sha256"],
+        proposal["proposal_sha256"]
+    );
 }

@@ -108,12 +108,18 @@ impl RelayTools {
 fn parse_document(text: &str) -> Result<(ToolCatalog, BTreeMap<String, ResourceRule>), CatalogError> {
     let catalog = ToolCatalog::from_json(text)?;
     let doc: RulesDocument = serde_json::from_str(text).map_err(|e| CatalogError::Document(e.to_string()))?;
-    Ok((catalog, doc.tools.into_iter().map(|t| (t.name, t.resource)).collect()))
+    Ok((
+        catalog,
+        doc.tools.into_iter().map(|t| (t.name, t.resource)).collect(),
+    ))
 }
 
 /// The envelope registrations that input-required retries are gated with, one per tool that
 /// has a resource rule.
-fn retry_catalog(catalog: &ToolCatalog, rules: &BTreeMap<String, ResourceRule>) -> Result<ToolCatalog, CatalogError> {
+fn retry_catalog(
+    catalog: &ToolCatalog,
+    rules: &BTreeMap<String, ResourceRule>,
+) -> Result<ToolCatalog, CatalogError> {
     let mut retry = ToolCatalog::new();
     for tool in catalog.tools() {
         if let Some(rule) = rules.get(tool.name()) {

@@ -12,6 +12,8 @@
 //!   [`JournaledExecutor`], which writes an intent before the tool is entered and the outcome
 //!   after; an intent left without an outcome is `unknown`, listed by
 //!   [`ReceiptJournal::unresolved`] until the host reconciles it;
+//! - [`ReceiptStore`] and [`StoredReceipts`]: the receipt records themselves, in the same
+//!   database, appended from a task so recording never waits for the disk;
 //! - [`JournaledGrants`], for stores that keep grants and journal together
 //!   ([`ClaimsWithIntent`]): the claim that spends a grant writes the dispatch intent in the
 //!   same transaction, so no process death leaves a spent grant without an intent.
@@ -52,6 +54,7 @@ mod intent_claims;
 mod issuing;
 mod journal;
 mod memory;
+mod receipts;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
@@ -66,6 +69,7 @@ pub use journal::{
     UnresolvedIntent,
 };
 pub use memory::MemoryGrants;
+pub use receipts::{ReceiptStore, StoredReceipts, StoredRecord};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]

@@ -54,9 +54,9 @@ mod intent_claims;
 mod issuing;
 mod journal;
 mod memory;
-mod receipts;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod receipts;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -69,8 +69,8 @@ pub use journal::{
     UnresolvedIntent,
 };
 pub use memory::MemoryGrants;
-pub use receipts::{ReceiptStore, StoredReceipts, StoredRecord};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+pub use receipts::{ReceiptStore, StoredReceipts, StoredRecord};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;

@@ -18,10 +18,10 @@ use tokio_postgres::NoTls;
 
 use crate::grant::{classify, new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
 use crate::intent_claims::ClaimsWithIntent;
-use crate::receipts::{ReceiptStore, StoredRecord};
 use crate::journal::{
     DecisionJournal, DecisionRecord, IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent,
 };
+use crate::receipts::{ReceiptStore, StoredRecord};
 
 /// How many times an operation is tried when a retry can cure its failure.
 const ATTEMPTS: usize = 4;

@@ -121,7 +121,11 @@ impl StoredReceipts {
 
 impl ReceiptSink for StoredReceipts {
     fn record(&self, record: &Record) {
-        if self.queue.send(Message::Record(record.to_value().to_string())).is_err() {
+        if self
+            .queue
+            .send(Message::Record(record.to_value().to_string()))
+            .is_err()
+        {
             self.failures.fetch_add(1, Ordering::Relaxed);
             tracing::error!(target: "aml.receipts", "a receipt record arrived after the store closed");
         }

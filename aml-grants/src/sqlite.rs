@@ -15,10 +15,10 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBeha
 use crate::clock::{Clock, SystemClock};
 use crate::grant::{classify, GrantIssuer, GrantLifetimes, StoreError};
 use crate::intent_claims::ClaimsWithIntent;
-use crate::receipts::{ReceiptStore, StoredRecord};
 use crate::journal::{
     DecisionJournal, DecisionRecord, IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent,
 };
+use crate::receipts::{ReceiptStore, StoredRecord};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS aml_grants (
@@ -464,7 +464,9 @@ impl ReceiptStore for SqliteStore {
     async fn records_since(&self, since_ms: i64) -> Result<Vec<StoredRecord>, StoreError> {
         self.run(move |c| {
             let mut stmt = c
-                .prepare("SELECT id, recorded_at, record FROM aml_receipts WHERE recorded_at >= ?1 ORDER BY id")
+                .prepare(
+                    "SELECT id, recorded_at, record FROM aml_receipts WHERE recorded_at >= ?1 ORDER BY id",
+                )
                 .map_err(db("read"))?;
             let rows = stmt
                 .query_map([since_ms], |r| {

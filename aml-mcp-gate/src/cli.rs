@@ -122,7 +122,11 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..=1 << 30))]
     pub(crate) max_message_bytes: Option<u64>,
     /// The MCP server to start and its arguments
-    #[arg(last = true, value_name = "SERVER_COMMAND", required_unless_present = "config")]
+    #[arg(
+        last = true,
+        value_name = "SERVER_COMMAND",
+        required_unless_present = "config"
+    )]
     pub(crate) command: Vec<OsString>,
 }
 

@@ -89,7 +89,12 @@ pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
     fill(&mut args.sampling, file.limits.sampling);
     fill(&mut args.elicitation, file.limits.elicitation);
     if args.command.is_empty() {
-        args.command = file.server.unwrap_or_default().into_iter().map(OsString::from).collect();
+        args.command = file
+            .server
+            .unwrap_or_default()
+            .into_iter()
+            .map(OsString::from)
+            .collect();
     }
     Ok(())
 }

@@ -56,7 +56,11 @@ enum What {
 
 fn parse_since(text: &str) -> Result<i64, String> {
     if let Ok(ms) = text.parse::<i64>() {
-        return if ms >= 0 { Ok(ms) } else { Err("must not be negative".into()) };
+        return if ms >= 0 {
+            Ok(ms)
+        } else {
+            Err("must not be negative".into())
+        };
     }
     let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
     let n: u64 = number
@@ -110,12 +114,18 @@ async fn run(location: &Location, what: What) -> Result<(), String> {
         }
         What::Reconcile { id, note } => {
             if !journal.reconcile(id, &note).await.map_err(|e| e.to_string())? {
-                return Err(format!("{id} is not an unresolved intent (see `journal unresolved`)"));
+                return Err(format!(
+                    "{id} is not an unresolved intent (see `journal unresolved`)"
+                ));
             }
             eprintln!("aml-mcp-gate journal: intent {id} reconciled");
         }
         What::Receipts { since } => {
-            for stored in receipts.records_since(since.unwrap_or(0)).await.map_err(|e| e.to_string())? {
+            for stored in receipts
+                .records_since(since.unwrap_or(0))
+                .await
+                .map_err(|e| e.to_string())?
+            {
                 println!("{}", stored.record);
             }
         }

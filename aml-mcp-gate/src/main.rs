@@ -104,12 +104,18 @@ fn settle(args: RunArgs) -> run::Settings {
         (args.approval_timeout.is_some(), "--approval-timeout"),
     ] {
         if given && args.approve.is_none() {
-            usage_error(ErrorKind::MissingRequiredArgument, format!("{flag} needs --approve"));
+            usage_error(
+                ErrorKind::MissingRequiredArgument,
+                format!("{flag} needs --approve"),
+            );
         }
     }
     // Values from --config did not pass clap's range checks.
     let seconds = |value: Option<u64>, default: u64, flag: &str| match value.unwrap_or(default) {
-        0 => usage_error(ErrorKind::InvalidValue, format!("{flag} must be at least 1 second")),
+        0 => usage_error(
+            ErrorKind::InvalidValue,
+            format!("{flag} must be at least 1 second"),
+        ),
         n => Duration::from_secs(n),
     };
     let max_message_bytes = args.max_message_bytes.unwrap_or(16 << 20);

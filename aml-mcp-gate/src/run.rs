@@ -11,9 +11,9 @@ use aml_grants::StoredReceipts;
 use aml_mcp::relay::{self, stdio, DeferredSink, RelayConfig, RelayEnd, RelayTools};
 
 use crate::approvals::{self, Channel};
+use crate::reload;
 use crate::sinks::Receipts;
 use crate::state::{self, Location};
-use crate::reload;
 
 /// Every option, checked, with its default.
 #[derive(Debug)]
@@ -125,9 +125,14 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
     if let Some(journal) = &state.forward {
         tools = tools.with_forward_wrapper(Arc::clone(journal));
     }
-    reload::Reloader::new(settings.policy.clone(), settings.tools.clone(), live_policy, tools.clone())
-        .start(&loaded.policy)
-        .map_err(|e| Failure::Runtime(format!("cannot listen for SIGHUP: {e}")))?;
+    let reloader = reload::Reloader::new(
+        settings.policy.clone(),
+        settings.tools.clone(),
+        live_policy,
+        tools.clone(),
+    )
+    .start(&loaded.policy)
+    .map_err(|e| Failure::Runtime(format!("cannot listen for SIGHUP: {e}")))?;
     let config = settings.relay;
 
     let program = settings.command[0].to_string_lossy().into_owned();
@@ -163,6 +168,8 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
             Err(format!("{program:?}: {e}"))
         }
     };
+    // The reloader holds the last other handle to the tools (and so to the deferred sink).
+    reloader.abort();
     // The relay (and with it every handle to the deferred sink) is gone: its task ends once
     // it has passed every record on.
     if tokio::time::timeout(Duration::from_secs(5), records)

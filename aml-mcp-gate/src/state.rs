@@ -124,13 +124,20 @@ pub(crate) async fn open(location: &Location) -> Result<State, String> {
 }
 
 /// Opens the journal at `location` for the `journal` commands.
-pub(crate) async fn open_journal(location: &Location) -> Result<(Arc<dyn ReceiptJournal>, Arc<dyn ReceiptStore>), String> {
+pub(crate) async fn open_journal(
+    location: &Location,
+) -> Result<(Arc<dyn ReceiptJournal>, Arc<dyn ReceiptStore>), String> {
     let store: Arc<dyn Everything> = match location {
         Location::Memory => return Err("--state memory keeps no journal to read".into()),
         Location::Sqlite(path) if !path.exists() => {
-            return Err(format!("{} does not exist: no gate has used this state yet", path.display()))
+            return Err(format!(
+                "{} does not exist: no gate has used this state yet",
+                path.display()
+            ))
         }
-        Location::Sqlite(path) => Arc::new(SqliteStore::open(path).map_err(|e| format!("{}: {e}", path.display()))?),
+        Location::Sqlite(path) => {
+            Arc::new(SqliteStore::open(path).map_err(|e| format!("{}: {e}", path.display()))?)
+        }
         Location::Postgres(url) => Arc::new(
             PostgresStore::connect(url, GrantLifetimes::default())
                 .await
@@ -173,7 +180,9 @@ impl ForwardWrapper for Journaling {
 mod delegate {
     //! `Shared` passes every trait method on to the store it holds.
     use super::Shared;
-    use aml_core::{async_trait, ClaimError, ClaimStatus, FrozenProposal, GrantRef, GrantStore, Sha256Digest};
+    use aml_core::{
+        async_trait, ClaimError, ClaimStatus, FrozenProposal, GrantRef, GrantStore, Sha256Digest,
+    };
     use aml_grants::{
         ClaimsWithIntent, DecisionJournal, DecisionRecord, GrantIssuer, IntentEntry, ReceiptJournal,
         ReceiptStore, RecordedOutcome, StoreError, StoredRecord, UnresolvedIntent,
@@ -191,7 +200,12 @@ mod delegate {
         async fn intent(&self, entry: &IntentEntry) -> Result<i64, StoreError> {
             self.0.intent(entry).await
         }
-        async fn outcome(&self, id: i64, outcome: RecordedOutcome, detail: Option<&str>) -> Result<(), StoreError> {
+        async fn outcome(
+            &self,
+            id: i64,
+            outcome: RecordedOutcome,
+            detail: Option<&str>,
+        ) -> Result<(), StoreError> {
             self.0.outcome(id, outcome, detail).await
         }
         async fn unresolved(&self) -> Result<Vec<UnresolvedIntent>, StoreError> {
@@ -217,10 +231,20 @@ mod delegate {
     }
     #[async_trait]
     impl GrantIssuer for Shared {
-        async fn issue_named(&self, id: &str, digest: Sha256Digest, ttl: Option<Duration>) -> Result<(), StoreError> {
+        async fn issue_named(
+            &self,
+            id: &str,
+            digest: Sha256Digest,
+            ttl: Option<Duration>,
+        ) -> Result<(), StoreError> {
             self.0.issue_named(id, digest, ttl).await
         }
-        async fn issue_for(&self, id: &str, proposal: &FrozenProposal, ttl: Option<Duration>) -> Result<(), StoreError> {
+        async fn issue_for(
+            &self,
+            id: &str,
+            proposal: &FrozenProposal,
+            ttl: Option<Duration>,
+        ) -> Result<(), StoreError> {
             self.0.issue_for(id, proposal, ttl).await
         }
     }

@@ -136,6 +136,13 @@ fn a_gate_whose_client_leaves_exits_promptly_with_its_records_written() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("not written"), "{stderr}");
-    assert!(stderr.contains("state: SQLite file"), "the gate says where its state is: {stderr}");
-    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
+    assert!(
+        stderr.contains("state: SQLite file"),
+        "the gate says where its state is: {stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "took {:?}",
+        started.elapsed()
+    );
 }

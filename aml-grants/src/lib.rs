@@ -12,6 +12,8 @@
 //!   [`JournaledExecutor`], which writes an intent before the tool is entered and the outcome
 //!   after; an intent left without an outcome is `unknown`, listed by
 //!   [`ReceiptJournal::unresolved`] until the host reconciles it;
+//! - [`ReceiptStore`] and [`StoredReceipts`]: the receipt records themselves, in the same
+//!   database, appended from a task so recording never waits for the disk;
 //! - [`JournaledGrants`], for stores that keep grants and journal together
 //!   ([`ClaimsWithIntent`]): the claim that spends a grant writes the dispatch intent in the
 //!   same transaction, so no process death leaves a spent grant without an intent.
@@ -54,6 +56,7 @@ mod journal;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod receipts;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -68,5 +71,6 @@ pub use journal::{
 pub use memory::MemoryGrants;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+pub use receipts::{ReceiptStore, StoredReceipts, StoredRecord};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;

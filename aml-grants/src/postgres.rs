@@ -21,6 +21,7 @@ use crate::intent_claims::ClaimsWithIntent;
 use crate::journal::{
     DecisionJournal, DecisionRecord, IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent,
 };
+use crate::receipts::{ReceiptStore, StoredRecord};
 
 /// How many times an operation is tried when a retry can cure its failure.
 const ATTEMPTS: usize = 4;
@@ -59,6 +60,11 @@ CREATE TABLE IF NOT EXISTS aml_decisions (
     decision TEXT NOT NULL,
     statement TEXT NOT NULL,
     recorded_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS aml_receipts (
+    id BIGSERIAL PRIMARY KEY,
+    recorded_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    record TEXT NOT NULL
 );
 -- Columns and index added after the first release; checked first, so an up-to-date
 -- database takes no table lock.
@@ -460,6 +466,43 @@ impl PostgresStore {
                 )
                 .await?;
             Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+}
+
+#[async_trait]
+impl ReceiptStore for PostgresStore {
+    async fn append_records(&self, records: &[String]) -> Result<(), StoreError> {
+        once!(self, "receipt records", |client| {
+            // One statement: the batch is stored whole or not at all.
+            client
+                .execute(
+                    "INSERT INTO aml_receipts (record)
+                     SELECT r FROM unnest($1::text[]) WITH ORDINALITY AS t(r, n) ORDER BY n",
+                    &[&records],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    async fn records_since(&self, since_ms: i64) -> Result<Vec<StoredRecord>, StoreError> {
+        retrying!(self, "read", |client| {
+            let rows = client
+                .query(
+                    "SELECT id, (extract(epoch from recorded_at) * 1000)::bigint, record FROM aml_receipts
+                     WHERE recorded_at >= to_timestamp($1::bigint / 1000.0) ORDER BY id",
+                    &[&since_ms],
+                )
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|r| StoredRecord {
+                    id: r.get(0),
+                    recorded_at_ms: r.get(1),
+                    record: r.get(2),
+                })
+                .collect())
         })
     }
 }

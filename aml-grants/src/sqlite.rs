@@ -18,6 +18,7 @@ use crate::intent_claims::ClaimsWithIntent;
 use crate::journal::{
     DecisionJournal, DecisionRecord, IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent,
 };
+use crate::receipts::{ReceiptStore, StoredRecord};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS aml_grants (
@@ -49,6 +50,11 @@ CREATE TABLE IF NOT EXISTS aml_decisions (
     decision TEXT NOT NULL,
     statement TEXT NOT NULL,
     recorded_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS aml_receipts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    recorded_at INTEGER NOT NULL,
+    record TEXT NOT NULL
 );";
 
 /// How long the first open of a file retries while other processes set it up.
@@ -429,6 +435,47 @@ impl SqliteStore {
                 .map_err(db("read"))?;
             let rows = stmt
                 .query_map([digest], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(db("read"))?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(db("read"))
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl ReceiptStore for SqliteStore {
+    async fn append_records(&self, records: &[String]) -> Result<(), StoreError> {
+        let records = records.to_vec();
+        let now = self.clock.now_ms();
+        self.run(move |c| {
+            let tx = c.transaction().map_err(db("receipt records"))?;
+            for record in &records {
+                tx.execute(
+                    "INSERT INTO aml_receipts (recorded_at, record) VALUES (?1, ?2)",
+                    params![now, record],
+                )
+                .map_err(db("receipt records"))?;
+            }
+            tx.commit().map_err(db("receipt records"))
+        })
+        .await
+    }
+
+    async fn records_since(&self, since_ms: i64) -> Result<Vec<StoredRecord>, StoreError> {
+        self.run(move |c| {
+            let mut stmt = c
+                .prepare(
+                    "SELECT id, recorded_at, record FROM aml_receipts WHERE recorded_at >= ?1 ORDER BY id",
+                )
+                .map_err(db("read"))?;
+            let rows = stmt
+                .query_map([since_ms], |r| {
+                    Ok(StoredRecord {
+                        id: r.get(0)?,
+                        recorded_at_ms: r.get(1)?,
+                        record: r.get(2)?,
+                    })
+                })
                 .map_err(db("read"))?;
             rows.collect::<Result<Vec<_>, _>>().map_err(db("read"))
         })

@@ -1,15 +1,19 @@
-//! Signed human approval for the gate: a decision channel, the approver's keyring, and a
-//! one-use grant store that issues the grant each signed approval names. Every use of
+//! Signed human approval for the gate: a decision channel, the approver's keyring, and the
+//! state's grant store, which issues the grant each signed approval names. Every use of
 //! `aml-approval` is in this one function.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aml_core::{ActionBoundaryBuilder, ApprovalRecord, JsonLinesSink, ReceiptSink, Record};
+use aml_core::{ActionBoundaryBuilder, ApprovalRecord, ReceiptSink, Record};
+use aml_grants::{DecisionJournal, GrantIssuer};
+
+use crate::sinks::Receipts;
 
 /// Where a person decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum Channel {
     /// An approval page on 127.0.0.1; its URL (with a secret token) goes to stderr.
     Web,
@@ -17,22 +21,31 @@ pub(crate) enum Channel {
     Tty,
 }
 
-/// Adds signed approvals on `channel` to `boundary`; decisions are journaled in `sink`.
+/// What the approval setup needs from the rest of the gate.
+pub(crate) struct Setup<'a> {
+    pub(crate) channel: Channel,
+    pub(crate) key: Option<&'a Path>,
+    pub(crate) timeout: Duration,
+    pub(crate) port: u16,
+    /// Where each signed decision is recorded, beside the call records.
+    pub(crate) records: Receipts,
+    /// Issues the grant each signed approval names (the state's store).
+    pub(crate) issuer: Arc<dyn GrantIssuer>,
+    /// Journals every verified decision before it counts (the state's store, if durable).
+    pub(crate) decisions: Option<Arc<dyn DecisionJournal>>,
+}
+
+/// Adds signed approvals to `boundary`.
 pub(crate) async fn with_approvals(
     boundary: ActionBoundaryBuilder,
-    channel: Channel,
-    key: Option<&Path>,
-    timeout: Duration,
-    port: u16,
-    sink: &Arc<JsonLinesSink>,
+    setup: Setup<'_>,
 ) -> Result<ActionBoundaryBuilder, String> {
     use aml_approval::{
         ApproverKey, DecisionChannel, Keyring, SignedApprovalHook, StatementDecision, TtyApprovals,
         WebApprovals,
     };
-    use aml_grants::MemoryGrants;
 
-    let key = match key {
+    let key = match setup.key {
         Some(path) => {
             let text =
                 std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -43,12 +56,11 @@ pub(crate) async fn with_approvals(
     let keyring = Keyring::new()
         .with_key(key.key_id(), &key.public_key_hex())
         .map_err(|e| e.to_string())?;
-    let channel: Arc<dyn DecisionChannel> = match channel {
+    let channel: Arc<dyn DecisionChannel> = match setup.channel {
         Channel::Web => {
-            // Every signed decision is journaled beside the receipts.
-            let decisions = Arc::clone(sink);
+            let decisions = setup.records;
             let page = WebApprovals::builder(key)
-                .port(port)
+                .port(setup.port)
                 .on_decision(move |signed| {
                     let statement = signed.statement();
                     decisions.record(&Record::Approval(ApprovalRecord::new(
@@ -66,7 +78,9 @@ pub(crate) async fn with_approvals(
         }
         Channel::Tty => Arc::new(TtyApprovals::new(key)),
     };
-    let grants = Arc::new(MemoryGrants::default());
-    let hook = SignedApprovalHook::new(keyring, channel, grants.clone()).with_timeout(timeout);
-    Ok(boundary.approval(hook).grants_arc(grants))
+    let mut hook = SignedApprovalHook::new(keyring, channel, setup.issuer).with_timeout(setup.timeout);
+    if let Some(journal) = setup.decisions {
+        hook = hook.with_journal(journal);
+    }
+    Ok(boundary.approval(hook))
 }

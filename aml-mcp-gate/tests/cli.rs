@@ -212,3 +212,63 @@ fn started_by_hand_on_a_terminal_the_gate_checks_the_server_at_once() {
     assert!(shown.contains("sent the gate's ping back"), "{shown}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+#[test]
+fn a_config_file_is_checked_like_flags_and_flags_win() {
+    let dir = std::env::temp_dir().join(format!("aml-mcp-gate-cli-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("policy.json"),
+        r#"{"protocol": "aml-action-policy/1", "rules": []}"#,
+    )
+    .unwrap();
+    let config = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let unknown = config("unknown.toml", "policy = \"policy.json\"\npolicee = 1\n");
+    let out = gate(&["--config", &unknown]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("policee"));
+
+    let no_server = config("no-server.toml", "policy = \"policy.json\"\n");
+    let out = gate(&["--config", &no_server]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("server command is required"));
+
+    let port = config(
+        "port.toml",
+        "policy = \"policy.json\"\nserver = [\"s\"]\n[approval]\nport = 8080\n",
+    );
+    let out = gate(&["--config", &port]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--approve web"));
+
+    // The policy path is relative to the file; a flag wins over the file.
+    let bad = config("bad-policy.json", "{");
+    let relative = config(
+        "relative.toml",
+        "policy = \"bad-policy.json\"\nserver = [\"s\"]\n",
+    );
+    let out = gate(&["--config", &relative, "--state", "memory"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&bad));
+    let good = dir.join("policy.json").display().to_string();
+    let out = gate(&[
+        "--config",
+        &relative,
+        "--policy",
+        &good,
+        "--state",
+        "memory",
+        "--handshake-timeout",
+        "1",
+    ]);
+    assert_ne!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -145,6 +145,9 @@ fn bench(c: &mut Criterion) {
         dir.join("tools.json").display().to_string(),
         "--receipts".into(),
         dir.join("receipts.jsonl").display().to_string(),
+        // The relay's own cost; a durable state adds its writes (README, grant_claim rows).
+        "--state".into(),
+        "memory".into(),
         "--".into(),
         fixture.display().to_string(),
         serve[0].clone(),

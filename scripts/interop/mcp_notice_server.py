@@ -1,10 +1,12 @@
 """An MCP server on stdio built with the official Python SDK (`mcp` 2.3.0) that counts what
 reaches it: tool `send_notice(to, body)` appends one JSON line per call to the file named by
 AML_NOTICE_AUDIT and returns "sent to TO". A test reads that file to know whether a call
-reached the server.
+reached the server. With AML_NOTICE_HOLD=SECONDS the tool then waits that long before it
+returns (a call still running when a test kills the gate).
 """
 import json
 import os
+import time
 
 from mcp.server.mcpserver import MCPServer
 
@@ -15,6 +17,7 @@ app = MCPServer("aml-notice-fixture")
 def send_notice(to: str, body: str) -> str:
     with open(os.environ["AML_NOTICE_AUDIT"], "a") as f:
         f.write(json.dumps({"to": to, "body": body}) + "\n")
+    time.sleep(float(os.environ.get("AML_NOTICE_HOLD", "0")))
     return f"sent to {to}"
 
 

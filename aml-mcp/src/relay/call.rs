@@ -186,7 +186,7 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
     } else {
         relay.tools.gate()
     };
-    let forward = Forward {
+    let forward = Arc::new(Forward {
         relay: Arc::clone(&relay),
         flight: request.flight.clone(),
         name: json_string(&request.name),
@@ -194,8 +194,16 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
         retry,
         reply: Mutex::new(None),
         cancelled: AtomicBool::new(false),
+    });
+    let wrapped = relay
+        .tools
+        .forward_wrapper()
+        .map(|w| w.wrap(Arc::clone(&forward) as Arc<dyn ToolExecutor>));
+    let executor: &dyn ToolExecutor = match &wrapped {
+        Some(wrapped) => wrapped.as_ref(),
+        None => forward.as_ref(),
     };
-    let outcome = gate.gate().run(prepared, Some(&forward), None).await;
+    let outcome = gate.gate().run(prepared, Some(executor), None).await;
     relay.state().flights.remove(&request.flight);
     if forward.cancelled.load(Ordering::Relaxed) {
         // The client cancelled it: MCP wants no answer.

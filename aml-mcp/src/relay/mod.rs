@@ -33,6 +33,7 @@ mod jsonrpc;
 mod session;
 pub mod stdio;
 mod tools;
+mod wrap;
 
 use std::time::Duration;
 
@@ -46,6 +47,7 @@ pub use jsonrpc::{
 };
 pub use session::{probe, run, ProbeError, RelayEnd};
 pub use tools::RelayTools;
+pub use wrap::ForwardWrapper;
 
 /// What the relay does with one kind of request from the server to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -12,6 +12,7 @@ use aml_core::{
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::ForwardWrapper;
 use crate::McpGate;
 
 /// The `$id` given to a tool's input schema inside its retry envelope's schema, so that its
@@ -23,6 +24,7 @@ const EMBEDDED_SCHEMA_ID: &str = "urn:aml-mcp-gate:tool-arguments";
 pub struct RelayTools {
     gate: McpGate,
     retry: McpGate,
+    wrapper: Option<Arc<dyn ForwardWrapper>>,
 }
 
 #[derive(Deserialize)]
@@ -49,6 +51,7 @@ impl RelayTools {
         Ok(RelayTools {
             gate: McpGate::new(ToolGate::new(catalog, boundary.clone())),
             retry: McpGate::new(ToolGate::new(retry, boundary)),
+            wrapper: None,
         })
     }
 
@@ -64,7 +67,19 @@ impl RelayTools {
         RelayTools {
             gate: McpGate::new(ToolGate::new(ToolCatalog::new(), boundary.clone())),
             retry: McpGate::new(ToolGate::new(ToolCatalog::new(), boundary)),
+            wrapper: None,
         }
+    }
+
+    /// Wraps the forward of every gated call with `wrapper` (see [`ForwardWrapper`]).
+    pub fn with_forward_wrapper(mut self, wrapper: Arc<dyn ForwardWrapper>) -> Self {
+        self.wrapper = Some(wrapper);
+        self
+    }
+
+    /// The host's wrapper around each forward, if any.
+    pub(crate) fn forward_wrapper(&self) -> Option<&Arc<dyn ForwardWrapper>> {
+        self.wrapper.as_ref()
     }
 
     /// Replaces the tools with those of a catalog document, for every session that shares

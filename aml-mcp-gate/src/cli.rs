@@ -1,0 +1,156 @@
+//! The command line: `run` (the default: `aml-mcp-gate --policy … -- SERVER…`) and `journal`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use aml_mcp::relay::ServerRequestPolicy;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::approvals::Channel;
+
+const AFTER_HELP: &str = "\
+Without --tools every tools/call is refused (invalid_or_unregistered_call); without
+--approve, rules that require approval block with approval_unavailable. tools/list shows only
+the tools in --tools that the policy can allow, with the input schema the host enforces.
+Everything else (resources, prompts, completion, logging, tasks, notifications, _meta) is
+relayed unchanged. Receipts never hold tool output, only its SHA-256 and size. Nothing is
+ever written to stdout but MCP messages.
+
+State (--state): one-use grants, the intent written before each call is forwarded, its
+outcome, approval decisions and receipts. Default: a SQLite file in $XDG_STATE_HOME/aml-mcp-gate/
+(else ~/.local/state/aml-mcp-gate/), named on stderr at start; `--state memory` keeps nothing
+across restarts; `--state postgres://…` lets several gates share one database. Read it with
+`aml-mcp-gate journal unresolved|reconcile|receipts`.
+
+Examples (in an MCP client's configuration, instead of the server command):
+  aml-mcp-gate --policy examples/policy.json --tools examples/tools.json \\
+    -- npx -y @modelcontextprotocol/server-filesystem@2026.8.31 examples/files
+  aml-mcp-gate --config gate.toml        (everything from one file; flags given as well win)
+
+Reload: the gate re-reads --policy and --tools when either file changes and on SIGHUP
+(kill -HUP PID; the PID is in the first log line). A file that does not load blocks every
+call with invalid_policy, and the log says why, until a valid one is in place.
+
+Exit status:
+  0  the client closed the session (calls still in flight got their receipts first)
+  1  runtime failure: the server could not start, did not complete the MCP handshake (it
+     sent initialize back, or did not answer within --handshake-timeout), or exited while
+     the session ran; the state database could not be opened
+  2  bad usage, or an unreadable or invalid --config, --policy, --tools or --approver-key file
+
+Logging: RUST_LOG (default warn,aml_mcp_gate=info; e.g. RUST_LOG=aml_mcp=debug) for
+diagnostics on stderr.";
+
+/// A faithful MCP gateway: relays all of MCP between a client (stdio) and a server it starts,
+/// and gates every tools/call with the host's policy, approval and one-use grants
+#[derive(Debug, Parser)]
+#[command(
+    name = "aml-mcp-gate",
+    version,
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Option<Command>,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+}
+
+/// What to do.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run the gate in front of a server (the default when no subcommand is given)
+    #[command(after_help = AFTER_HELP)]
+    Run(RunArgs),
+    /// Read the state: calls whose outcome is unknown, reconcile one, print receipts
+    Journal(crate::journal::JournalArgs),
+}
+
+/// Options of `run`. Every option may also come from `--config`; a flag given here wins.
+#[derive(Debug, Args, Default)]
+pub(crate) struct RunArgs {
+    /// A TOML file with any of the options below (see the README's "Configure with one
+    /// file"); relative paths in it are relative to the file
+    #[arg(long, value_name = "GATE.toml")]
+    pub(crate) config: Option<PathBuf>,
+    /// The aml-action-policy/1 document; a malformed policy is refused at start
+    #[arg(long, value_name = "POLICY.json", required_unless_present = "config")]
+    pub(crate) policy: Option<PathBuf>,
+    /// The tools the agent may call: {"tools": [{name, effect, purpose, description?,
+    /// resource: {"argument": NAME} | {"fixed": RESOURCE}, input_schema}]}
+    #[arg(long, value_name = "TOOLS.json")]
+    pub(crate) tools: Option<PathBuf>,
+    /// Where grants, intents, outcomes, decisions and receipts are kept: a SQLite file path,
+    /// postgres://…, or `memory` (nothing kept across restarts)
+    #[arg(long, value_name = "PATH|postgres://…|memory")]
+    pub(crate) state: Option<String>,
+    /// Also append one JSON line per gated call and approval decision to FILE (with
+    /// `--state memory` and no --receipts: stderr)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) receipts: Option<PathBuf>,
+    /// Where a person approves calls whose rule requires approval
+    #[arg(long, value_enum, value_name = "CHANNEL")]
+    pub(crate) approve: Option<Channel>,
+    /// The approver's key file (aml-approval keygen); default: a key for this run only
+    #[arg(long, value_name = "KEY.json")]
+    pub(crate) approver_key: Option<PathBuf>,
+    /// How long a call waits for a decision before it is blocked (approval_error) [default: 300]
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) approval_timeout: Option<u64>,
+    /// The approval page's port on 127.0.0.1 (default: any free port); with --approve web
+    #[arg(long, value_name = "PORT")]
+    pub(crate) approval_port: Option<u16>,
+    /// How long a forwarded request may wait for the server; a tools/call that runs out of
+    /// time is recorded `unknown` and the server is sent notifications/cancelled [default: 120]
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) upstream_timeout: Option<u64>,
+    /// How long the server may take to answer the gate's startup ping and the client's
+    /// initialize (or server/discover) [default: 30]
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) handshake_timeout: Option<u64>,
+    /// sampling/createMessage from the server: refuse (answer the server with an error and
+    /// record it) or relay to the client [default: refuse]
+    #[arg(long, value_enum, value_name = "SETTING")]
+    pub(crate) sampling: Option<Setting>,
+    /// elicitation/create from the server: refuse or relay [default: refuse]
+    #[arg(long, value_enum, value_name = "SETTING")]
+    pub(crate) elicitation: Option<Setting>,
+    /// The longest message accepted from either side; a longer one is answered with an
+    /// error (a server's answer that long makes its call `unknown`) [default: 16777216]
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..=1 << 30))]
+    pub(crate) max_message_bytes: Option<u64>,
+    /// The MCP server to start and its arguments
+    #[arg(
+        last = true,
+        value_name = "SERVER_COMMAND",
+        required_unless_present = "config"
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// What the gate does with one kind of server-to-client request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Setting {
+    /// Answer the server with an error; the client never sees the request
+    Refuse,
+    /// Pass the request to the client
+    Relay,
+}
+
+impl From<Setting> for ServerRequestPolicy {
+    fn from(setting: Setting) -> Self {
+        match setting {
+            Setting::Refuse => ServerRequestPolicy::Refuse,
+            Setting::Relay => ServerRequestPolicy::Relay,
+        }
+    }
+}
+
+/// A usage error, reported the way clap reports its own (exit 2).
+pub(crate) fn usage_error(kind: clap::error::ErrorKind, message: impl std::fmt::Display) -> ! {
+    use clap::CommandFactory;
+    Cli::command().error(kind, message).exit()
+}

@@ -1,0 +1,106 @@
+//! `--config gate.toml`: every `run` option in one file, so an MCP client's configuration
+//! needs one argument. Flags given on the command line win over the file; relative paths in
+//! the file are relative to the file's folder; unknown keys are errors.
+//!
+//! ```toml
+//! policy = "policy.json"
+//! tools = "tools.json"
+//! state = "gate.sqlite3"          # or "memory", or "postgres://…"
+//! receipts = "receipts.jsonl"
+//! server = ["npx", "-y", "@modelcontextprotocol/server-everything"]
+//!
+//! [approval]
+//! channel = "web"                 # or "tty"
+//! key = "approver-key.json"
+//! timeout_seconds = 300
+//! port = 8765
+//!
+//! [limits]
+//! upstream_timeout_seconds = 120
+//! handshake_timeout_seconds = 30
+//! max_message_bytes = 16777216
+//! sampling = "refuse"             # or "relay"
+//! elicitation = "refuse"
+//! ```
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::approvals::Channel;
+use crate::cli::{RunArgs, Setting};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    policy: Option<PathBuf>,
+    tools: Option<PathBuf>,
+    state: Option<String>,
+    receipts: Option<PathBuf>,
+    server: Option<Vec<String>>,
+    #[serde(default)]
+    approval: Approval,
+    #[serde(default)]
+    limits: Limits,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Approval {
+    channel: Option<Channel>,
+    key: Option<PathBuf>,
+    timeout_seconds: Option<u64>,
+    port: Option<u16>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Limits {
+    upstream_timeout_seconds: Option<u64>,
+    handshake_timeout_seconds: Option<u64>,
+    max_message_bytes: Option<u64>,
+    sampling: Option<Setting>,
+    elicitation: Option<Setting>,
+}
+
+/// Fills every option of `args` that was not given as a flag from the file at `path`.
+pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file: File = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let relative = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+    let state = file.state.map(|s| match s.as_str() {
+        "memory" => s,
+        _ if s.starts_with("postgres://") || s.starts_with("postgresql://") => s,
+        _ => relative(PathBuf::from(s)).display().to_string(),
+    });
+    fill(&mut args.policy, file.policy.map(relative));
+    fill(&mut args.tools, file.tools.map(relative));
+    fill(&mut args.state, state);
+    fill(&mut args.receipts, file.receipts.map(relative));
+    fill(&mut args.approve, file.approval.channel);
+    fill(&mut args.approver_key, file.approval.key.map(relative));
+    fill(&mut args.approval_timeout, file.approval.timeout_seconds);
+    fill(&mut args.approval_port, file.approval.port);
+    fill(&mut args.upstream_timeout, file.limits.upstream_timeout_seconds);
+    fill(&mut args.handshake_timeout, file.limits.handshake_timeout_seconds);
+    fill(&mut args.max_message_bytes, file.limits.max_message_bytes);
+    fill(&mut args.sampling, file.limits.sampling);
+    fill(&mut args.elicitation, file.limits.elicitation);
+    if args.command.is_empty() {
+        args.command = file
+            .server
+            .unwrap_or_default()
+            .into_iter()
+            .map(OsString::from)
+            .collect();
+    }
+    Ok(())
+}
+
+fn fill<T>(slot: &mut Option<T>, from_file: Option<T>) {
+    if slot.is_none() {
+        *slot = from_file;
+    }
+}

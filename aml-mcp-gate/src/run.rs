@@ -1,0 +1,196 @@
+//! `run`: the gate in front of one server.
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aml_core::{ActionBoundary, JsonLinesSink, LivePolicy, Policy};
+use aml_grants::StoredReceipts;
+use aml_mcp::relay::{self, stdio, DeferredSink, RelayConfig, RelayEnd, RelayTools};
+
+use crate::approvals::{self, Channel};
+use crate::reload;
+use crate::sinks::Receipts;
+use crate::state::{self, Location};
+
+/// Every option, checked, with its default.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub(crate) policy: PathBuf,
+    pub(crate) tools: Option<PathBuf>,
+    pub(crate) state: Location,
+    pub(crate) receipts: Option<PathBuf>,
+    pub(crate) approve: Option<Channel>,
+    pub(crate) approver_key: Option<PathBuf>,
+    pub(crate) approval_timeout: Duration,
+    pub(crate) approval_port: u16,
+    pub(crate) relay: RelayConfig,
+    pub(crate) command: Vec<OsString>,
+}
+
+/// Everything read from files, checked before the server starts.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    policy: Policy,
+    tools: Option<String>,
+}
+
+/// Reads and checks the policy, tools and key files.
+pub(crate) fn load(settings: &Settings) -> Result<Loaded, String> {
+    let read = |path: &PathBuf| {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    };
+    let named = |path: &PathBuf, e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let document =
+        aml_core::strict::parse_str(&read(&settings.policy)?).map_err(|e| named(&settings.policy, &e))?;
+    let policy = Policy::try_from_value(&document).map_err(|e| named(&settings.policy, &e))?;
+    let tools = match &settings.tools {
+        Some(path) => {
+            let text = read(path)?;
+            // Checked now; built again with the boundary below.
+            let probe = ActionBoundary::builder(Arc::new(Policy::empty())).build();
+            RelayTools::from_json(&text, probe).map_err(|e| named(path, &e))?;
+            Some(text)
+        }
+        None => None,
+    };
+    if let Some(key) = &settings.approver_key {
+        read(key)?;
+    }
+    Ok(Loaded { policy, tools })
+}
+
+/// Why the gate stopped, when it was not the client closing the session.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Exit 2: the configuration cannot work.
+    Config(String),
+    /// Exit 1: the server or the state failed.
+    Runtime(String),
+}
+
+pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failure> {
+    let state = state::open(&settings.state)
+        .await
+        .map_err(|e| Failure::Runtime(format!("cannot open the state: {e}")))?;
+    tracing::info!("state: {}", settings.state.describe());
+    // Records: into the state, and as JSON lines into --receipts (stderr when nothing else
+    // keeps them). Never on stdout.
+    let log = match (&settings.receipts, &state.receipts) {
+        (Some(path), _) => Some(JsonLinesSink::append(path)),
+        (None, None) => Some(JsonLinesSink::stderr()),
+        (None, Some(_)) => None,
+    }
+    .transpose()
+    .map_err(|e| Failure::Config(format!("cannot open the receipt log: {e}")))?
+    .map(Arc::new);
+    let (stored, stored_task) = match &state.receipts {
+        Some(store) => {
+            let (sink, task) = StoredReceipts::spawn(Arc::clone(store));
+            (Some(sink), Some(task))
+        }
+        None => (None, None),
+    };
+    let receipts = Receipts::new(log, stored);
+    // Call records go out after each answer; approval decisions straight away.
+    let (deferred, records) = DeferredSink::spawn(Arc::new(receipts.clone()));
+    // Shared with the reloader: SIGHUP or an edit of the files replaces it for every call.
+    let live_policy = LivePolicy::new(loaded.policy.clone());
+    let mut boundary = ActionBoundary::builder(live_policy.clone())
+        .sink(deferred)
+        .grants_arc(Arc::clone(&state.grants));
+    if let Some(channel) = settings.approve {
+        boundary = approvals::with_approvals(
+            boundary,
+            approvals::Setup {
+                channel,
+                key: settings.approver_key.as_deref(),
+                timeout: settings.approval_timeout,
+                port: settings.approval_port,
+                records: receipts.clone(),
+                issuer: Arc::clone(&state.issuer),
+                decisions: state.decisions.clone(),
+            },
+        )
+        .await
+        .map_err(Failure::Config)?;
+    }
+    let boundary = boundary.build();
+    let mut tools = match &loaded.tools {
+        Some(text) => RelayTools::from_json(text, boundary).map_err(|e| Failure::Config(e.to_string()))?,
+        None => RelayTools::empty(boundary),
+    };
+    if let Some(journal) = &state.forward {
+        tools = tools.with_forward_wrapper(Arc::clone(journal));
+    }
+    let reloader = reload::Reloader::new(
+        settings.policy.clone(),
+        settings.tools.clone(),
+        live_policy,
+        tools.clone(),
+    )
+    .start(&loaded.policy)
+    .map_err(|e| Failure::Runtime(format!("cannot listen for SIGHUP: {e}")))?;
+    let config = settings.relay;
+
+    let program = settings.command[0].to_string_lossy().into_owned();
+    let child = stdio::spawn_child(&settings.command, config.max_message_bytes)
+        .map_err(|e| Failure::Runtime(format!("cannot start {program:?}: {e}")))?;
+    let stdio::ChildUpstream {
+        mut upstream,
+        stop,
+        stopped,
+    } = child;
+    // Started by hand (a terminal, no MCP client): check the server now. An MCP client's own
+    // first request is the check otherwise (a probe would choose the protocol era for it).
+    let early = if std::io::stdin().is_terminal() {
+        eprintln!(
+            "aml-mcp-gate: stdin is a terminal; MCP clients start the gate with pipes. Checking the server…"
+        );
+        relay::probe(&mut upstream, config.handshake_timeout).await
+    } else {
+        Ok(Vec::new())
+    };
+    let end = match early {
+        Ok(early) => {
+            let client = stdio::stdio_connection(config.max_message_bytes);
+            // A task of the runtime, not the `block_on` future: waking a task from another
+            // task on this thread is a queue push; waking `block_on` writes to an eventfd.
+            tokio::spawn(relay::run(tools, config, client, upstream, early))
+                .await
+                .map_err(|e| format!("the relay failed: {e}"))
+        }
+        Err(e) => {
+            // Closes the server's input, so a server that reads until the end can exit.
+            drop((upstream, tools));
+            Err(format!("{program:?}: {e}"))
+        }
+    };
+    // The reloader holds the last other handle to the tools (and so to the deferred sink).
+    reloader.abort();
+    // The relay (and with it every handle to the deferred sink) is gone: its task ends once
+    // it has passed every record on.
+    if tokio::time::timeout(Duration::from_secs(5), records)
+        .await
+        .is_err()
+    {
+        eprintln!("aml-mcp-gate: some call records were not written in time");
+    }
+    let _ = stop.send(Duration::from_secs(2));
+    let _ = tokio::time::timeout(Duration::from_secs(5), stopped).await;
+    if !receipts.flush(Duration::from_secs(5)).await {
+        eprintln!("aml-mcp-gate: some receipt records could not be written");
+    }
+    drop((receipts, stored_task));
+    match end {
+        Ok(RelayEnd::ClientClosed) => Ok(()),
+        Ok(RelayEnd::UpstreamGone(reason)) => Err(Failure::Runtime(format!(
+            "the server {program:?} is gone ({reason}); calls after that were refused"
+        ))),
+        Ok(RelayEnd::Handshake(why)) => Err(Failure::Runtime(format!("{program:?}: {why}"))),
+        Ok(other) => Err(Failure::Runtime(format!("the relay ended: {other:?}"))),
+        Err(e) => Err(Failure::Runtime(e)),
+    }
+}

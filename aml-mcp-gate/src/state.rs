@@ -1,0 +1,286 @@
+//! `--state`: where the gate keeps its one-use grants, the intent written before each call is
+//! forwarded and its outcome, approval decisions and receipts.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use aml_core::{GrantStore, ToolExecutor};
+use aml_grants::{
+    ClaimsWithIntent, DecisionJournal, GrantIssuer, GrantLifetimes, JournaledGrants, MemoryGrants,
+    PostgresStore, ReceiptJournal, ReceiptStore, SqliteStore,
+};
+use aml_mcp::relay::ForwardWrapper;
+
+/// Where the state is, as `--state` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Location {
+    /// Nothing kept across restarts.
+    Memory,
+    /// One SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database (connection URL), shared by several gates.
+    Postgres(String),
+}
+
+impl Location {
+    /// Reads a `--state` value; `None` is the default file in the user's state folder.
+    pub(crate) fn parse(value: Option<&str>) -> Result<Location, String> {
+        match value {
+            Some("memory") => Ok(Location::Memory),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(Location::Postgres(url.to_owned()))
+            }
+            Some("") => Err("--state is empty: give a file path, postgres://…, or memory".into()),
+            Some(path) => Ok(Location::Sqlite(PathBuf::from(path))),
+            None => default_file().map(Location::Sqlite),
+        }
+    }
+
+    /// What to tell the user (a PostgreSQL URL without its password).
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Location::Memory => "memory (nothing is kept across restarts)".into(),
+            Location::Sqlite(path) => format!("SQLite file {}", path.display()),
+            Location::Postgres(url) => format!("PostgreSQL {}", without_password(url)),
+        }
+    }
+}
+
+/// `$XDG_STATE_HOME/aml-mcp-gate/state.sqlite3`, else `~/.local/state/aml-mcp-gate/…`.
+fn default_file() -> Result<PathBuf, String> {
+    let base = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+            Some(home) => PathBuf::from(home).join(".local/state"),
+            None => return Err("neither XDG_STATE_HOME nor HOME is set: give --state".into()),
+        },
+    };
+    Ok(base.join("aml-mcp-gate").join("state.sqlite3"))
+}
+
+fn without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{}{user}{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// An open state store: every part the gate needs, all in one database (or in memory).
+#[derive(Debug, Clone)]
+pub(crate) struct State {
+    /// Claims grants; with a database, each claim also writes the call's intent.
+    pub(crate) grants: Arc<dyn GrantStore>,
+    /// Issues the grant a signed approval names.
+    pub(crate) issuer: Arc<dyn GrantIssuer>,
+    /// Journals each forward (intent before, outcome after); `None` in memory.
+    pub(crate) forward: Option<Arc<dyn ForwardWrapper>>,
+    /// Keeps verified approval decisions; `None` in memory.
+    pub(crate) decisions: Option<Arc<dyn DecisionJournal>>,
+    /// Keeps receipt records; `None` in memory.
+    pub(crate) receipts: Option<Arc<dyn ReceiptStore>>,
+}
+
+/// A store that keeps everything: grants, intents, decisions, receipts.
+trait Everything: ClaimsWithIntent + GrantIssuer + DecisionJournal + ReceiptStore {}
+impl<T: ClaimsWithIntent + GrantIssuer + DecisionJournal + ReceiptStore> Everything for T {}
+
+/// Opens (creating it if needed) the state at `location`.
+pub(crate) async fn open(location: &Location) -> Result<State, String> {
+    let store: Arc<dyn Everything> = match location {
+        Location::Memory => {
+            let grants = Arc::new(MemoryGrants::default());
+            return Ok(State {
+                grants: grants.clone(),
+                issuer: grants,
+                forward: None,
+                decisions: None,
+                receipts: None,
+            });
+        }
+        Location::Sqlite(path) => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            }
+            Arc::new(SqliteStore::open(path).map_err(|e| format!("{}: {e}", path.display()))?)
+        }
+        Location::Postgres(url) => Arc::new(
+            PostgresStore::connect(url, GrantLifetimes::default())
+                .await
+                .map_err(|e| format!("{}: {e}", without_password(url)))?,
+        ),
+    };
+    let journaled = JournaledGrants::new(as_claims(&store));
+    Ok(State {
+        grants: Arc::new(journaled.clone()),
+        issuer: as_issuer(&store),
+        forward: Some(Arc::new(Journaling(journaled))),
+        decisions: Some(as_decisions(&store)),
+        receipts: Some(as_receipts(&store)),
+    })
+}
+
+/// Opens the journal at `location` for the `journal` commands.
+pub(crate) async fn open_journal(
+    location: &Location,
+) -> Result<(Arc<dyn ReceiptJournal>, Arc<dyn ReceiptStore>), String> {
+    let store: Arc<dyn Everything> = match location {
+        Location::Memory => return Err("--state memory keeps no journal to read".into()),
+        Location::Sqlite(path) if !path.exists() => {
+            return Err(format!(
+                "{} does not exist: no gate has used this state yet",
+                path.display()
+            ))
+        }
+        Location::Sqlite(path) => {
+            Arc::new(SqliteStore::open(path).map_err(|e| format!("{}: {e}", path.display()))?)
+        }
+        Location::Postgres(url) => Arc::new(
+            PostgresStore::connect(url, GrantLifetimes::default())
+                .await
+                .map_err(|e| format!("{}: {e}", without_password(url)))?,
+        ),
+    };
+    let claims = as_claims(&store);
+    Ok((claims as Arc<dyn ReceiptJournal>, as_receipts(&store)))
+}
+
+// Upcasts through a concrete wrapper: trait objects cannot be converted between traits
+// directly on the MSRV.
+#[derive(Debug)]
+struct Shared(Arc<dyn Everything>);
+
+fn as_claims(store: &Arc<dyn Everything>) -> Arc<dyn ClaimsWithIntent> {
+    Arc::new(Shared(Arc::clone(store)))
+}
+fn as_issuer(store: &Arc<dyn Everything>) -> Arc<dyn GrantIssuer> {
+    Arc::new(Shared(Arc::clone(store)))
+}
+fn as_decisions(store: &Arc<dyn Everything>) -> Arc<dyn DecisionJournal> {
+    Arc::new(Shared(Arc::clone(store)))
+}
+fn as_receipts(store: &Arc<dyn Everything>) -> Arc<dyn ReceiptStore> {
+    Arc::new(Shared(Arc::clone(store)))
+}
+
+/// Wraps each forward so its intent is durable before the server is sent the call and its
+/// outcome after (for a granted call the claim wrote the intent in its own transaction).
+#[derive(Debug)]
+struct Journaling(JournaledGrants);
+
+impl ForwardWrapper for Journaling {
+    fn wrap(&self, forward: Arc<dyn ToolExecutor>) -> Arc<dyn ToolExecutor> {
+        Arc::new(self.0.executor(forward))
+    }
+}
+
+mod delegate {
+    //! `Shared` passes every trait method on to the store it holds.
+    use super::Shared;
+    use aml_core::{
+        async_trait, ClaimError, ClaimStatus, FrozenProposal, GrantRef, GrantStore, Sha256Digest,
+    };
+    use aml_grants::{
+        ClaimsWithIntent, DecisionJournal, DecisionRecord, GrantIssuer, IntentEntry, ReceiptJournal,
+        ReceiptStore, RecordedOutcome, StoreError, StoredRecord, UnresolvedIntent,
+    };
+    use std::time::Duration;
+
+    #[async_trait]
+    impl GrantStore for Shared {
+        async fn claim(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError> {
+            self.0.claim(grant).await
+        }
+    }
+    #[async_trait]
+    impl ReceiptJournal for Shared {
+        async fn intent(&self, entry: &IntentEntry) -> Result<i64, StoreError> {
+            self.0.intent(entry).await
+        }
+        async fn outcome(
+            &self,
+            id: i64,
+            outcome: RecordedOutcome,
+            detail: Option<&str>,
+        ) -> Result<(), StoreError> {
+            self.0.outcome(id, outcome, detail).await
+        }
+        async fn unresolved(&self) -> Result<Vec<UnresolvedIntent>, StoreError> {
+            self.0.unresolved().await
+        }
+        async fn reconcile(&self, id: i64, note: &str) -> Result<bool, StoreError> {
+            self.0.reconcile(id, note).await
+        }
+    }
+    #[async_trait]
+    impl ClaimsWithIntent for Shared {
+        async fn claim_with_intent(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError> {
+            self.0.claim_with_intent(grant).await
+        }
+        async fn outcome_for_grant(
+            &self,
+            entry: &IntentEntry,
+            outcome: RecordedOutcome,
+            detail: Option<&str>,
+        ) -> Result<(), StoreError> {
+            self.0.outcome_for_grant(entry, outcome, detail).await
+        }
+    }
+    #[async_trait]
+    impl GrantIssuer for Shared {
+        async fn issue_named(
+            &self,
+            id: &str,
+            digest: Sha256Digest,
+            ttl: Option<Duration>,
+        ) -> Result<(), StoreError> {
+            self.0.issue_named(id, digest, ttl).await
+        }
+        async fn issue_for(
+            &self,
+            id: &str,
+            proposal: &FrozenProposal,
+            ttl: Option<Duration>,
+        ) -> Result<(), StoreError> {
+            self.0.issue_for(id, proposal, ttl).await
+        }
+    }
+    #[async_trait]
+    impl DecisionJournal for Shared {
+        async fn record_decision(&self, record: &DecisionRecord) -> Result<(), StoreError> {
+            self.0.record_decision(record).await
+        }
+    }
+    #[async_trait]
+    impl ReceiptStore for Shared {
+        async fn append_records(&self, records: &[String]) -> Result<(), StoreError> {
+            self.0.append_records(records).await
+        }
+        async fn records_since(&self, since_ms: i64) -> Result<Vec<StoredRecord>, StoreError> {
+            self.0.records_since(since_ms).await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_values_and_the_password_never_shown() {
+        assert_eq!(Location::parse(Some("memory")).unwrap(), Location::Memory);
+        assert_eq!(
+            Location::parse(Some("/tmp/g.db")).unwrap(),
+            Location::Sqlite("/tmp/g.db".into())
+        );
+        assert!(Location::parse(Some("")).is_err());
+        let pg = Location::parse(Some("postgres://gate:s3cret@db.example:5432/aml")).unwrap();
+        assert!(matches!(pg, Location::Postgres(_)));
+        let shown = pg.describe();
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("gate@db.example:5432/aml"), "{shown}");
+    }
+}

@@ -3,6 +3,8 @@
 //! host's policy (the engine is `aml_mcp::relay`).
 
 mod approvals;
+mod listen;
+mod upstream;
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -84,8 +86,16 @@ struct Cli {
     /// error (a server's answer that long makes its call `unknown`)
     #[arg(long, value_name = "BYTES", default_value_t = 16 << 20, value_parser = clap::value_parser!(u64).range(1024..=1 << 30))]
     max_message_bytes: u64,
+    #[command(flatten)]
+    listen: listen::ListenArgs,
+    #[command(flatten)]
+    upstream: upstream::UpstreamArgs,
     /// The MCP server to start and its arguments
-    #[arg(last = true, required = true, value_name = "SERVER_COMMAND")]
+    #[arg(
+        last = true,
+        required_unless_present = "upstream",
+        value_name = "SERVER_COMMAND"
+    )]
     command: Vec<OsString>,
 }
 
@@ -232,14 +242,23 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
         .with_elicitation(cli.elicitation.into())
         .with_max_message_bytes(cli.max_message_bytes as usize);
 
-    let program = cli.command[0].to_string_lossy().into_owned();
-    let child = stdio::spawn_child(&cli.command, config.max_message_bytes)
-        .map_err(|e| Failure::Runtime(format!("cannot start {program:?}: {e}")))?;
-    let stdio::ChildUpstream {
-        mut upstream,
-        stop,
-        stopped,
-    } = child;
+    let server = upstream::Server::from_args(&cli.upstream, &cli.command, config.max_message_bytes)
+        .map_err(Failure::Config)?;
+    if let Some(addr) = cli.listen.listen {
+        let front = cli.listen.front_config(addr).map_err(Failure::Config)?;
+        let served = listen::serve(addr, front, tools, config, server).await;
+        // Every relay has ended: its records are on their way to the log.
+        let _ = tokio::time::timeout(Duration::from_secs(5), records).await;
+        if !sink.flush(Duration::from_secs(5)) {
+            eprintln!("aml-mcp-gate: the receipt log could not be flushed");
+        }
+        return served.map_err(Failure::Runtime);
+    }
+    let program = server.name();
+    let (mut upstream, stopper) = server
+        .start(config.max_message_bytes)
+        .map_err(Failure::Runtime)?
+        .split();
     // Started by hand (a terminal, no MCP client): check the server now. An MCP client's own
     // first request is the check otherwise (a probe would choose the protocol era for it).
     let early = if std::io::stdin().is_terminal() {
@@ -262,7 +281,7 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
         Err(e) => {
             // Closes the server's input, so a server that reads until the end can exit.
             drop((upstream, tools));
-            Err(format!("{program:?}: {e}"))
+            Err(format!("{program}: {e}"))
         }
     };
     // The relay (and with it every handle to the deferred sink) is gone: its task ends once
@@ -273,17 +292,16 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
     {
         eprintln!("aml-mcp-gate: some call records were not written in time");
     }
-    let _ = stop.send(Duration::from_secs(2));
-    let _ = tokio::time::timeout(Duration::from_secs(5), stopped).await;
+    stopper.stop(Duration::from_secs(2)).await;
     if !sink.flush(Duration::from_secs(5)) {
         eprintln!("aml-mcp-gate: the receipt log could not be flushed");
     }
     match end {
         Ok(RelayEnd::ClientClosed) => Ok(()),
         Ok(RelayEnd::UpstreamGone(reason)) => Err(Failure::Runtime(format!(
-            "the server {program:?} is gone ({reason}); calls after that were refused"
+            "the server {program} is gone ({reason}); calls after that were refused"
         ))),
-        Ok(RelayEnd::Handshake(why)) => Err(Failure::Runtime(format!("{program:?}: {why}"))),
+        Ok(RelayEnd::Handshake(why)) => Err(Failure::Runtime(format!("{program}: {why}"))),
         Ok(other) => Err(Failure::Runtime(format!("the relay ended: {other:?}"))),
         Err(e) => Err(Failure::Runtime(e)),
     }

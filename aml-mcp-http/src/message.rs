@@ -93,8 +93,7 @@ pub(crate) fn split(body: &[u8]) -> Result<Vec<Bytes>, &'static str> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     match first {
         Some(b'[') => {
-            let items: Vec<&RawValue> =
-                serde_json::from_slice(body).map_err(|_| "the body is not JSON")?;
+            let items: Vec<&RawValue> = serde_json::from_slice(body).map_err(|_| "the body is not JSON")?;
             if items.is_empty() {
                 return Err("an empty batch");
             }
@@ -136,11 +135,15 @@ mod tests {
 
     #[test]
     fn peeks_and_splits_without_changing_bytes() {
-        let p = Peek::of(br#"{"jsonrpc":"2.0","id":"7","method":"tools/call","params":{"_meta":{"progressToken":3}}}"#).unwrap();
+        let p = Peek::of(
+            br#"{"jsonrpc":"2.0","id":"7","method":"tools/call","params":{"_meta":{"progressToken":3}}}"#,
+        )
+        .unwrap();
         assert_eq!(p.id.as_deref(), Some("\"7\""));
         assert!(p.is_request());
         assert_eq!(p.progress_token.as_deref(), Some("3"));
-        let n = Peek::of(br#"{"method":"notifications/progress","params":{"progressToken":3,"progress":1}}"#).unwrap();
+        let n = Peek::of(br#"{"method":"notifications/progress","params":{"progressToken":3,"progress":1}}"#)
+            .unwrap();
         assert!(!n.is_request() && !n.is_response());
         assert_eq!(n.progress_token.as_deref(), Some("3"));
         let r = Peek::of(br#"{"id":1,"result":{"protocolVersion":"2025-06-18"}}"#).unwrap();

@@ -49,7 +49,10 @@ impl Decoder {
         self.buffer.extend_from_slice(bytes);
         let mut events = Vec::new();
         let mut start = 0;
-        while let Some(at) = self.buffer[start..].iter().position(|b| *b == b'\n' || *b == b'\r') {
+        while let Some(at) = self.buffer[start..]
+            .iter()
+            .position(|b| *b == b'\n' || *b == b'\r')
+        {
             let end = start + at;
             // A CR at the very end may be half of a CRLF: wait for the next byte.
             if self.buffer[end] == b'\r' && end + 1 == self.buffer.len() {

@@ -97,11 +97,16 @@ pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, Upst
         _ => return Err(UpstreamError::BadUrl(url.into())),
     }
     let authority = uri.authority().ok_or_else(|| UpstreamError::BadUrl(url.into()))?;
-    let address = format!("{}:{}", authority.host().trim_matches(['[', ']']), authority.port_u16().unwrap_or(80));
+    let address = format!(
+        "{}:{}",
+        authority.host().trim_matches(['[', ']']),
+        authority.port_u16().unwrap_or(80)
+    );
     let mut headers = Vec::new();
     for (name, value) in &config.headers {
         let name = HeaderName::try_from(name.as_str()).map_err(|_| UpstreamError::BadHeader(name.clone()))?;
-        let value = HeaderValue::try_from(value.as_str()).map_err(|_| UpstreamError::BadHeader(name.to_string()))?;
+        let value =
+            HeaderValue::try_from(value.as_str()).map_err(|_| UpstreamError::BadHeader(name.to_string()))?;
         headers.push((name, value));
     }
     let (to_relay, incoming) = mpsc::channel(1024);
@@ -173,8 +178,13 @@ impl Client {
 
     async fn deliver(&self, message: &[u8]) {
         let inbound = if message.len() > self.config.max_message_bytes {
-            let prefix = Bytes::copy_from_slice(&message[..aml_mcp::relay::frame::OVERSIZED_PREFIX.min(message.len())]);
-            Inbound::Oversized { prefix, len: message.len() }
+            let prefix = Bytes::copy_from_slice(
+                &message[..aml_mcp::relay::frame::OVERSIZED_PREFIX.min(message.len())],
+            );
+            Inbound::Oversized {
+                prefix,
+                len: message.len(),
+            }
         } else {
             Inbound::Message(message::one_line(message))
         };
@@ -191,7 +201,10 @@ impl Client {
 
     async fn post(self: Arc<Self>, message: Bytes, peek: Peek) {
         let session = lock(&self.session).clone();
-        let response = match self.send(Method::POST, Some(message), session.clone(), None).await {
+        let response = match self
+            .send(Method::POST, Some(message), session.clone(), None)
+            .await
+        {
             Ok(response) => response,
             Err(e) => return self.fail(format!("POST failed: {e}")),
         };
@@ -203,7 +216,9 @@ impl Client {
             return self.fail("the server ended the session (404)".into());
         }
         if status == StatusCode::ACCEPTED {
-            return self.answer_error(&peek, "the server answered a request with 202 and no answer").await;
+            return self
+                .answer_error(&peek, "the server answered a request with 202 and no answer")
+                .await;
         }
         let sse = response
             .headers()
@@ -213,13 +228,17 @@ impl Client {
         if !status.is_success() {
             let body = self.body(response).await.unwrap_or_default();
             let text = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
-            return self.answer_error(&peek, &format!("the server answered HTTP {status}: {text}")).await;
+            return self
+                .answer_error(&peek, &format!("the server answered HTTP {status}: {text}"))
+                .await;
         }
         if sse {
             return self.read_stream(response, Some(peek)).await;
         }
         match self.body(response).await {
-            Ok(body) if body.trim_ascii().is_empty() => self.answer_error(&peek, "the server sent an empty answer").await,
+            Ok(body) if body.trim_ascii().is_empty() => {
+                self.answer_error(&peek, "the server sent an empty answer").await
+            }
             Ok(body) => match message::split(&body) {
                 Ok(messages) => {
                     for m in &messages {
@@ -261,18 +280,22 @@ impl Client {
                     Some(Ok(frame)) => {
                         let Some(data) = frame.data_ref() else { continue };
                         let Ok(events) = decoder.feed(data) else {
-                            return self.fail("the server sent an SSE event longer than the message limit".into());
+                            return self
+                                .fail("the server sent an SSE event longer than the message limit".into());
                         };
                         for event in events {
                             if event.id.is_some() {
                                 last_id = event.id.clone();
                             }
-                            if event.data.is_empty() || event.event.as_deref().is_some_and(|e| e != "message") {
+                            if event.data.is_empty() || event.event.as_deref().is_some_and(|e| e != "message")
+                            {
                                 continue;
                             }
                             let peek = Peek::of(&event.data).unwrap_or_default();
                             self.note_version(&event.data);
-                            answered |= request.as_ref().is_some_and(|r| peek.is_response() && peek.id == r.id);
+                            answered |= request
+                                .as_ref()
+                                .is_some_and(|r| peek.is_response() && peek.id == r.id);
                             self.deliver(&event.data).await;
                         }
                     }
@@ -292,7 +315,9 @@ impl Client {
             let session = lock(&self.session).clone();
             response = match self.send(Method::GET, None, session, Some(last)).await {
                 Ok(r) if r.status().is_success() => r,
-                Ok(r) if r.status() == StatusCode::NOT_FOUND => return self.fail("the server ended the session (404)".into()),
+                Ok(r) if r.status() == StatusCode::NOT_FOUND => {
+                    return self.fail("the server ended the session (404)".into())
+                }
                 Ok(r) => return self.fail(format!("resuming the stream got HTTP {}", r.status())),
                 Err(e) => return self.fail(format!("resuming the stream failed: {e}")),
             };
@@ -304,14 +329,20 @@ impl Client {
         let session = lock(&self.session).clone();
         match self.send(Method::GET, None, session, None).await {
             Ok(r) if r.status().is_success() => self.read_stream(r, None).await,
-            Ok(r) => tracing::debug!(target: "aml_mcp_http", "the server offers no GET stream ({})", r.status()),
+            Ok(r) => {
+                tracing::debug!(target: "aml_mcp_http", "the server offers no GET stream ({})", r.status())
+            }
             Err(e) => tracing::debug!(target: "aml_mcp_http", "the GET stream failed: {e}"),
         }
     }
 
     async fn body(&self, response: Response<Incoming>) -> Result<Bytes, String> {
         let limited = http_body_util::Limited::new(response.into_body(), self.config.max_message_bytes);
-        limited.collect().await.map(|b| b.to_bytes()).map_err(|e| e.to_string())
+        limited
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .map_err(|e| e.to_string())
     }
 
     async fn send(
@@ -322,10 +353,10 @@ impl Client {
         last_event: Option<String>,
     ) -> Result<Response<Incoming>, String> {
         let path = self.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        let mut request = Request::builder()
-            .method(method.clone())
-            .uri(path)
-            .header(header::HOST, self.uri.authority().map(|a| a.as_str()).unwrap_or(""));
+        let mut request = Request::builder().method(method.clone()).uri(path).header(
+            header::HOST,
+            self.uri.authority().map(|a| a.as_str()).unwrap_or(""),
+        );
         request = match method {
             Method::GET => request.header(header::ACCEPT, "text/event-stream"),
             _ => request
@@ -356,7 +387,9 @@ impl Client {
 
     async fn connection(&self) -> Result<SendRequest<Full<Bytes>>, String> {
         loop {
-            let Some(mut sender) = lock(&self.pool).pop() else { break };
+            let Some(mut sender) = lock(&self.pool).pop() else {
+                break;
+            };
             if sender.is_closed() {
                 continue;
             }

@@ -42,11 +42,7 @@ pub(crate) async fn handle(
         let presented = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
         if !tokens.accepts_header(presented) {
             tracing::warn!(target: "aml_mcp_http", %peer, token_sent = presented.is_some(), "refused: no valid bearer token");
-            let mut reply = refuse(
-                StatusCode::UNAUTHORIZED,
-                None,
-                "a valid bearer token is required",
-            );
+            let mut reply = refuse(StatusCode::UNAUTHORIZED, None, "a valid bearer token is required");
             reply.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"mcp\""),
@@ -62,7 +58,10 @@ pub(crate) async fn handle(
         ));
     }
     if let Some(version) = headers.get(VERSION_HEADER) {
-        if !PROTOCOL_VERSIONS.iter().any(|v| v.as_bytes() == version.as_bytes()) {
+        if !PROTOCOL_VERSIONS
+            .iter()
+            .any(|v| v.as_bytes() == version.as_bytes())
+        {
             return Ok(refuse(
                 StatusCode::BAD_REQUEST,
                 None,
@@ -78,11 +77,7 @@ pub(crate) async fn handle(
         Method::GET => get(&shared, &request),
         Method::DELETE => delete(&shared, &request),
         _ => {
-            let mut reply = refuse(
-                StatusCode::METHOD_NOT_ALLOWED,
-                None,
-                "use POST, GET or DELETE",
-            );
+            let mut reply = refuse(StatusCode::METHOD_NOT_ALLOWED, None, "use POST, GET or DELETE");
             reply
                 .headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
@@ -103,10 +98,9 @@ fn refuse(status: StatusCode, id: Option<&str>, why: &str) -> Reply {
 fn json_reply(status: StatusCode, body: Bytes) -> Reply {
     let mut reply = Response::new(Body::from(body));
     *reply.status_mut() = status;
-    reply.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    reply
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     reply
 }
 
@@ -177,7 +171,13 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>) -> 
     let body = match Limited::new(request.into_body(), max).collect().await {
         Ok(body) => body.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_big(),
-        Err(e) => return refuse(StatusCode::BAD_REQUEST, None, &format!("cannot read the body: {e}")),
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                None,
+                &format!("cannot read the body: {e}"),
+            )
+        }
     };
     let messages = match message::split(&body) {
         Ok(messages) => messages,
@@ -188,10 +188,18 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>) -> 
     for m in &messages {
         match Peek::of(m) {
             Some(p) if p.method.is_some() || p.id.is_some() => peeks.push(p),
-            _ => return refuse(StatusCode::BAD_REQUEST, None, "not a JSON-RPC request, notification or response"),
+            _ => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    "not a JSON-RPC request, notification or response",
+                )
+            }
         }
     }
-    let initialize = peeks.iter().any(|p| p.is_request() && p.method.as_deref() == Some("initialize"));
+    let initialize = peeks
+        .iter()
+        .any(|p| p.is_request() && p.method.as_deref() == Some("initialize"));
     let session = if initialize {
         if messages.len() > 1 {
             return refuse(StatusCode::BAD_REQUEST, None, "initialize must be sent alone");
@@ -217,11 +225,17 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>) -> 
     }
     let first = requests[0].id.clone();
     if !wants_sse && !wants_json {
-        return refuse(StatusCode::NOT_ACCEPTABLE, first.as_deref(), "Accept must list application/json or text/event-stream");
+        return refuse(
+            StatusCode::NOT_ACCEPTABLE,
+            first.as_deref(),
+            "Accept must list application/json or text/event-stream",
+        );
     }
     let stream = match session.open_post(&requests, !wants_sse, shared.config.max_calls_per_session) {
         Ok(stream) => stream,
-        Err(Refused::Closed) => return refuse(StatusCode::NOT_FOUND, first.as_deref(), "the session has ended"),
+        Err(Refused::Closed) => {
+            return refuse(StatusCode::NOT_FOUND, first.as_deref(), "the session has ended")
+        }
         Err(Refused::TooManyCalls) => {
             return refuse(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -233,7 +247,11 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>) -> 
             )
         }
         Err(Refused::DuplicateId(id)) => {
-            return refuse(StatusCode::BAD_REQUEST, Some(&id), "a request with this id is still waiting for its answer")
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                Some(&id),
+                "a request with this id is still waiting for its answer",
+            )
         }
     };
     if !session.send(messages).await {
@@ -241,8 +259,13 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>) -> 
     }
     let mut reply = if wants_sse {
         let mut reply = Response::new(Body::Stream(stream.rx));
-        reply.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        reply.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        reply.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        reply
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         reply
     } else {
         json_reply(StatusCode::OK, collect(stream.rx, batch).await)
@@ -279,12 +302,20 @@ async fn collect(mut rx: mpsc::Receiver<Bytes>, batch: bool) -> Bytes {
 async fn open_session(shared: &Shared, peer: SocketAddr, id: Option<&str>) -> Result<Arc<Session>, Reply> {
     let mut token = [0u8; 16];
     if getrandom::fill(&mut token).is_err() {
-        return Err(refuse(StatusCode::INTERNAL_SERVER_ERROR, id, "no randomness for a session id"));
+        return Err(refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            id,
+            "no randomness for a session id",
+        ));
     }
     let session_id: String = token.iter().map(|b| format!("{b:02x}")).collect();
     let (to_relay, incoming) = mpsc::channel(1024);
     let (outgoing, mut from_relay) = mpsc::channel::<Bytes>(1024);
-    let session = Arc::new(Session::new(session_id.clone(), to_relay, shared.config.replay_events));
+    let session = Arc::new(Session::new(
+        session_id.clone(),
+        to_relay,
+        shared.config.replay_events,
+    ));
     {
         let mut map = shared.sessions.lock().unwrap_or_else(|e| e.into_inner());
         if map.len() >= shared.config.max_sessions {
@@ -304,11 +335,23 @@ async fn open_session(shared: &Shared, peer: SocketAddr, id: Option<&str>) -> Re
             routed.route(&message);
         }
         routed.relay_ended();
-        sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&routed.id);
+        sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&routed.id);
     });
     let info = SessionInfo { id: session_id, peer };
-    if shared.new_sessions.send((Connection { incoming, outgoing }, info)).await.is_err() {
-        return Err(refuse(StatusCode::SERVICE_UNAVAILABLE, id, "the gate is shutting down"));
+    if shared
+        .new_sessions
+        .send((Connection { incoming, outgoing }, info))
+        .await
+        .is_err()
+    {
+        return Err(refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            "the gate is shutting down",
+        ));
     }
     tracing::info!(target: "aml_mcp_http", %peer, session = %session.id, "session opened");
     Ok(session)
@@ -320,15 +363,31 @@ fn get(shared: &Shared, request: &Request<Incoming>) -> Reply {
         Err(reply) => return reply,
     };
     if !accepts(request, "text/event-stream") {
-        return refuse(StatusCode::NOT_ACCEPTABLE, None, "a GET stream needs Accept: text/event-stream");
+        return refuse(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            "a GET stream needs Accept: text/event-stream",
+        );
     }
-    let last = request.headers().get(header::HeaderName::from_static("last-event-id")).and_then(|v| v.to_str().ok());
+    let last = request
+        .headers()
+        .get(header::HeaderName::from_static("last-event-id"))
+        .and_then(|v| v.to_str().ok());
     let Some(rx) = session.open_get(last) else {
-        return refuse(StatusCode::NOT_FOUND, None, "no stream to resume after that event id");
+        return refuse(
+            StatusCode::NOT_FOUND,
+            None,
+            "no stream to resume after that event id",
+        );
     };
     let mut reply = Response::new(Body::Stream(rx));
-    reply.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    reply.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    reply.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    reply
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     reply
 }
 
@@ -337,7 +396,11 @@ fn delete(shared: &Shared, request: &Request<Incoming>) -> Reply {
         Ok(session) => session,
         Err(reply) => return reply,
     };
-    shared.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&session.id);
+    shared
+        .sessions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&session.id);
     session.close();
     tracing::info!(target: "aml_mcp_http", session = %session.id, "session ended by the client");
     let mut reply = Response::new(Body::empty());

@@ -31,8 +31,7 @@ pub struct SessionInfo {
 /// An MCP Streamable HTTP server at [`crate::MCP_PATH`]: each session a client opens comes
 /// out of [`accept`](Self::accept) as a relay [`Connection`].
 ///
-/// The front ends when this value is dropped (sessions whose relays still run keep their
-/// HTTP streams until those relays end).
+/// The front ends when this value is dropped: it stops listening and ends every session.
 #[derive(Debug)]
 pub struct HttpFront {
     local: SocketAddr,
@@ -84,6 +83,24 @@ impl HttpFront {
         self.new_sessions.recv().await
     }
 
+    /// Ends every open session (each relay sees its client leave) and takes no new ones.
+    pub fn close_all(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.new_sessions.close();
+        let open: Vec<_> = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        for session in open {
+            session.close();
+        }
+    }
+
     /// How many sessions are open.
     pub fn open_sessions(&self) -> usize {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner()).len()
@@ -92,9 +109,7 @@ impl HttpFront {
 
 impl Drop for HttpFront {
     fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
+        self.close_all();
     }
 }
 
@@ -112,9 +127,8 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                handler::handle(shared.clone(), peer, request)
-            });
+            let service =
+                hyper::service::service_fn(move |request| handler::handle(shared.clone(), peer, request));
             let served = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await;

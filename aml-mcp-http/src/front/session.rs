@@ -156,9 +156,7 @@ impl Session {
         state.next_stream += 1;
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         for r in requests {
-            state
-                .waiting
-                .insert(r.id.clone().unwrap_or_default(), number);
+            state.waiting.insert(r.id.clone().unwrap_or_default(), number);
         }
         state.streams.insert(
             number,
@@ -168,10 +166,7 @@ impl Session {
                 next_seq: 1,
                 owed: requests.len(),
                 json,
-                progress_tokens: requests
-                    .iter()
-                    .filter_map(|r| r.progress_token.clone())
-                    .collect(),
+                progress_tokens: requests.iter().filter_map(|r| r.progress_token.clone()).collect(),
                 is_get: false,
             },
         );
@@ -268,7 +263,9 @@ impl Session {
                         }
                     }
                 }
-                None => tracing::debug!(target: "aml_mcp_http", "an answer to {id} that no request waits for"),
+                None => {
+                    tracing::debug!(target: "aml_mcp_http", "an answer to {id} that no request waits for")
+                }
             }
             return;
         }
@@ -294,7 +291,9 @@ impl Session {
         match target {
             Some(number) => self.push(&mut state, number, message),
             None if state.unrouted.len() < UNROUTED_LIMIT => state.unrouted.push_back(message.clone()),
-            None => tracing::warn!(target: "aml_mcp_http", session = %self.id, "no stream open for a server message; dropped"),
+            None => {
+                tracing::warn!(target: "aml_mcp_http", session = %self.id, "no stream open for a server message; dropped")
+            }
         }
     }
 

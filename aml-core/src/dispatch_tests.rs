@@ -208,6 +208,56 @@ fn policy_change_during_approval_blocks_before_the_claim() {
     assert_eq!(claims.load(Ordering::SeqCst), 0);
 }
 
+/// A host reload that lands between the one-use claim and the dispatch (here: inside the
+/// claim) is caught by the re-check after the claim; the grant stays spent, the tool unrun.
+#[test]
+fn a_revocation_between_claim_and_dispatch_blocks_with_policy_changed() {
+    #[derive(Debug)]
+    struct RevokingStore(LivePolicy);
+    #[async_trait]
+    impl GrantStore for RevokingStore {
+        async fn claim(&self, _: &GrantRef) -> Result<ClaimStatus, ClaimError> {
+            self.0.replace(Policy::empty());
+            Ok(ClaimStatus::Claimed)
+        }
+    }
+    let live = policy();
+    let entered = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&entered);
+    let b = ActionBoundary::builder(live.clone())
+        .approval(approval_fn(|req| async move {
+            Ok(Approval::approve(req.proposal().digest()))
+        }))
+        .grants(RevokingStore(live))
+        .executor(tool_fn(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok(json!(null)) }
+        }))
+        .build();
+    let out = run(&b, proposal("send", "send", "team"));
+    assert_eq!(out.receipt().reason(), ReceiptReason::PolicyChanged);
+    assert_eq!(out.receipt().execution_status(), ExecutionStatus::Blocked);
+    assert_eq!(entered.load(Ordering::SeqCst), 0);
+}
+
+/// A reload that failed (the host put [`Policy::invalid`] in force) while a call waited for
+/// approval ends that call at the re-check: it never runs.
+#[test]
+fn a_failed_reload_during_approval_blocks_the_waiting_call() {
+    let live = policy();
+    let live2 = live.clone();
+    let b = ActionBoundary::builder(live)
+        .approval(approval_fn(move |req| {
+            live2.replace(Policy::invalid("policy.json: not a JSON document"));
+            async move { Ok(Approval::approve(req.proposal().digest())) }
+        }))
+        .executor(tool_fn(|_| async { panic!("the tool must not run") }))
+        .build();
+    let out = run(&b, proposal("send", "send", "team"));
+    assert_eq!(out.receipt().execution_status(), ExecutionStatus::Blocked);
+    assert_eq!(out.receipt().reason(), ReceiptReason::PolicyChanged);
+}
+
 #[test]
 fn policy_turning_approval_into_allow_is_also_a_change() {
     let live = policy();

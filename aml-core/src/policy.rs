@@ -158,6 +158,23 @@ impl Policy {
         })
     }
 
+    /// A policy that denies everything with `invalid_policy`, for a host whose policy source
+    /// failed (a file that cannot be read, tools that do not load): `why` is what
+    /// [`Policy::error`] reports. Failing closed this way, rather than keeping an older
+    /// policy, means a broken revocation never keeps the rule it meant to remove.
+    ///
+    /// ```
+    /// use aml_core::{Effect, PlanReason, Policy};
+    /// let failed = Policy::invalid("cannot read policy.json: permission denied");
+    /// assert_eq!(failed.decide("t", Effect::Read, "r").1, PlanReason::InvalidPolicy);
+    /// assert!(failed.error().unwrap().to_string().contains("permission denied"));
+    /// ```
+    pub fn invalid(why: impl Into<String>) -> Self {
+        Policy {
+            state: Err(PolicyError(why.into())),
+        }
+    }
+
     /// A valid policy with no rules: every proposal is `no_exact_rule`.
     pub fn empty() -> Self {
         Policy {

@@ -4,6 +4,7 @@
 
 mod approvals;
 mod listen;
+mod reload;
 mod upstream;
 
 use std::ffi::OsString;
@@ -38,7 +39,12 @@ Exit status:
      the session ran
   2  bad usage, or an unreadable or invalid --policy, --tools or --approver-key file
 
-Logging: RUST_LOG (e.g. RUST_LOG=aml_mcp=debug) for diagnostics on stderr.";
+Reload: the gate re-reads --policy and --tools when either file changes and on SIGHUP
+(kill -HUP PID; the PID is in the first log line). A file that does not load blocks every
+call with invalid_policy, and the log says why, until a valid one is in place.
+
+Logging: RUST_LOG (default warn,aml_mcp_gate=info; e.g. RUST_LOG=aml_mcp=debug) for
+diagnostics on stderr.";
 
 /// A faithful MCP gateway: relays all of MCP between a client (stdio) and a server it starts,
 /// and gates every tools/call with the host's policy, approval and one-use grants
@@ -148,7 +154,7 @@ fn load(cli: &Cli) -> Result<Loaded, String> {
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,aml_mcp_gate=info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -215,7 +221,9 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
     );
     // Call records go out after each answer; approval decisions straight to the log.
     let (deferred, records) = DeferredSink::spawn(sink.clone());
-    let mut boundary = ActionBoundary::builder(LivePolicy::new(loaded.policy)).sink(deferred);
+    // Shared with the reloader: SIGHUP or an edit of the files replaces it for every call.
+    let live_policy = LivePolicy::new(loaded.policy.clone());
+    let mut boundary = ActionBoundary::builder(live_policy.clone()).sink(deferred);
     if let Some(channel) = cli.approve {
         let timeout = Duration::from_secs(cli.approval_timeout.unwrap_or(300));
         let port = cli.approval_port.unwrap_or(0);
@@ -235,6 +243,9 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
         Some(text) => RelayTools::from_json(text, boundary).map_err(|e| Failure::Config(e.to_string()))?,
         None => RelayTools::empty(boundary),
     };
+    reload::Reloader::new(cli.policy.clone(), cli.tools.clone(), live_policy, tools.clone())
+        .start(&loaded.policy)
+        .map_err(|e| Failure::Runtime(format!("cannot listen for SIGHUP: {e}")))?;
     let config = RelayConfig::default()
         .with_upstream_timeout(Duration::from_secs(cli.upstream_timeout))
         .with_handshake_timeout(Duration::from_secs(cli.handshake_timeout))

@@ -45,12 +45,7 @@ impl RelayTools {
         rules: &BTreeMap<String, ResourceRule>,
         boundary: ActionBoundary,
     ) -> Result<Self, CatalogError> {
-        let mut retry = ToolCatalog::new();
-        for tool in catalog.tools() {
-            if let Some(rule) = rules.get(tool.name()) {
-                retry.register(envelope_registration(tool, rule.clone())?)?;
-            }
-        }
+        let retry = retry_catalog(&catalog, rules)?;
         Ok(RelayTools {
             gate: McpGate::new(ToolGate::new(catalog, boundary.clone())),
             retry: McpGate::new(ToolGate::new(retry, boundary)),
@@ -60,20 +55,28 @@ impl RelayTools {
     /// The tools of a catalog document (`{"tools": [...]}`, as [`ToolCatalog::from_json`]
     /// reads it), gated by `boundary`.
     pub fn from_json(text: &str, boundary: ActionBoundary) -> Result<Self, CatalogError> {
-        let catalog = ToolCatalog::from_json(text)?;
-        let doc: RulesDocument =
-            serde_json::from_str(text).map_err(|e| CatalogError::Document(e.to_string()))?;
-        let rules = doc.tools.into_iter().map(|t| (t.name, t.resource)).collect();
+        let (catalog, rules) = parse_document(text)?;
         Self::new(catalog, &rules, boundary)
     }
 
     /// No tools: every call is refused as unregistered.
     pub fn empty(boundary: ActionBoundary) -> Self {
-        let gate = McpGate::new(ToolGate::new(ToolCatalog::new(), boundary));
         RelayTools {
-            retry: gate.clone(),
-            gate,
+            gate: McpGate::new(ToolGate::new(ToolCatalog::new(), boundary.clone())),
+            retry: McpGate::new(ToolGate::new(ToolCatalog::new(), boundary)),
         }
+    }
+
+    /// Replaces the tools with those of a catalog document, for every session that shares
+    /// them (clones of this value do): what a host does when its tools file changes. A bad
+    /// document changes nothing and says why. A call already planned goes on under the
+    /// registration it was planned with; the boundary's re-checks are the policy's.
+    pub fn replace_from_json(&self, text: &str) -> Result<(), CatalogError> {
+        let (catalog, rules) = parse_document(text)?;
+        let retry = retry_catalog(&catalog, &rules)?;
+        self.gate.gate().live_catalog().replace(catalog);
+        self.retry.gate().live_catalog().replace(retry);
+        Ok(())
     }
 
     /// The gate for first calls.
@@ -99,6 +102,31 @@ impl RelayTools {
             .any(|r| r.tool == tool && r.effect == registration.effect())
             .then(|| Arc::new(registration.input_schema().clone()))
     }
+}
+
+/// A catalog document's registrations and each tool's resource rule.
+fn parse_document(text: &str) -> Result<(ToolCatalog, BTreeMap<String, ResourceRule>), CatalogError> {
+    let catalog = ToolCatalog::from_json(text)?;
+    let doc: RulesDocument = serde_json::from_str(text).map_err(|e| CatalogError::Document(e.to_string()))?;
+    Ok((
+        catalog,
+        doc.tools.into_iter().map(|t| (t.name, t.resource)).collect(),
+    ))
+}
+
+/// The envelope registrations that input-required retries are gated with, one per tool that
+/// has a resource rule.
+fn retry_catalog(
+    catalog: &ToolCatalog,
+    rules: &BTreeMap<String, ResourceRule>,
+) -> Result<ToolCatalog, CatalogError> {
+    let mut retry = ToolCatalog::new();
+    for tool in catalog.tools() {
+        if let Some(rule) = rules.get(tool.name()) {
+            retry.register(envelope_registration(tool, rule.clone())?)?;
+        }
+    }
+    Ok(retry)
 }
 
 /// A retry's proposal arguments: `{"arguments": …, "inputResponses": …, "requestState": …}`

@@ -1,0 +1,138 @@
+//! A live policy: the gate reloads `--policy` and `--tools` on `SIGHUP` and when either file
+//! changes, so a host can revoke a rule without dropping sessions or pending approvals.
+//!
+//! A reload that fails (a file that cannot be read, a malformed policy, tools that do not
+//! load) puts a policy in force that blocks every call with `invalid_policy` until a valid
+//! one is loaded: a typo in a revocation must not leave the revoked rule in force.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aml_core::{LivePolicy, Policy, Sha256Digest};
+use aml_mcp::relay::RelayTools;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+/// How often the files are looked at. A change is loaded once the files have stayed the
+/// same for one more look (the debounce), so an editor's partial writes are not loaded.
+const POLL: Duration = Duration::from_millis(500);
+
+/// What the gate reloads, and where from.
+#[derive(Debug)]
+pub(crate) struct Reloader {
+    policy_path: PathBuf,
+    tools_path: Option<PathBuf>,
+    policy: LivePolicy,
+    tools: RelayTools,
+}
+
+/// What both files held when last looked at (`None`: unreadable).
+type Fingerprint = (Option<Sha256Digest>, Option<Sha256Digest>);
+
+impl Reloader {
+    /// Reloads into `policy` (shared with the boundary) and `tools` (shared with the relay).
+    pub(crate) fn new(
+        policy_path: PathBuf,
+        tools_path: Option<PathBuf>,
+        policy: LivePolicy,
+        tools: RelayTools,
+    ) -> Self {
+        Reloader {
+            policy_path,
+            tools_path,
+            policy,
+            tools,
+        }
+    }
+
+    /// Listens for `SIGHUP` now (from here on the signal no longer ends the process) and
+    /// watches the files on a task of the current runtime.
+    pub(crate) fn start(self, in_force: &Policy) -> std::io::Result<()> {
+        let hangup = signal(SignalKind::hangup())?;
+        tracing::info!(
+            pid = std::process::id(),
+            policy_sha256 = %digest_text(in_force),
+            "policy in force; SIGHUP (kill -HUP PID) or a change to the files reloads it"
+        );
+        tokio::spawn(Arc::new(self).watch(hangup));
+        Ok(())
+    }
+
+    async fn watch(self: Arc<Self>, mut hangup: Signal) {
+        let mut seen = self.fingerprint();
+        let mut changed: Option<Fingerprint> = None;
+        let mut tick = tokio::time::interval(POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                received = hangup.recv() => {
+                    if received.is_none() {
+                        return;
+                    }
+                    self.reload("SIGHUP");
+                    seen = self.fingerprint();
+                    changed = None;
+                }
+                _ = tick.tick() => {
+                    let now = self.fingerprint();
+                    if now == seen {
+                        changed = None;
+                    } else if changed.as_ref() == Some(&now) {
+                        self.reload("the files changed");
+                        seen = now;
+                        changed = None;
+                    } else {
+                        changed = Some(now);
+                    }
+                }
+            }
+        }
+    }
+
+    fn fingerprint(&self) -> Fingerprint {
+        let of = |path: &Path| std::fs::read(path).ok().map(|bytes| Sha256Digest::of(&bytes));
+        (of(&self.policy_path), self.tools_path.as_deref().and_then(of))
+    }
+
+    /// Loads both files and puts them in force, or fails closed; logs either way.
+    pub(crate) fn reload(&self, why: &str) {
+        match self.load() {
+            Ok(digest) => {
+                tracing::info!(policy_sha256 = %digest, "reloaded ({why}): the new policy is in force")
+            }
+            Err(e) => {
+                tracing::error!(
+                    "reload ({why}) failed: {e}; every call is blocked with invalid_policy until a valid policy is loaded"
+                );
+                self.policy.replace(Policy::invalid(e));
+            }
+        }
+    }
+
+    fn load(&self) -> Result<Sha256Digest, String> {
+        let read =
+            |path: &Path| std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()));
+        let policy = Policy::from_json_slice(&read(&self.policy_path)?);
+        if let Some(e) = policy.error() {
+            return Err(format!("{}: {e}", self.policy_path.display()));
+        }
+        if let Some(path) = &self.tools_path {
+            let text =
+                String::from_utf8(read(path)?).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
+            self.tools
+                .replace_from_json(&text)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        let digest = policy
+            .digest()
+            .ok_or_else(|| format!("{}: the policy has no canonical form", self.policy_path.display()))?;
+        self.policy.replace(policy);
+        Ok(digest)
+    }
+}
+
+fn digest_text(policy: &Policy) -> String {
+    policy
+        .digest()
+        .map_or_else(|| "none (invalid)".to_owned(), |d| d.to_string())
+}

@@ -1,0 +1,48 @@
+"""Official Python MCP SDK client (`mcp` 2.3.0) that keeps one session open and takes its
+orders from stdin, so a test can change things between calls (a policy reload, an approval).
+
+Usage: mcp_session_client.py COMMAND_JSON
+Reads one JSON object per line on stdin: {"call": TOOL, "arguments": {...}}; answers each with
+one JSON line on stdout: {"is_error": bool, "text": the first text content, "verdict": the
+gate's verdict from _meta, or null}. Prints {"ready": true} once the session is initialized.
+The server's (and the gate's) stderr passes through to this process's stderr.
+"""
+import json
+import os
+import sys
+
+import anyio
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+VERDICT = "aml.action-boundary/verdict"
+
+
+def say(obj):
+    print(json.dumps(obj), flush=True)
+
+
+async def main():
+    command = json.loads(sys.argv[1])
+    # The whole environment: the server under test reads its settings from it.
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            say({"ready": True})
+            while True:
+                line = await anyio.to_thread.run_sync(sys.stdin.readline)
+                if not line:
+                    return
+                order = json.loads(line)
+                result = await session.call_tool(order["call"], order.get("arguments", {}))
+                dumped = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+                texts = [c.get("text") for c in dumped.get("content", []) if c.get("type") == "text"]
+                say({
+                    "is_error": bool(dumped.get("isError", False)),
+                    "text": texts[0] if texts else None,
+                    "verdict": (dumped.get("_meta") or {}).get(VERDICT),
+                })
+
+
+if __name__ == "__main__":
+    anyio.run(main)

@@ -36,6 +36,10 @@ impl Server {
     /// The server from the arguments; `Err` names what is wrong (exit 2).
     pub(crate) fn from_args(args: &UpstreamArgs, command: &[OsString], max: usize) -> Result<Server, String> {
         let Some(url) = &args.upstream else {
+            // clap's `requires` is not enforced next to a `conflicts_with` that fires.
+            if !args.upstream_header.is_empty() || args.upstream_token.is_some() {
+                return Err("--upstream-header and --upstream-token need --upstream".into());
+            }
             return Ok(Server::Child(command.to_vec()));
         };
         let mut config = UpstreamConfig::default().with_max_message_bytes(max);

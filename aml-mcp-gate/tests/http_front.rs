@@ -119,6 +119,9 @@ fn without_a_valid_token_401_and_nothing_forwarded_a_foreign_origin_403() {
     );
 }
 
+/// Method, headers, body, the status and JSON-RPC error code wanted.
+type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, u16, i64);
+
 #[test]
 fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving() {
     let dir = work("limits");
@@ -183,7 +186,7 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
     assert_eq!(reply.json()["result"]["content"][0]["text"], "Echo: third");
 
     // Malformed: each a 4xx with a JSON-RPC error.
-    let cases: [(&str, &[(&str, &str)], &str, u16, i64); 5] = [
+    let cases: [Case<'_>; 5] = [
         ("POST", &in_one, "{\"jsonrpc\":", 400, -32700),
         ("POST", &in_one, "[]", 400, -32700),
         ("POST", &in_one, "[1, 2]", 400, -32600),

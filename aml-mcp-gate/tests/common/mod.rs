@@ -313,7 +313,7 @@ pub struct EverythingHttp(pub Child, pub u16);
 impl EverythingHttp {
     pub fn start() -> EverythingHttp {
         let port = free_port();
-        let child = Command::new(everything())
+        let mut child = Command::new(everything())
             .arg("streamableHttp")
             .env("PORT", port.to_string())
             .stdout(Stdio::null())
@@ -326,6 +326,8 @@ impl EverythingHttp {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("server-everything did not listen on {port} within 10 s");
     }
     pub fn url(&self) -> String {

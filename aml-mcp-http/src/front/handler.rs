@@ -119,13 +119,13 @@ fn accepts(request: &Request<Incoming>, kind: &str) -> bool {
 
 /// The session a request names: `Err` is the reply (`400` without the header, `404` for a
 /// session that does not exist or has ended).
-fn session_of(shared: &Shared, request: &Request<Incoming>) -> Result<Arc<Session>, Reply> {
+fn session_of(shared: &Shared, request: &Request<Incoming>) -> Result<Arc<Session>, Box<Reply>> {
     let Some(id) = request.headers().get(SESSION_HEADER) else {
-        return Err(refuse(
+        return Err(Box::new(refuse(
             StatusCode::BAD_REQUEST,
             None,
             "no Mcp-Session-Id: send initialize first",
-        ));
+        )));
     };
     let found = id
         .to_str()
@@ -140,11 +140,11 @@ fn session_of(shared: &Shared, request: &Request<Incoming>) -> Result<Arc<Sessio
         })
         .filter(|s| !s.is_closed());
     found.ok_or_else(|| {
-        refuse(
+        Box::new(refuse(
             StatusCode::NOT_FOUND,
             None,
             "no such session (it ended or timed out): initialize a new one",
-        )
+        ))
     })
 }
 
@@ -206,12 +206,12 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>) -> 
         }
         match open_session(shared, peer, peeks[0].id.as_deref()).await {
             Ok(session) => session,
-            Err(reply) => return reply,
+            Err(reply) => return *reply,
         }
     } else {
         match named {
             Ok(session) => session,
-            Err(reply) => return reply,
+            Err(reply) => return *reply,
         }
     };
     let requests: Vec<Peek> = peeks.into_iter().filter(Peek::is_request).collect();
@@ -299,14 +299,18 @@ async fn collect(mut rx: mpsc::Receiver<Bytes>, batch: bool) -> Bytes {
 }
 
 /// Starts a session for an `initialize`: `Err` is the reply when the front is full.
-async fn open_session(shared: &Shared, peer: SocketAddr, id: Option<&str>) -> Result<Arc<Session>, Reply> {
+async fn open_session(
+    shared: &Shared,
+    peer: SocketAddr,
+    id: Option<&str>,
+) -> Result<Arc<Session>, Box<Reply>> {
     let mut token = [0u8; 16];
     if getrandom::fill(&mut token).is_err() {
-        return Err(refuse(
+        return Err(Box::new(refuse(
             StatusCode::INTERNAL_SERVER_ERROR,
             id,
             "no randomness for a session id",
-        ));
+        )));
     }
     let session_id: String = token.iter().map(|b| format!("{b:02x}")).collect();
     let (to_relay, incoming) = mpsc::channel(1024);
@@ -320,11 +324,11 @@ async fn open_session(shared: &Shared, peer: SocketAddr, id: Option<&str>) -> Re
         let mut map = shared.sessions.lock().unwrap_or_else(|e| e.into_inner());
         if map.len() >= shared.config.max_sessions {
             tracing::warn!(target: "aml_mcp_http", %peer, "refused: {} sessions open (the limit)", map.len());
-            return Err(refuse(
+            return Err(Box::new(refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 id,
                 &format!("{} sessions are open, the limit: try again later", map.len()),
-            ));
+            )));
         }
         map.insert(session_id.clone(), session.clone());
     }
@@ -347,11 +351,11 @@ async fn open_session(shared: &Shared, peer: SocketAddr, id: Option<&str>) -> Re
         .await
         .is_err()
     {
-        return Err(refuse(
+        return Err(Box::new(refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             id,
             "the gate is shutting down",
-        ));
+        )));
     }
     tracing::info!(target: "aml_mcp_http", %peer, session = %session.id, "session opened");
     Ok(session)
@@ -360,7 +364,7 @@ async fn open_session(shared: &Shared, peer: SocketAddr, id: Option<&str>) -> Re
 fn get(shared: &Shared, request: &Request<Incoming>) -> Reply {
     let session = match session_of(shared, request) {
         Ok(session) => session,
-        Err(reply) => return reply,
+        Err(reply) => return *reply,
     };
     if !accepts(request, "text/event-stream") {
         return refuse(
@@ -394,7 +398,7 @@ fn get(shared: &Shared, request: &Request<Incoming>) -> Reply {
 fn delete(shared: &Shared, request: &Request<Incoming>) -> Reply {
     let session = match session_of(shared, request) {
         Ok(session) => session,
-        Err(reply) => return reply,
+        Err(reply) => return *reply,
     };
     shared
         .sessions

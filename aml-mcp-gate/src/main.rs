@@ -243,7 +243,7 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
         Some(text) => RelayTools::from_json(text, boundary).map_err(|e| Failure::Config(e.to_string()))?,
         None => RelayTools::empty(boundary),
     };
-    reload::Reloader::new(cli.policy.clone(), cli.tools.clone(), live_policy, tools.clone())
+    let reloader = reload::Reloader::new(cli.policy.clone(), cli.tools.clone(), live_policy, tools.clone())
         .start(&loaded.policy)
         .map_err(|e| Failure::Runtime(format!("cannot listen for SIGHUP: {e}")))?;
     let config = RelayConfig::default()
@@ -259,6 +259,7 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
         let front = cli.listen.front_config(addr).map_err(Failure::Config)?;
         let served = listen::serve(addr, front, tools, config, server).await;
         // Every relay has ended: its records are on their way to the log.
+        reloader.abort();
         let _ = tokio::time::timeout(Duration::from_secs(5), records).await;
         if !sink.flush(Duration::from_secs(5)) {
             eprintln!("aml-mcp-gate: the receipt log could not be flushed");
@@ -297,6 +298,8 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
     };
     // The relay (and with it every handle to the deferred sink) is gone: its task ends once
     // it has passed every record on.
+    // The reloader holds the last handle to the deferred sink.
+    reloader.abort();
     if tokio::time::timeout(Duration::from_secs(5), records)
         .await
         .is_err()

@@ -46,16 +46,16 @@ impl Reloader {
     }
 
     /// Listens for `SIGHUP` now (from here on the signal no longer ends the process) and
-    /// watches the files on a task of the current runtime.
-    pub(crate) fn start(self, in_force: &Policy) -> std::io::Result<()> {
+    /// watches the files on a task of the current runtime. Aborting the returned handle
+    /// drops the reloader's tools (and with them its handle to the deferred sink).
+    pub(crate) fn start(self, in_force: &Policy) -> std::io::Result<tokio::task::AbortHandle> {
         let hangup = signal(SignalKind::hangup())?;
         tracing::info!(
             pid = std::process::id(),
             policy_sha256 = %digest_text(in_force),
             "policy in force; SIGHUP (kill -HUP PID) or a change to the files reloads it"
         );
-        tokio::spawn(Arc::new(self).watch(hangup));
-        Ok(())
+        Ok(tokio::spawn(Arc::new(self).watch(hangup)).abort_handle())
     }
 
     async fn watch(self: Arc<Self>, mut hangup: Signal) {

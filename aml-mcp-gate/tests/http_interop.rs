@@ -154,3 +154,79 @@ fn python_client_over_http_through_the_gate_to_server_everything_over_http() {
     assert!(gate.stop().success());
     assert_eq!(receipts(&dir).len(), 15);
 }
+
+#[test]
+fn a_sampling_request_from_the_server_reaches_the_http_client_and_its_answer_comes_back() {
+    let dir = work("http-sampling");
+    write_everything_config(&dir);
+    let mut args = gate_args(&dir);
+    args.extend(["--listen", "127.0.0.1:0", "--sampling", "relay", "--"].map(String::from));
+    args.push(everything().display().to_string());
+    let gate = Gate::start(&args);
+    let report = python(&json!({"url": gate.url}), &["sampling"]);
+    assert_eq!(
+        report["sampling_requests_seen"].as_array().unwrap().len(),
+        1,
+        "{report}"
+    );
+    let text = report["call"]["without_verdict"]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(text.contains("hi from the test client"), "{text}");
+    assert_eq!(report["call"]["verdict"]["mcp_result_status"], "returned");
+}
+
+#[test]
+fn a_gate_reaches_a_token_protected_gate_with_upstream_token() {
+    // The inner gate wants a token; the outer one relays to it over HTTP with the token file.
+    let inner_dir = work("inner");
+    write_everything_config(&inner_dir);
+    let mut args = gate_args(&inner_dir);
+    args.extend(["--listen", "127.0.0.1:0", "--tokens"].map(String::from));
+    args.push(inner_dir.join("tokens").display().to_string());
+    args.push("--".into());
+    args.push(everything().display().to_string());
+    let mut inner = Gate::start(&args);
+
+    let outer_dir = work("outer");
+    write_everything_config(&outer_dir);
+    let token_file = outer_dir.join("server-token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let mut command = vec![GATE.to_string()];
+    command.extend(gate_args(&outer_dir));
+    command.extend([
+        "--upstream".to_string(),
+        inner.url.clone(),
+        "--upstream-token".into(),
+    ]);
+    command.push(token_file.display().to_string());
+    let report = python(&json!({"command": command}), &["calls", "3"]);
+    assert_eq!(
+        report["calls"],
+        json!(["Echo: call 0", "Echo: call 1", "Echo: call 2"])
+    );
+    assert!(inner.stop().success());
+    assert_eq!(receipts(&inner_dir).len(), 3);
+    assert_eq!(receipts(&outer_dir).len(), 3);
+
+    // Without the token the inner gate refuses the outer one's session: the client is told.
+    let mut inner = Gate::start(&args);
+    let mut command = vec![GATE.to_string()];
+    command.extend(gate_args(&outer_dir));
+    command.extend(["--upstream".to_string(), inner.url.clone()]);
+    let out = std::process::Command::new(peers().join("venv/bin/python"))
+        .arg(repo().join("scripts/interop/mcp_http_client.py"))
+        .arg(json!({"command": command}).to_string())
+        .args(["calls", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("401"), "{stderr}");
+    assert!(inner.stop().success());
+    assert_eq!(
+        receipts(&inner_dir).len(),
+        3,
+        "nothing more reached the inner gate"
+    );
+}

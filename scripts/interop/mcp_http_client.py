@@ -8,6 +8,8 @@ Scenarios:
   everything  initialize, tools/list, resources, templates, prompts, completion, ping,
               tool calls (one denied by the host), progress notifications
   calls N     N echo calls in a row (a session that stays up)
+  sampling    a tool that makes the server ask the client for sampling/createMessage (the
+              client answers it)
 """
 import asyncio
 import json
@@ -105,16 +107,29 @@ async def main():
     target = json.loads(sys.argv[1])
     scenario = sys.argv[2]
     notifications = []
+    asked = []
+
+    async def on_sampling(context, request):
+        asked.append(request.messages[0].content.text)
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text="hi from the test client"),
+            model="test-model",
+        )
 
     async def on_message(message):
         if not isinstance(message, Exception) and hasattr(message, "method"):
             notifications.append(message.method)
 
     async with connect(target) as (read, write):
-        async with ClientSession(read, write, message_handler=on_message) as session:
+        callbacks = {"sampling_callback": on_sampling} if scenario == "sampling" else {}
+        async with ClientSession(read, write, message_handler=on_message, **callbacks) as session:
             init = await session.initialize()
             if scenario == "everything":
                 report = await everything(session, init)
+            elif scenario == "sampling":
+                result = await session.call_tool("trigger-sampling-request", {"prompt": "Say hi", "maxTokens": 5})
+                report = {"call": call_report(result), "sampling_requests_seen": asked}
             elif scenario == "calls":
                 report = await calls(session, int(sys.argv[3]))
             else:

@@ -324,15 +324,23 @@ impl Client {
         }
     }
 
-    /// The GET stream for messages the server sends on its own.
+    /// The GET stream for messages the server sends on its own, opened again (after a
+    /// second) whenever the server ends it, for as long as the relay runs.
     async fn listen(self: Arc<Self>) {
-        let session = lock(&self.session).clone();
-        match self.send(Method::GET, None, session, None).await {
-            Ok(r) if r.status().is_success() => self.read_stream(r, None).await,
-            Ok(r) => {
-                tracing::debug!(target: "aml_mcp_http", "the server offers no GET stream ({})", r.status())
+        while !self.to_relay.is_closed() && lock(&self.gone).is_some() {
+            let session = lock(&self.session).clone();
+            match self.send(Method::GET, None, session, None).await {
+                Ok(r) if r.status().is_success() => self.read_stream(r, None).await,
+                Ok(r) if r.status() == StatusCode::NOT_FOUND => {
+                    return self.fail("the server ended the session (404)".into())
+                }
+                Ok(r) => {
+                    tracing::debug!(target: "aml_mcp_http", "the server offers no GET stream ({})", r.status());
+                    return;
+                }
+                Err(e) => tracing::debug!(target: "aml_mcp_http", "the GET stream failed: {e}"),
             }
-            Err(e) => tracing::debug!(target: "aml_mcp_http", "the GET stream failed: {e}"),
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 

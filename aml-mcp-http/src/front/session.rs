@@ -22,6 +22,11 @@ const FINISHED_KEPT: usize = 16;
 /// Messages kept for a GET stream that is not open yet.
 const UNROUTED_LIMIT: usize = 1024;
 
+/// Bytes of SSE events kept per stream for resumption (the oldest go first), and of
+/// messages kept for a GET stream: a session's memory stays bounded whatever its messages
+/// weigh.
+const KEPT_BYTES: usize = 1 << 20;
+
 /// One session.
 #[derive(Debug)]
 pub(crate) struct Session {
@@ -53,6 +58,7 @@ struct Stream {
     tx: Option<mpsc::Sender<Bytes>>,
     /// SSE events (id, encoded), newest last, for `Last-Event-ID`.
     history: VecDeque<(u64, Bytes)>,
+    history_bytes: usize,
     next_seq: u64,
     /// Answers still owed on this stream (a POST stream ends after the last).
     owed: usize,
@@ -163,6 +169,7 @@ impl Session {
             Stream {
                 tx: Some(tx),
                 history: VecDeque::new(),
+                history_bytes: 0,
                 next_seq: 1,
                 owed: requests.len(),
                 json,
@@ -208,6 +215,7 @@ impl Session {
                     Stream {
                         tx: Some(tx),
                         history: VecDeque::new(),
+                        history_bytes: 0,
                         next_seq: 1,
                         owed: 0,
                         json: false,
@@ -290,7 +298,11 @@ impl Session {
             .or(state.get_stream);
         match target {
             Some(number) => self.push(&mut state, number, message),
-            None if state.unrouted.len() < UNROUTED_LIMIT => state.unrouted.push_back(message.clone()),
+            None if state.unrouted.len() < UNROUTED_LIMIT
+                && state.unrouted.iter().map(Bytes::len).sum::<usize>() + message.len() <= KEPT_BYTES =>
+            {
+                state.unrouted.push_back(message.clone())
+            }
             None => {
                 tracing::warn!(target: "aml_mcp_http", session = %self.id, "no stream open for a server message; dropped")
             }
@@ -310,10 +322,15 @@ impl Session {
             stream.next_seq += 1;
             let event = sse::event(&format!("{number}-{seq}"), message);
             if self.replay_events > 0 {
-                if stream.history.len() == self.replay_events {
-                    stream.history.pop_front();
-                }
+                stream.history_bytes += event.len();
                 stream.history.push_back((seq, event.clone()));
+                while stream.history.len() > self.replay_events
+                    || (stream.history_bytes > KEPT_BYTES && stream.history.len() > 1)
+                {
+                    if let Some((_, old)) = stream.history.pop_front() {
+                        stream.history_bytes -= old.len();
+                    }
+                }
             }
             event
         };
@@ -343,3 +360,81 @@ impl Session {
 
 /// Every open session, by id.
 pub(crate) type Sessions = Arc<Mutex<HashMap<String, Arc<Session>>>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(replay: usize) -> Session {
+        let (tx, _rx) = mpsc::channel(1);
+        Session::new("s".into(), tx, replay)
+    }
+
+    fn request(id: &str, token: Option<&str>) -> Peek {
+        Peek {
+            id: Some(id.into()),
+            method: Some("tools/call".into()),
+            progress_token: token.map(str::to_owned),
+            protocol_version: None,
+        }
+    }
+
+    fn kept(session: &Session, number: u64) -> (usize, usize) {
+        let state = session.state();
+        let stream = &state.streams[&number];
+        (stream.history.len(), stream.history_bytes)
+    }
+
+    #[test]
+    fn progress_goes_to_its_request_and_the_history_stays_bounded() {
+        let s = session(8);
+        let mut a = s
+            .open_post(&[request("1", Some("\"a\""))], false, 4)
+            .ok()
+            .unwrap();
+        let mut b = s
+            .open_post(&[request("2", Some("\"b\""))], false, 4)
+            .ok()
+            .unwrap();
+        s.route(&Bytes::from_static(
+            br#"{"method":"notifications/progress","params":{"progressToken":"a"}}"#,
+        ));
+        assert!(a.rx.try_recv().unwrap().ends_with(b"\"a\"}}\n\n"));
+        assert!(b.rx.try_recv().is_err());
+        // Unrelated server messages go to the newest open POST stream.
+        for _ in 0..20 {
+            s.route(&Bytes::from_static(
+                br#"{"method":"notifications/message","params":{}}"#,
+            ));
+        }
+        assert_eq!(kept(&s, 2).0, 8, "at most replay_events kept");
+        let big = Bytes::from(format!(
+            "{{\"method\":\"m\",\"params\":{{\"x\":\"{}\"}}}}",
+            "x".repeat(400_000)
+        ));
+        for _ in 0..5 {
+            s.route(&big);
+        }
+        assert!(kept(&s, 2).1 <= KEPT_BYTES, "{:?}", kept(&s, 2));
+        // Too many requests at once, and an id already waiting.
+        assert!(matches!(
+            s.open_post(
+                &[request("3", None), request("4", None), request("5", None)],
+                false,
+                4
+            ),
+            Err(Refused::TooManyCalls)
+        ));
+        assert!(matches!(
+            s.open_post(&[request("1", None)], false, 4),
+            Err(Refused::DuplicateId(_))
+        ));
+        // The answer ends its stream.
+        s.route(&Bytes::from_static(br#"{"id":1,"result":{}}"#));
+        assert!(a.rx.try_recv().unwrap().windows(7).any(|w| w == b"\"id\":1,"));
+        assert!(matches!(
+            a.rx.try_recv(),
+            Err(mpsc::error::TryRecvError::Disconnected)
+        ));
+    }
+}

@@ -230,3 +230,40 @@ fn a_gate_reaches_a_token_protected_gate_with_upstream_token() {
         "nothing more reached the inner gate"
     );
 }
+
+/// A cancel from the client reaches the server: the call is recorded `unknown`, cancelled,
+/// and the session goes on.
+fn assert_cancelled(report: &Value, dir: &std::path::Path) {
+    assert_eq!(report["finished"], false, "{report}");
+    assert_eq!(report["progress_before_cancel"], json!([1.0]));
+    let log = receipts(dir);
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0]["receipt"]["execution_status"], "unknown");
+    assert!(
+        log[0]["detail"].as_str().unwrap().contains("cancelled"),
+        "{}",
+        log[0]
+    );
+}
+
+#[test]
+fn a_cancel_from_the_client_reaches_the_server_on_both_fronts() {
+    let dir = work("cancel-http");
+    write_everything_config(&dir);
+    let mut args = gate_args(&dir);
+    args.extend(["--listen", "127.0.0.1:0", "--"].map(String::from));
+    args.push(everything().display().to_string());
+    let mut gate = Gate::start(&args);
+    let report = python(&json!({"url": gate.url}), &["cancel"]);
+    assert!(gate.stop().success());
+    assert_cancelled(&report, &dir);
+
+    let server = EverythingHttp::start();
+    let dir = work("cancel-upstream");
+    write_everything_config(&dir);
+    let mut command = vec![GATE.to_string()];
+    command.extend(gate_args(&dir));
+    command.extend(["--upstream".to_string(), server.url()]);
+    let report = python(&json!({"command": command}), &["cancel"]);
+    assert_cancelled(&report, &dir);
+}

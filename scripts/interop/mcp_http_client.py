@@ -8,6 +8,7 @@ Scenarios:
   everything  initialize, tools/list, resources, templates, prompts, completion, ping,
               tool calls (one denied by the host), progress notifications
   calls N     N echo calls in a row (a session that stays up)
+  cancel      a long tool cancelled after its first progress notification; then a ping
   sampling    a tool that makes the server ask the client for sampling/createMessage (the
               client answers it)
 """
@@ -17,6 +18,7 @@ import os
 import sys
 from contextlib import asynccontextmanager
 
+import anyio
 import httpx2
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.client.streamable_http import streamable_http_client
@@ -103,6 +105,33 @@ async def calls(session, count):
     return {"calls": results}
 
 
+async def cancel(session):
+    first = anyio.Event()
+    progress = []
+
+    async def on_progress(value, total, message):
+        progress.append(value)
+        first.set()
+
+    outcome = {"finished": False}
+
+    async def call():
+        await session.call_tool(
+            "trigger-long-running-operation", {"duration": 3, "steps": 3}, progress_callback=on_progress
+        )
+        outcome["finished"] = True
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        with anyio.fail_after(20):
+            await first.wait()
+        tg.cancel_scope.cancel()
+    # Past the time the operation would have taken: the session still works.
+    await anyio.sleep(3.5)
+    await session.send_ping()
+    return {"progress_before_cancel": progress[:1], "finished": outcome["finished"]}
+
+
 async def main():
     target = json.loads(sys.argv[1])
     scenario = sys.argv[2]
@@ -130,6 +159,8 @@ async def main():
             elif scenario == "sampling":
                 result = await session.call_tool("trigger-sampling-request", {"prompt": "Say hi", "maxTokens": 5})
                 report = {"call": call_report(result), "sampling_requests_seen": asked}
+            elif scenario == "cancel":
+                report = await cancel(session)
             elif scenario == "calls":
                 report = await calls(session, int(sys.argv[3]))
             else:

@@ -296,9 +296,8 @@ async fn run(cli: Cli, loaded: Loaded) -> Result<(), Failure> {
             Err(format!("{program}: {e}"))
         }
     };
-    // The relay (and with it every handle to the deferred sink) is gone: its task ends once
-    // it has passed every record on.
-    // The reloader holds the last handle to the deferred sink.
+    // The relay is gone, and with the reloader every other handle to the deferred sink: its
+    // task ends once it has passed every record on.
     reloader.abort();
     if tokio::time::timeout(Duration::from_secs(5), records)
         .await

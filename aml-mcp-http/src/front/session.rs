@@ -160,7 +160,9 @@ impl Session {
         }
         let number = state.next_stream;
         state.next_stream += 1;
-        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        // A JSON body takes exactly one message per request: room for all, so none is lost.
+        let room = if json { requests.len() } else { STREAM_QUEUE };
+        let (tx, rx) = mpsc::channel(room.max(1));
         for r in requests {
             state.waiting.insert(r.id.clone().unwrap_or_default(), number);
         }

@@ -152,9 +152,11 @@ impl Session {
         if state.waiting.len() + requests.len() > max_calls {
             return Err(Refused::TooManyCalls);
         }
+        let mut ids = std::collections::HashSet::new();
         for r in requests {
             let id = r.id.clone().unwrap_or_default();
-            if state.waiting.contains_key(&id) {
+            // Twice in one batch, or already waiting: its answer could not be told apart.
+            if state.waiting.contains_key(&id) || !ids.insert(id.clone()) {
                 return Err(Refused::DuplicateId(id));
             }
         }

@@ -69,7 +69,7 @@ pub(crate) enum Command {
 }
 
 /// Options of `run`. Every option may also come from `--config`; a flag given here wins.
-#[derive(Debug, Args, Default)]
+#[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// A TOML file with any of the options below (see the README's "Configure with one
     /// file"); relative paths in it are relative to the file
@@ -121,11 +121,15 @@ pub(crate) struct RunArgs {
     /// error (a server's answer that long makes its call `unknown`) [default: 16777216]
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..=1 << 30))]
     pub(crate) max_message_bytes: Option<u64>,
+    #[command(flatten)]
+    pub(crate) listen: crate::listen::ListenArgs,
+    #[command(flatten)]
+    pub(crate) upstream: crate::upstream::UpstreamArgs,
     /// The MCP server to start and its arguments
     #[arg(
         last = true,
         value_name = "SERVER_COMMAND",
-        required_unless_present = "config"
+        required_unless_present_any = ["config", "upstream"]
     )]
     pub(crate) command: Vec<OsString>,
 }

@@ -7,10 +7,12 @@ mod approvals;
 mod cli;
 mod config;
 mod journal;
+mod listen;
 mod reload;
 mod run;
 mod sinks;
 mod state;
+mod upstream;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -90,10 +92,10 @@ fn settle(args: RunArgs) -> run::Settings {
             "--policy is required (or `policy` in --config)",
         )
     };
-    if args.command.is_empty() {
+    if args.command.is_empty() && args.upstream.upstream.is_none() {
         usage_error(
             ErrorKind::MissingRequiredArgument,
-            "the server command is required: -- SERVER_COMMAND… (or `server` in --config)",
+            "the server command is required: -- SERVER_COMMAND… (or `server` in --config, or --upstream URL)",
         );
     }
     if args.approval_port.is_some() && args.approve != Some(Channel::Web) {
@@ -143,5 +145,7 @@ fn settle(args: RunArgs) -> run::Settings {
             .with_elicitation(args.elicitation.unwrap_or(cli::Setting::Refuse).into())
             .with_max_message_bytes(max_message_bytes as usize),
         command: args.command,
+        listen: args.listen,
+        upstream: args.upstream,
     }
 }

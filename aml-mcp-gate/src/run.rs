@@ -10,6 +10,8 @@ use aml_core::{ActionBoundary, JsonLinesSink, LivePolicy, Policy};
 use aml_grants::StoredReceipts;
 use aml_mcp::relay::{self, stdio, DeferredSink, RelayConfig, RelayEnd, RelayTools};
 
+use crate::{listen, upstream};
+
 use crate::approvals::{self, Channel};
 use crate::reload;
 use crate::sinks::Receipts;
@@ -28,6 +30,8 @@ pub(crate) struct Settings {
     pub(crate) approval_port: u16,
     pub(crate) relay: RelayConfig,
     pub(crate) command: Vec<OsString>,
+    pub(crate) listen: crate::listen::ListenArgs,
+    pub(crate) upstream: crate::upstream::UpstreamArgs,
 }
 
 /// Everything read from files, checked before the server starts.
@@ -135,14 +139,24 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
     .map_err(|e| Failure::Runtime(format!("cannot listen for SIGHUP: {e}")))?;
     let config = settings.relay;
 
-    let program = settings.command[0].to_string_lossy().into_owned();
-    let child = stdio::spawn_child(&settings.command, config.max_message_bytes)
-        .map_err(|e| Failure::Runtime(format!("cannot start {program:?}: {e}")))?;
-    let stdio::ChildUpstream {
-        mut upstream,
-        stop,
-        stopped,
-    } = child;
+    let server = upstream::Server::from_args(&settings.upstream, &settings.command, config.max_message_bytes)
+        .map_err(Failure::Config)?;
+    if let Some(addr) = settings.listen.listen {
+        let front = settings.listen.front_config(addr).map_err(Failure::Config)?;
+        let served = listen::serve(addr, front, tools, config, server).await;
+        // Every relay has ended; with the reloader, every other handle to the deferred sink.
+        reloader.abort();
+        let _ = tokio::time::timeout(Duration::from_secs(5), records).await;
+        if !receipts.flush(Duration::from_secs(5)).await {
+            eprintln!("aml-mcp-gate: some receipt records could not be written");
+        }
+        return served.map_err(Failure::Runtime);
+    }
+    let program = server.name();
+    let (mut upstream, stopper) = server
+        .start(config.max_message_bytes)
+        .map_err(Failure::Runtime)?
+        .split();
     // Started by hand (a terminal, no MCP client): check the server now. An MCP client's own
     // first request is the check otherwise (a probe would choose the protocol era for it).
     let early = if std::io::stdin().is_terminal() {
@@ -165,7 +179,7 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
         Err(e) => {
             // Closes the server's input, so a server that reads until the end can exit.
             drop((upstream, tools));
-            Err(format!("{program:?}: {e}"))
+            Err(format!("{program}: {e}"))
         }
     };
     // The reloader holds the last other handle to the tools (and so to the deferred sink).
@@ -178,8 +192,7 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
     {
         eprintln!("aml-mcp-gate: some call records were not written in time");
     }
-    let _ = stop.send(Duration::from_secs(2));
-    let _ = tokio::time::timeout(Duration::from_secs(5), stopped).await;
+    stopper.stop(Duration::from_secs(2)).await;
     if !receipts.flush(Duration::from_secs(5)).await {
         eprintln!("aml-mcp-gate: some receipt records could not be written");
     }
@@ -187,9 +200,9 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
     match end {
         Ok(RelayEnd::ClientClosed) => Ok(()),
         Ok(RelayEnd::UpstreamGone(reason)) => Err(Failure::Runtime(format!(
-            "the server {program:?} is gone ({reason}); calls after that were refused"
+            "the server {program} is gone ({reason}); calls after that were refused"
         ))),
-        Ok(RelayEnd::Handshake(why)) => Err(Failure::Runtime(format!("{program:?}: {why}"))),
+        Ok(RelayEnd::Handshake(why)) => Err(Failure::Runtime(format!("{program}: {why}"))),
         Ok(other) => Err(Failure::Runtime(format!("the relay ended: {other:?}"))),
         Err(e) => Err(Failure::Runtime(e)),
     }

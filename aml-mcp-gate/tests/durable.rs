@@ -1,16 +1,16 @@
 //! Durable by default: a gate killed (SIGKILL) while the server runs an approved call leaves
 //! the call's intent in its state, the spent grant stays spent, and the journal commands show
 //! and reconcile it. Driven with the official Python MCP SDK client and a server built with
-//! the official Python SDK (see `common`).
+//! the official Python SDK (see `session`).
 
-mod common;
+mod session;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use aml_core::{ClaimStatus, GrantRef, GrantStore, Sha256Digest};
-use common::*;
 use serde_json::Value;
+use session::*;
 
 fn journal(state: &str, args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
     let out = Command::new(GATE)

@@ -6,10 +6,10 @@
 //! `scripts/interop-setup` installs the Python SDK into `target/interop`; without it these
 //! tests fail, naming the setup to run.
 
-mod common;
+mod session;
 
-use common::*;
 use serde_json::Value;
+use session::*;
 
 #[test]
 fn a_rule_removed_and_sighup_sent_blocks_the_next_call_and_a_bad_file_fails_closed() {

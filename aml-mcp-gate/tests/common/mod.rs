@@ -1,278 +1,343 @@
-//! What the gate's tests share: a session of the official Python MCP SDK client
-//! (`scripts/interop/mcp_session_client.py`) that starts the gate, which starts a server built
-//! with the official Python SDK that records every call it receives
-//! (`scripts/interop/mcp_notice_server.py`); and the approval page driven over HTTP.
+//! What the HTTP tests share: the gate started with `--listen`, raw HTTP requests, the
+//! interop peers (`scripts/interop-setup`), and the host's registry for server-everything.
 #![allow(dead_code, unreachable_pub)]
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 pub const GATE: &str = env!("CARGO_BIN_EXE_aml-mcp-gate");
-pub const WAIT: Duration = Duration::from_secs(30);
-pub const TO: &str = "team@example.test";
+pub const TOKEN: &str = "test-token-0123456789abcdef";
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-pub fn python() -> PathBuf {
-    let python = repo().join("target/interop/venv/bin/python");
+/// The interop peers; a test that needs them fails, naming the setup, when they are absent.
+pub fn peers() -> PathBuf {
+    let dir = repo().join("target/interop");
+    let ready = dir.join("venv/bin/python").is_file()
+        && dir.join("node/node_modules/.bin/mcp-server-everything").is_file();
     assert!(
-        python.is_file(),
-        "the Python MCP SDK is missing at {python:?}: run `bash scripts/interop-setup` (scripts/test does)"
+        ready,
+        "interop peers missing in {dir:?}: run `bash scripts/interop-setup`"
     );
-    python
-}
-
-pub fn work(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-gate-reload-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
-pub fn policy(requires_approval: Option<bool>) -> String {
-    let rules: Vec<Value> = requires_approval
-        .map(|r| json!({"tool": "send_notice", "effect": "send", "resource": TO, "requires_approval": r}))
-        .into_iter()
+pub fn everything() -> PathBuf {
+    peers().join("node/node_modules/.bin/mcp-server-everything")
+}
+
+pub fn work(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("aml-gate-http-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tokens"), format!("# the test client\n{TOKEN}\n")).unwrap();
+    dir
+}
+
+/// server-everything's tools the host registers: five allowed, `get-env` registered but
+/// allowed by no rule (denied, never sent).
+pub fn write_everything_config(dir: &Path) {
+    let object = json!({"type": "object"});
+    let tools = [
+        (
+            "echo",
+            json!({"type": "object", "properties": {"message": {"type": "string"}},
+                         "required": ["message"], "additionalProperties": false}),
+        ),
+        (
+            "get-sum",
+            json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                            "required": ["a", "b"], "additionalProperties": false}),
+        ),
+        ("get-structured-content", object.clone()),
+        ("trigger-long-running-operation", object.clone()),
+        ("trigger-sampling-request", object.clone()),
+        ("get-env", object),
+    ];
+    let registry: Vec<Value> = tools
+        .iter()
+        .map(|(name, schema)| {
+            json!({"name": name, "effect": "read", "purpose": format!("Use {name} for the user"),
+                   "resource": {"fixed": "everything"}, "input_schema": schema})
+        })
         .collect();
-    json!({"protocol": "aml-action-policy/1", "rules": rules}).to_string()
+    std::fs::write(dir.join("tools.json"), json!({"tools": registry}).to_string()).unwrap();
+    let rules: Vec<Value> = tools[..5]
+        .iter()
+        .map(|(name, _)| json!({"tool": name, "effect": "read", "resource": "everything", "requires_approval": false}))
+        .collect();
+    std::fs::write(
+        dir.join("policy.json"),
+        json!({"protocol": "aml-action-policy/1", "rules": rules}).to_string(),
+    )
+    .unwrap();
 }
 
-/// Writes the file whole, the way an editor's save replaces it.
-pub fn write(path: &Path, text: &str) {
-    let temp = path.with_extension("tmp");
-    std::fs::write(&temp, text).unwrap();
-    std::fs::rename(&temp, path).unwrap();
-}
-
-/// One session: the Python client, which starts the gate, which starts the server.
-pub struct Session {
-    pub client: Child,
-    orders: Option<ChildStdin>,
-    answers: Receiver<Value>,
-    log: Receiver<String>,
-    dir: PathBuf,
-}
-
-impl Session {
-    pub fn start(dir: &Path, requires_approval: Option<bool>, extra: &[&str]) -> Session {
-        Session::start_with(dir, requires_approval, extra, &[])
-    }
-
-    /// Like [`Session::start`], with more environment for the client, gate and server.
-    pub fn start_with(
-        dir: &Path,
-        requires_approval: Option<bool>,
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Session {
-        std::fs::write(dir.join("policy.json"), policy(requires_approval)).unwrap();
-        let schema = json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
-                            "required": ["to", "body"], "additionalProperties": false});
-        let tools = json!({"tools": [{"name": "send_notice", "effect": "send", "purpose": "Send a notice for the user",
-                                      "resource": {"argument": "to"}, "input_schema": schema}]});
-        std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
-        let mut command: Vec<String> = vec![GATE.into()];
-        for (flag, file) in [
-            ("--policy", "policy.json"),
-            ("--tools", "tools.json"),
-            ("--receipts", "receipts.jsonl"),
-        ] {
-            command.push(flag.into());
-            command.push(dir.join(file).display().to_string());
-        }
-        // Never the user's own state folder.
-        if !extra.contains(&"--state") {
-            command.push("--state".into());
-            command.push(dir.join("state.sqlite3").display().to_string());
-        }
-        command.extend(extra.iter().map(|s| s.to_string()));
-        command.push("--".into());
-        command.push(python().display().to_string());
-        command.push(
-            repo()
-                .join("scripts/interop/mcp_notice_server.py")
-                .display()
-                .to_string(),
-        );
-        let mut client = Command::new(python())
-            .arg(repo().join("scripts/interop/mcp_session_client.py"))
-            .arg(serde_json::to_string(&command).unwrap())
-            .env("AML_NOTICE_AUDIT", dir.join("audit.jsonl"))
-            .env("RUST_LOG", "warn,aml_mcp_gate=info")
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let answers = lines(client.stdout.take().unwrap(), |line| {
-            serde_json::from_str(&line).unwrap()
-        });
-        let log = lines(client.stderr.take().unwrap(), |line| line);
-        let orders = client.stdin.take();
-        let session = Session {
-            client,
-            orders,
-            answers,
-            log,
-            dir: dir.to_owned(),
-        };
-        assert_eq!(session.answer(), json!({"ready": true}));
-        session
-    }
-
-    /// Sends one `tools/call`, without waiting for its answer.
-    pub fn send(&mut self) {
-        let order = json!({"call": "send_notice", "arguments": {"to": TO, "body": "Build passed."}});
-        let stdin = self.orders.as_mut().unwrap();
-        writeln!(stdin, "{order}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    pub fn answer(&self) -> Value {
-        self.answers
-            .recv_timeout(WAIT)
-            .expect("the client answers in time")
-    }
-
-    /// One call: the receipt's (execution status, reason), or the refusal before planning.
-    pub fn call(&mut self) -> (String, String) {
-        self.send();
-        outcome(&self.answer())
-    }
-
-    /// Waits (bounded) for a log line containing `needle`; returns it.
-    pub fn wait_log(&self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.log.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("no log line with {needle:?} within {WAIT:?}"),
-            }
-        }
-    }
-
-    pub fn gate_pid(&self) -> String {
-        let line = self.wait_log("policy in force");
-        let pid = line.split("pid=").nth(1).expect("the gate logs its pid");
-        pid.chars().take_while(char::is_ascii_digit).collect()
-    }
-
-    pub fn reached_server(&self) -> usize {
-        std::fs::read_to_string(self.dir.join("audit.jsonl")).map_or(0, |text| text.lines().count())
-    }
-}
-
-/// The call records in the gate's receipt log (complete once the gate has exited).
-pub fn receipts(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("receipts.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .filter(|record: &Value| record["record"] == "aml-call-record/1")
+/// The gate's arguments before its own extra ones: policy, tools, receipts in `dir`.
+pub fn gate_args(dir: &Path) -> Vec<String> {
+    ["policy.json", "tools.json"]
+        .iter()
+        .zip(["--policy", "--tools"])
+        .flat_map(|(file, flag)| [flag.to_string(), dir.join(file).display().to_string()])
+        .chain([
+            "--receipts".into(),
+            dir.join("receipts.jsonl").display().to_string(),
+        ])
         .collect()
 }
 
-impl Session {
-    /// Ends the session (EOF to the client) and waits, bounded, for everyone to exit.
-    pub fn close(mut self) {
-        drop(self.orders.take());
-        let deadline = Instant::now() + WAIT;
-        while self.client.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "the client did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+/// A gate serving HTTP; ended with SIGTERM (so its receipts are flushed) when dropped.
+pub struct Gate {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub url: String,
 }
 
-pub fn lines<R: Read + Send + 'static, T: Send + 'static>(from: R, map: fn(String) -> T) -> Receiver<T> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(from).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(map(line)).is_err() {
-                return;
+impl Gate {
+    /// Starts `aml-mcp-gate ARGS` (which include `--listen 127.0.0.1:0`) and reads where it
+    /// listens from its first line of output.
+    pub fn start(args: &[String]) -> Gate {
+        let mut child = Command::new(GATE)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("aml-mcp-gate: MCP at ")
+            .unwrap_or_else(|| panic!("the gate did not say where it listens: {line:?}"))
+            .to_string();
+        let addr = url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .parse()
+            .unwrap();
+        Gate { child, addr, url }
+    }
+
+    /// SIGTERM, then waits (bounded) for the exit; its status.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..300 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
             }
+            std::thread::sleep(Duration::from_millis(50));
         }
-    });
-    rx
-}
-
-pub fn outcome(answer: &Value) -> (String, String) {
-    let verdict = &answer["verdict"];
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-    match verdict["receipt"].as_object() {
-        Some(receipt) => (text(&receipt["execution_status"]), text(&receipt["reason"])),
-        None => ("refused".into(), text(&verdict["rejection"])),
+        let _ = self.child.kill();
+        panic!("the gate did not end within 15 s of SIGTERM");
     }
 }
 
-pub fn hangup(pid: &str) {
-    let status = Command::new("kill").args(["-HUP", pid]).status().unwrap();
-    assert!(status.success());
+impl Drop for Gate {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.stop();
+        }
+    }
 }
 
-pub fn pair(a: &str, b: &str) -> (String, String) {
-    (a.to_owned(), b.to_owned())
+/// One HTTP/1.1 exchange (the connection is closed after it): status, headers (lower-case
+/// names), body as text.
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
 }
 
-pub fn http(origin: &str, request: String) -> String {
-    let mut stream = std::net::TcpStream::connect(origin).unwrap();
-    stream.set_read_timeout(Some(WAIT)).unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+    /// The body's JSON (a JSON body, or the data of the first SSE event).
+    pub fn json(&self) -> Value {
+        let text = match self.body.find("data: ") {
+            Some(at) if self.header("content-type") == Some("text/event-stream") => {
+                self.body[at + 6..].lines().next().unwrap_or("")
+            }
+            _ => self.body.as_str(),
+        };
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {:?}", self.body))
+    }
+}
+
+/// Sends a request; `headers` are added as given.
+pub fn request(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    let mut stream = send(addr, method, headers, body);
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    parse(&raw)
+}
+
+/// Sends a request and returns the open connection (for a reply not read yet).
+pub fn send(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut text = format!(
+        "{method} /mcp HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    text.push_str("\r\n");
+    text.push_str(body);
+    stream.write_all(text.as_bytes()).unwrap();
+    stream
+}
+
+fn parse(raw: &[u8]) -> Reply {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap_or("")
+        .split(' ')
+        .nth(1)
+        .unwrap_or("0")
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked { dechunk(body) } else { body.to_string() };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
-    stream.read_to_string(&mut out).unwrap();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
     out
 }
 
-/// Waits (bounded) for the approval page to list a pending proposal.
-pub fn pending(origin: &str, token: &str) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let response = http(
-            origin,
-            format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: {origin}\r\n\r\n"),
-        );
-        let list: Vec<Value> = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
-        if let Some(first) = list.into_iter().next() {
-            return first;
-        }
-        assert!(Instant::now() < deadline, "nothing pending on the approval page");
-        std::thread::sleep(Duration::from_millis(20));
+pub const JSON_AND_SSE: (&str, &str) = ("accept", "application/json, text/event-stream");
+pub const JSON_ONLY: (&str, &str) = ("accept", "application/json");
+pub const CONTENT_JSON: (&str, &str) = ("content-type", "application/json");
+
+pub fn initialize_body(id: u64) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw-test", "version": "1"}}})
+    .to_string()
+}
+
+/// Opens a session (initialize, then notifications/initialized) with the given extra
+/// headers; its id.
+pub fn open_session(addr: SocketAddr, extra: &[(&str, &str)]) -> String {
+    let mut headers = vec![JSON_ONLY, CONTENT_JSON];
+    headers.extend_from_slice(extra);
+    let reply = request(addr, "POST", &headers, &initialize_body(1));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let session = reply.header("mcp-session-id").expect("a session id").to_string();
+    headers.push(("mcp-session-id", &session));
+    let done = request(
+        addr,
+        "POST",
+        &headers,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    assert_eq!(done.status, 202, "{}", done.body);
+    session
+}
+
+/// Runs `scripts/interop/mcp_http_client.py TARGET SCENARIO ARGS`: its JSON report.
+pub fn python(target: &Value, scenario: &[&str]) -> Value {
+    let out = Command::new(peers().join("venv/bin/python"))
+        .arg(repo().join("scripts/interop/mcp_http_client.py"))
+        .arg(target.to_string())
+        .args(scenario)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "python client failed ({}): {stderr}",
+        out.status
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+pub fn receipts(dir: &Path) -> Vec<Value> {
+    match std::fs::read_to_string(dir.join("receipts.jsonl")) {
+        Ok(text) => text.lines().map(|l| serde_json::from_str(l).unwrap()).collect(),
+        Err(_) => Vec::new(),
     }
 }
 
-/// The page's URL parts (origin, token) from the gate's log line.
-pub fn page(session: &Session) -> (String, String) {
-    let line = session.wait_log(" at http://");
-    let url = line.split(" at http://").nth(1).unwrap().trim().to_owned();
-    let (origin, token) = url.split_once("/?t=").unwrap();
-    (origin.to_owned(), token.to_owned())
+/// A free port on loopback (for a server that takes its port from the environment).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
-/// Approves `proposal` (an entry of the page's pending list) as the page's form does.
-pub fn approve(origin: &str, token: &str, proposal: &Value) {
-    let form = format!(
-        "t={token}&grant_id={}&proposal_sha256={}&decision=approve",
-        proposal["grant_id"].as_str().unwrap(),
-        proposal["proposal_sha256"].as_str().unwrap()
-    );
-    let decided = http(
-        origin,
-        format!(
-            "POST /decide HTTP/1.1\r\nHost: {origin}\r\nOrigin: http://{origin}\r\n\
-             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
-            form.len()
-        ),
-    );
-    assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
+/// server-everything in its Streamable HTTP mode on `port`; killed when dropped.
+pub struct EverythingHttp(pub Child, pub u16);
+
+impl EverythingHttp {
+    pub fn start() -> EverythingHttp {
+        let port = free_port();
+        let mut child = Command::new(everything())
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return EverythingHttp(child, port);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("server-everything did not listen on {port} within 10 s");
+    }
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.1)
+    }
+}
+
+impl Drop for EverythingHttp {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -1,0 +1,140 @@
+//! The HTTP flags on the command line: binding beyond loopback needs explicit flags, a bad
+//! token file, URL or header is a usage error (exit 2) before anything listens, and
+//! `--upstream` replaces the server command.
+
+use std::process::{Command, Output, Stdio};
+
+const GATE: &str = env!("CARGO_BIN_EXE_aml-mcp-gate");
+
+fn gate(args: &[&str]) -> Output {
+    Command::new(GATE)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn temp(name: &str, text: &str) -> String {
+    let path = std::env::temp_dir().join(format!("aml-mcp-gate-http-cli-{}-{name}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn http_usage_errors_exit_2_and_say_why() {
+    let policy = temp(
+        "policy.json",
+        r#"{"protocol": "aml-action-policy/1", "rules": []}"#,
+    );
+    let tokens = temp("tokens", "a-token-long-enough-1234\n");
+    let short = temp("short-tokens", "short\n");
+    let p = policy.as_str();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--policy", p, "--listen", "0.0.0.0:0", "--", "s"],
+            "--listen-public",
+        ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--listen",
+                "0.0.0.0:0",
+                "--listen-public",
+                "--",
+                "s",
+            ],
+            "--tokens",
+        ),
+        (
+            vec!["--policy", p, "--listen-public", "--tokens", &tokens, "--", "s"],
+            "--listen",
+        ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--listen",
+                "127.0.0.1:0",
+                "--tokens",
+                &short,
+                "--",
+                "s",
+            ],
+            "shorter than 16",
+        ),
+        (
+            vec!["--policy", p, "--listen", "not-an-address", "--", "s"],
+            "not-an-address",
+        ),
+        (vec!["--policy", p, "--tokens", &tokens, "--", "s"], "--listen"),
+        (
+            vec!["--policy", p, "--upstream", "https://example.com/mcp"],
+            "https",
+        ),
+        (
+            vec!["--policy", p, "--upstream", "ftp://example.com/mcp"],
+            "http:// URL",
+        ),
+        (
+            vec!["--policy", p, "--upstream", "http://127.0.0.1:9/mcp", "--", "s"],
+            "--upstream",
+        ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--upstream",
+                "http://127.0.0.1:9/mcp",
+                "--upstream-header",
+                "no colon",
+            ],
+            "NAME: VALUE",
+        ),
+        (
+            vec!["--policy", p, "--upstream-token", &tokens, "--", "s"],
+            "--upstream",
+        ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--listen",
+                "127.0.0.1:0",
+                "--max-sessions",
+                "0",
+                "--",
+                "s",
+            ],
+            "--max-sessions",
+        ),
+    ];
+    for (args, why) in cases {
+        let out = gate(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(why), "{args:?}: wanted {why:?} in {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn help_lists_the_http_flags() {
+    let out = gate(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--listen <ADDR>",
+        "--listen-public",
+        "--tokens <FILE>",
+        "--allow-origin <ORIGIN>",
+        "--upstream <URL>",
+        "--upstream-header",
+        "--upstream-token <FILE>",
+        "--max-body-bytes",
+        "--max-sessions",
+        "--session-idle-timeout",
+        "--max-calls-per-session",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from --help");
+    }
+}

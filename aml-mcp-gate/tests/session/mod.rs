@@ -1,0 +1,278 @@
+//! What the gate's tests share: a session of the official Python MCP SDK client
+//! (`scripts/interop/mcp_session_client.py`) that starts the gate, which starts a server built
+//! with the official Python SDK that records every call it receives
+//! (`scripts/interop/mcp_notice_server.py`); and the approval page driven over HTTP.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const GATE: &str = env!("CARGO_BIN_EXE_aml-mcp-gate");
+pub const WAIT: Duration = Duration::from_secs(30);
+pub const TO: &str = "team@example.test";
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn python() -> PathBuf {
+    let python = repo().join("target/interop/venv/bin/python");
+    assert!(
+        python.is_file(),
+        "the Python MCP SDK is missing at {python:?}: run `bash scripts/interop-setup` (scripts/test does)"
+    );
+    python
+}
+
+pub fn work(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("aml-gate-reload-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub fn policy(requires_approval: Option<bool>) -> String {
+    let rules: Vec<Value> = requires_approval
+        .map(|r| json!({"tool": "send_notice", "effect": "send", "resource": TO, "requires_approval": r}))
+        .into_iter()
+        .collect();
+    json!({"protocol": "aml-action-policy/1", "rules": rules}).to_string()
+}
+
+/// Writes the file whole, the way an editor's save replaces it.
+pub fn write(path: &Path, text: &str) {
+    let temp = path.with_extension("tmp");
+    std::fs::write(&temp, text).unwrap();
+    std::fs::rename(&temp, path).unwrap();
+}
+
+/// One session: the Python client, which starts the gate, which starts the server.
+pub struct Session {
+    pub client: Child,
+    orders: Option<ChildStdin>,
+    answers: Receiver<Value>,
+    log: Receiver<String>,
+    dir: PathBuf,
+}
+
+impl Session {
+    pub fn start(dir: &Path, requires_approval: Option<bool>, extra: &[&str]) -> Session {
+        Session::start_with(dir, requires_approval, extra, &[])
+    }
+
+    /// Like [`Session::start`], with more environment for the client, gate and server.
+    pub fn start_with(
+        dir: &Path,
+        requires_approval: Option<bool>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Session {
+        std::fs::write(dir.join("policy.json"), policy(requires_approval)).unwrap();
+        let schema = json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+                            "required": ["to", "body"], "additionalProperties": false});
+        let tools = json!({"tools": [{"name": "send_notice", "effect": "send", "purpose": "Send a notice for the user",
+                                      "resource": {"argument": "to"}, "input_schema": schema}]});
+        std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
+        let mut command: Vec<String> = vec![GATE.into()];
+        for (flag, file) in [
+            ("--policy", "policy.json"),
+            ("--tools", "tools.json"),
+            ("--receipts", "receipts.jsonl"),
+        ] {
+            command.push(flag.into());
+            command.push(dir.join(file).display().to_string());
+        }
+        // Never the user's own state folder.
+        if !extra.contains(&"--state") {
+            command.push("--state".into());
+            command.push(dir.join("state.sqlite3").display().to_string());
+        }
+        command.extend(extra.iter().map(|s| s.to_string()));
+        command.push("--".into());
+        command.push(python().display().to_string());
+        command.push(
+            repo()
+                .join("scripts/interop/mcp_notice_server.py")
+                .display()
+                .to_string(),
+        );
+        let mut client = Command::new(python())
+            .arg(repo().join("scripts/interop/mcp_session_client.py"))
+            .arg(serde_json::to_string(&command).unwrap())
+            .env("AML_NOTICE_AUDIT", dir.join("audit.jsonl"))
+            .env("RUST_LOG", "warn,aml_mcp_gate=info")
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let answers = lines(client.stdout.take().unwrap(), |line| {
+            serde_json::from_str(&line).unwrap()
+        });
+        let log = lines(client.stderr.take().unwrap(), |line| line);
+        let orders = client.stdin.take();
+        let session = Session {
+            client,
+            orders,
+            answers,
+            log,
+            dir: dir.to_owned(),
+        };
+        assert_eq!(session.answer(), json!({"ready": true}));
+        session
+    }
+
+    /// Sends one `tools/call`, without waiting for its answer.
+    pub fn send(&mut self) {
+        let order = json!({"call": "send_notice", "arguments": {"to": TO, "body": "Build passed."}});
+        let stdin = self.orders.as_mut().unwrap();
+        writeln!(stdin, "{order}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    pub fn answer(&self) -> Value {
+        self.answers
+            .recv_timeout(WAIT)
+            .expect("the client answers in time")
+    }
+
+    /// One call: the receipt's (execution status, reason), or the refusal before planning.
+    pub fn call(&mut self) -> (String, String) {
+        self.send();
+        outcome(&self.answer())
+    }
+
+    /// Waits (bounded) for a log line containing `needle`; returns it.
+    pub fn wait_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.log.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no log line with {needle:?} within {WAIT:?}"),
+            }
+        }
+    }
+
+    pub fn gate_pid(&self) -> String {
+        let line = self.wait_log("policy in force");
+        let pid = line.split("pid=").nth(1).expect("the gate logs its pid");
+        pid.chars().take_while(char::is_ascii_digit).collect()
+    }
+
+    pub fn reached_server(&self) -> usize {
+        std::fs::read_to_string(self.dir.join("audit.jsonl")).map_or(0, |text| text.lines().count())
+    }
+}
+
+/// The call records in the gate's receipt log (complete once the gate has exited).
+pub fn receipts(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("receipts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .filter(|record: &Value| record["record"] == "aml-call-record/1")
+        .collect()
+}
+
+impl Session {
+    /// Ends the session (EOF to the client) and waits, bounded, for everyone to exit.
+    pub fn close(mut self) {
+        drop(self.orders.take());
+        let deadline = Instant::now() + WAIT;
+        while self.client.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "the client did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+pub fn lines<R: Read + Send + 'static, T: Send + 'static>(from: R, map: fn(String) -> T) -> Receiver<T> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(map(line)).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+pub fn outcome(answer: &Value) -> (String, String) {
+    let verdict = &answer["verdict"];
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    match verdict["receipt"].as_object() {
+        Some(receipt) => (text(&receipt["execution_status"]), text(&receipt["reason"])),
+        None => ("refused".into(), text(&verdict["rejection"])),
+    }
+}
+
+pub fn hangup(pid: &str) {
+    let status = Command::new("kill").args(["-HUP", pid]).status().unwrap();
+    assert!(status.success());
+}
+
+pub fn pair(a: &str, b: &str) -> (String, String) {
+    (a.to_owned(), b.to_owned())
+}
+
+pub fn http(origin: &str, request: String) -> String {
+    let mut stream = std::net::TcpStream::connect(origin).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// Waits (bounded) for the approval page to list a pending proposal.
+pub fn pending(origin: &str, token: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let response = http(
+            origin,
+            format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: {origin}\r\n\r\n"),
+        );
+        let list: Vec<Value> = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        if let Some(first) = list.into_iter().next() {
+            return first;
+        }
+        assert!(Instant::now() < deadline, "nothing pending on the approval page");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The page's URL parts (origin, token) from the gate's log line.
+pub fn page(session: &Session) -> (String, String) {
+    let line = session.wait_log(" at http://");
+    let url = line.split(" at http://").nth(1).unwrap().trim().to_owned();
+    let (origin, token) = url.split_once("/?t=").unwrap();
+    (origin.to_owned(), token.to_owned())
+}
+
+/// Approves `proposal` (an entry of the page's pending list) as the page's form does.
+pub fn approve(origin: &str, token: &str, proposal: &Value) {
+    let form = format!(
+        "t={token}&grant_id={}&proposal_sha256={}&decision=approve",
+        proposal["grant_id"].as_str().unwrap(),
+        proposal["proposal_sha256"].as_str().unwrap()
+    );
+    let decided = http(
+        origin,
+        format!(
+            "POST /decide HTTP/1.1\r\nHost: {origin}\r\nOrigin: http://{origin}\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+            form.len()
+        ),
+    );
+    assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
+}

@@ -1,0 +1,413 @@
+//! One HTTP request to the front: checks first (Origin, token, path, version), then POST,
+//! GET or DELETE per the Streamable HTTP transport.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use aml_mcp::relay::{Connection, INVALID_REQUEST, PARSE_ERROR};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::sync::mpsc;
+
+use super::session::{Refused, Session};
+use super::{SessionInfo, Shared};
+use crate::body::Body;
+use crate::message::{self, Peek};
+use crate::{auth, MCP_PATH, PROTOCOL_VERSIONS};
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+/// JSON-RPC code for requests the transport refuses (limits, sessions, authentication).
+const TRANSPORT_ERROR: i64 = -32000;
+
+type Reply = Response<Body>;
+
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    request: Request<Incoming>,
+) -> Result<Reply, Infallible> {
+    let headers = request.headers();
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        if !auth::origin_allowed(origin.as_bytes(), &shared.config.allowed_origins) {
+            tracing::warn!(target: "aml_mcp_http", %peer, origin = ?origin, "refused: foreign Origin");
+            return Ok(refuse(StatusCode::FORBIDDEN, None, "Origin not allowed"));
+        }
+    }
+    if let Some(tokens) = &shared.config.tokens {
+        let presented = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
+        if !tokens.accepts_header(presented) {
+            tracing::warn!(target: "aml_mcp_http", %peer, token_sent = presented.is_some(), "refused: no valid bearer token");
+            let mut reply = refuse(StatusCode::UNAUTHORIZED, None, "a valid bearer token is required");
+            reply.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"mcp\""),
+            );
+            return Ok(reply);
+        }
+    }
+    if request.uri().path() != MCP_PATH {
+        return Ok(refuse(
+            StatusCode::NOT_FOUND,
+            None,
+            &format!("MCP is served at {MCP_PATH}"),
+        ));
+    }
+    if let Some(version) = headers.get(VERSION_HEADER) {
+        if !PROTOCOL_VERSIONS
+            .iter()
+            .any(|v| v.as_bytes() == version.as_bytes())
+        {
+            return Ok(refuse(
+                StatusCode::BAD_REQUEST,
+                None,
+                &format!(
+                    "unsupported MCP-Protocol-Version {version:?}; this front speaks {}",
+                    PROTOCOL_VERSIONS.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(match *request.method() {
+        Method::POST => post(&shared, peer, request).await,
+        Method::GET => get(&shared, &request),
+        Method::DELETE => delete(&shared, &request),
+        _ => {
+            let mut reply = refuse(StatusCode::METHOD_NOT_ALLOWED, None, "use POST, GET or DELETE");
+            reply
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            reply
+        }
+    })
+}
+
+/// An HTTP error with a JSON-RPC error body.
+fn refuse(status: StatusCode, id: Option<&str>, why: &str) -> Reply {
+    let code = match status {
+        StatusCode::BAD_REQUEST => INVALID_REQUEST,
+        _ => TRANSPORT_ERROR,
+    };
+    json_reply(status, message::error(id, code, why))
+}
+
+fn json_reply(status: StatusCode, body: Bytes) -> Reply {
+    let mut reply = Response::new(Body::from(body));
+    *reply.status_mut() = status;
+    reply
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    reply
+}
+
+fn accepts(request: &Request<Incoming>, kind: &str) -> bool {
+    request
+        .headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| {
+            let v = v.split(';').next().unwrap_or("").trim();
+            v.eq_ignore_ascii_case(kind) || v == "*/*"
+        })
+}
+
+/// The session a request names: `Err` is the reply (`400` without the header, `404` for a
+/// session that does not exist or has ended).
+fn session_of(shared: &Shared, request: &Request<Incoming>) -> Result<Arc<Session>, Box<Reply>> {
+    let Some(id) = request.headers().get(SESSION_HEADER) else {
+        return Err(Box::new(refuse(
+            StatusCode::BAD_REQUEST,
+            None,
+            "no Mcp-Session-Id: send initialize first",
+        )));
+    };
+    let found = id
+        .to_str()
+        .ok()
+        .and_then(|id| {
+            shared
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(id)
+                .cloned()
+        })
+        .filter(|s| !s.is_closed());
+    found.ok_or_else(|| {
+        Box::new(refuse(
+            StatusCode::NOT_FOUND,
+            None,
+            "no such session (it ended or timed out): initialize a new one",
+        ))
+    })
+}
+
+async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>) -> Reply {
+    let max = shared.config.max_body_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_big = || {
+        refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            &format!("the request body is larger than {max} bytes"),
+        )
+    };
+    if declared.is_some_and(|n| n > max as u64) {
+        return too_big();
+    }
+    let wants_sse = accepts(&request, "text/event-stream");
+    let wants_json = accepts(&request, "application/json") || !request.headers().contains_key(header::ACCEPT);
+    let named = session_of(shared, &request);
+    let body = match Limited::new(request.into_body(), max).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_big(),
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                None,
+                &format!("cannot read the body: {e}"),
+            )
+        }
+    };
+    let messages = match message::split(&body) {
+        Ok(messages) => messages,
+        Err(why) => return json_reply(StatusCode::BAD_REQUEST, message::error(None, PARSE_ERROR, why)),
+    };
+    let batch = body.trim_ascii_start().first() == Some(&b'[');
+    let mut peeks = Vec::with_capacity(messages.len());
+    for m in &messages {
+        match Peek::of(m) {
+            Some(p) if p.method.is_some() || p.id.is_some() => peeks.push(p),
+            _ => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    "not a JSON-RPC request, notification or response",
+                )
+            }
+        }
+    }
+    let initialize = peeks
+        .iter()
+        .any(|p| p.is_request() && p.method.as_deref() == Some("initialize"));
+    let session = if initialize {
+        if messages.len() > 1 {
+            return refuse(StatusCode::BAD_REQUEST, None, "initialize must be sent alone");
+        }
+        match open_session(shared, peer, peeks[0].id.as_deref()).await {
+            Ok(session) => session,
+            Err(reply) => return *reply,
+        }
+    } else {
+        match named {
+            Ok(session) => session,
+            Err(reply) => return *reply,
+        }
+    };
+    let requests: Vec<Peek> = peeks.into_iter().filter(Peek::is_request).collect();
+    if requests.is_empty() {
+        if !session.send(messages).await {
+            return refuse(StatusCode::NOT_FOUND, None, "the session has ended");
+        }
+        let mut reply = Response::new(Body::empty());
+        *reply.status_mut() = StatusCode::ACCEPTED;
+        return reply;
+    }
+    let first = requests[0].id.clone();
+    if !wants_sse && !wants_json {
+        return refuse(
+            StatusCode::NOT_ACCEPTABLE,
+            first.as_deref(),
+            "Accept must list application/json or text/event-stream",
+        );
+    }
+    let stream = match session.open_post(&requests, !wants_sse, shared.config.max_calls_per_session) {
+        Ok(stream) => stream,
+        Err(Refused::Closed) => {
+            return refuse(StatusCode::NOT_FOUND, first.as_deref(), "the session has ended")
+        }
+        Err(Refused::TooManyCalls) => {
+            return refuse(
+                StatusCode::TOO_MANY_REQUESTS,
+                first.as_deref(),
+                &format!(
+                    "this session already has {} requests waiting for an answer (the limit)",
+                    shared.config.max_calls_per_session
+                ),
+            )
+        }
+        Err(Refused::DuplicateId(id)) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                Some(&id),
+                "a request with this id is still waiting for its answer",
+            )
+        }
+    };
+    if !session.send(messages).await {
+        return refuse(StatusCode::NOT_FOUND, first.as_deref(), "the session has ended");
+    }
+    let mut reply = if wants_sse {
+        let mut reply = Response::new(Body::Stream(stream.rx));
+        reply.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        reply
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        reply
+    } else {
+        json_reply(StatusCode::OK, collect(stream.rx, batch).await)
+    };
+    if initialize {
+        if let Ok(value) = HeaderValue::from_str(&session.id) {
+            reply.headers_mut().insert(SESSION_HEADER, value);
+        }
+    }
+    reply
+}
+
+/// The answers of a POST as one JSON body (an array for a batch).
+async fn collect(mut rx: mpsc::Receiver<Bytes>, batch: bool) -> Bytes {
+    let mut answers = Vec::new();
+    while let Some(answer) = rx.recv().await {
+        answers.push(answer);
+    }
+    if !batch && answers.len() == 1 {
+        return answers.pop().unwrap_or_default();
+    }
+    let mut body = Vec::from(&b"["[..]);
+    for (i, a) in answers.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(a);
+    }
+    body.push(b']');
+    body.into()
+}
+
+/// Starts a session for an `initialize`: `Err` is the reply when the front is full.
+async fn open_session(
+    shared: &Shared,
+    peer: SocketAddr,
+    id: Option<&str>,
+) -> Result<Arc<Session>, Box<Reply>> {
+    let mut token = [0u8; 16];
+    if getrandom::fill(&mut token).is_err() {
+        return Err(Box::new(refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            id,
+            "no randomness for a session id",
+        )));
+    }
+    let session_id: String = token.iter().map(|b| format!("{b:02x}")).collect();
+    let (to_relay, incoming) = mpsc::channel(1024);
+    let (outgoing, mut from_relay) = mpsc::channel::<Bytes>(1024);
+    let session = Arc::new(Session::new(
+        session_id.clone(),
+        to_relay,
+        shared.config.replay_events,
+    ));
+    {
+        let mut map = shared.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= shared.config.max_sessions {
+            tracing::warn!(target: "aml_mcp_http", %peer, "refused: {} sessions open (the limit)", map.len());
+            return Err(Box::new(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                &format!("{} sessions are open, the limit: try again later", map.len()),
+            )));
+        }
+        map.insert(session_id.clone(), session.clone());
+    }
+    let routed = session.clone();
+    let sessions = shared.sessions.clone();
+    tokio::spawn(async move {
+        while let Some(message) = from_relay.recv().await {
+            routed.route(&message);
+        }
+        routed.relay_ended();
+        sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&routed.id);
+    });
+    let info = SessionInfo { id: session_id, peer };
+    if shared
+        .new_sessions
+        .send((Connection { incoming, outgoing }, info))
+        .await
+        .is_err()
+    {
+        return Err(Box::new(refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            "the gate is shutting down",
+        )));
+    }
+    tracing::info!(target: "aml_mcp_http", %peer, session = %session.id, "session opened");
+    Ok(session)
+}
+
+fn get(shared: &Shared, request: &Request<Incoming>) -> Reply {
+    let session = match session_of(shared, request) {
+        Ok(session) => session,
+        Err(reply) => return *reply,
+    };
+    if !accepts(request, "text/event-stream") {
+        return refuse(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            "a GET stream needs Accept: text/event-stream",
+        );
+    }
+    let last = request
+        .headers()
+        .get(header::HeaderName::from_static("last-event-id"))
+        .and_then(|v| v.to_str().ok());
+    let Some(rx) = session.open_get(last) else {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            None,
+            "no stream to resume after that event id",
+        );
+    };
+    let mut reply = Response::new(Body::Stream(rx));
+    reply.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    reply
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    reply
+}
+
+fn delete(shared: &Shared, request: &Request<Incoming>) -> Reply {
+    let session = match session_of(shared, request) {
+        Ok(session) => session,
+        Err(reply) => return *reply,
+    };
+    shared
+        .sessions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&session.id);
+    session.close();
+    tracing::info!(target: "aml_mcp_http", session = %session.id, "session ended by the client");
+    let mut reply = Response::new(Body::empty());
+    *reply.status_mut() = StatusCode::NO_CONTENT;
+    reply
+}

@@ -1,0 +1,121 @@
+//! MCP over Streamable HTTP for [`aml_mcp::relay`]: both transports, byte-faithful.
+//!
+//! - [`HttpFront`] serves MCP at one path (`/mcp`) and turns every MCP session a client opens
+//!   into a [`Connection`](aml_mcp::relay::Connection) for [`aml_mcp::relay::run`]: `POST`
+//!   (answers as JSON or as an SSE stream, `202` for notifications and responses), `GET` (an
+//!   SSE stream for server-initiated messages), `DELETE` (ends the session), the
+//!   `Mcp-Session-Id` and `MCP-Protocol-Version` headers, SSE event ids and `Last-Event-ID`
+//!   resumption; bearer tokens compared in constant time, an `Origin` allow-list, and limits
+//!   (body size, sessions, idle time, calls in flight per session).
+//! - [`http_upstream`] connects to a remote Streamable HTTP server and gives an
+//!   [`Upstream`](aml_mcp::relay::Upstream) for the relay.
+//!
+//! Messages pass as the bytes they were sent with; the only change is that line breaks
+//! between JSON tokens become spaces (the relay's stdio framing is one message per line, and
+//! a JSON string cannot hold a raw line break, so the meaning is unchanged).
+//!
+//! Which parts of the transport specification are implemented, and why the rest is not:
+//! `docs/adr/015-streamable-http.md`.
+//!
+//! ```no_run
+//! use aml_mcp_http::{FrontConfig, HttpFront};
+//! # async fn serve(start_relay: impl Fn(aml_mcp::relay::Connection)) -> std::io::Result<()> {
+//! let mut front = HttpFront::bind("127.0.0.1:8080".parse().unwrap(), FrontConfig::default()).await?;
+//! println!("MCP at http://{}/mcp", front.local_addr());
+//! while let Some((connection, info)) = front.accept().await {
+//!     println!("session {} from {}", info.id, info.peer);
+//!     start_relay(connection); // e.g. tokio::spawn(aml_mcp::relay::run(tools, config, connection, upstream, vec![]))
+//! }
+//! # Ok(()) }
+//! ```
+
+mod auth;
+mod body;
+mod front;
+mod message;
+mod sse;
+mod upstream;
+
+use std::time::Duration;
+
+pub use auth::{Tokens, TokensError};
+pub use front::{HttpFront, SessionInfo};
+pub use upstream::{http_upstream, UpstreamConfig, UpstreamError};
+
+/// The path the front serves MCP at.
+pub const MCP_PATH: &str = "/mcp";
+
+/// The protocol revisions whose `MCP-Protocol-Version` header the front accepts (all that use
+/// the `initialize` handshake). A request that names another gets `400`.
+pub const PROTOCOL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// The front's security settings and limits.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FrontConfig {
+    /// Bearer tokens a client must present (`Authorization: Bearer …`); `None` accepts every
+    /// request (for a loopback front only: the host decides).
+    pub tokens: Option<Tokens>,
+    /// `Origin` values accepted besides loopback ones (`http://localhost[:port]`,
+    /// `http://127.0.0.1[:port]`, `http://[::1][:port]`); a request with any other `Origin`
+    /// gets `403`. Requests without `Origin` (not from a browser) are accepted.
+    pub allowed_origins: Vec<String>,
+    /// The largest request body, in bytes; a larger one gets `413`.
+    pub max_body_bytes: usize,
+    /// How many sessions may be open at once; an `initialize` beyond that gets `503`.
+    pub max_sessions: usize,
+    /// A session with no request for this long is closed (its relay sees the client leave);
+    /// later requests for it get `404`, and the client starts a new one.
+    pub session_idle_timeout: Duration,
+    /// How many requests of one session may wait for an answer at once; one more gets `429`.
+    pub max_calls_per_session: usize,
+    /// SSE events kept per stream for `Last-Event-ID` resumption.
+    pub replay_events: usize,
+}
+
+impl Default for FrontConfig {
+    fn default() -> Self {
+        FrontConfig {
+            tokens: None,
+            allowed_origins: Vec::new(),
+            max_body_bytes: 4 << 20,
+            max_sessions: 64,
+            session_idle_timeout: Duration::from_secs(600),
+            max_calls_per_session: 32,
+            replay_events: 256,
+        }
+    }
+}
+
+impl FrontConfig {
+    /// Sets [`tokens`](Self::tokens).
+    pub fn with_tokens(mut self, tokens: Tokens) -> Self {
+        self.tokens = Some(tokens);
+        self
+    }
+    /// Adds one accepted `Origin` (scheme, host and port as a browser sends it).
+    pub fn allow_origin(mut self, origin: impl Into<String>) -> Self {
+        self.allowed_origins.push(origin.into());
+        self
+    }
+    /// Sets [`max_body_bytes`](Self::max_body_bytes).
+    pub fn with_max_body_bytes(mut self, max: usize) -> Self {
+        self.max_body_bytes = max;
+        self
+    }
+    /// Sets [`max_sessions`](Self::max_sessions).
+    pub fn with_max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = max;
+        self
+    }
+    /// Sets [`session_idle_timeout`](Self::session_idle_timeout).
+    pub fn with_session_idle_timeout(mut self, limit: Duration) -> Self {
+        self.session_idle_timeout = limit;
+        self
+    }
+    /// Sets [`max_calls_per_session`](Self::max_calls_per_session).
+    pub fn with_max_calls_per_session(mut self, max: usize) -> Self {
+        self.max_calls_per_session = max;
+        self
+    }
+}

@@ -1,0 +1,441 @@
+//! The HTTP upstream: the relay's server side as a Streamable HTTP client of a remote MCP
+//! server (plain `http://`; TLS is for a proxy in front, see the ADR).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aml_mcp::relay::{Connection, Inbound, Upstream};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::message::{self, Peek};
+use crate::sse::Decoder;
+
+/// Idle connections kept for reuse.
+const POOL: usize = 32;
+/// How often a stream that broke off is resumed with `Last-Event-ID`.
+const RESUME_ATTEMPTS: u32 = 3;
+
+/// How to reach the remote server.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct UpstreamConfig {
+    /// Headers sent with every request (for instance `Authorization: Bearer …`).
+    pub headers: Vec<(String, String)>,
+    /// The longest message accepted from the server, in bytes.
+    pub max_message_bytes: usize,
+    /// How long connecting, and the server's answer to a notification, may take.
+    pub connect_timeout: Duration,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            headers: Vec::new(),
+            max_message_bytes: 16 << 20,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl UpstreamConfig {
+    /// Adds a header sent with every request.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+    /// Sends `Authorization: Bearer TOKEN` with every request.
+    pub fn with_bearer_token(self, token: &str) -> Self {
+        self.with_header("authorization", format!("Bearer {}", token.trim()))
+    }
+    /// Sets [`max_message_bytes`](Self::max_message_bytes).
+    pub fn with_max_message_bytes(mut self, max: usize) -> Self {
+        self.max_message_bytes = max;
+        self
+    }
+}
+
+/// Why an upstream could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    /// Not an absolute `http://` URL.
+    #[error("{0:?} is not an http:// URL with a host")]
+    BadUrl(String),
+    /// `https://`: TLS is not built in.
+    #[error("{0:?}: https is not built in; reach the server through a local TLS proxy (http://127.0.0.1:…)")]
+    Https(String),
+    /// A header that cannot be sent.
+    #[error("the header {0:?} is not a valid HTTP header")]
+    BadHeader(String),
+}
+
+/// Connects the relay to the MCP server at `url` (Streamable HTTP). Nothing is sent until
+/// the relay sends its first message; `exited` fires when the server ends the session
+/// (`404`) or a request to it fails in transport (the relay then treats the server as gone:
+/// calls in flight are `unknown`). When the relay drops its side, the session is ended with
+/// `DELETE`.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), aml_mcp_http::UpstreamError> {
+/// let config = aml_mcp_http::UpstreamConfig::default().with_bearer_token("secret-token-of-the-server");
+/// let upstream = aml_mcp_http::http_upstream("http://127.0.0.1:3001/mcp", config)?;
+/// // aml_mcp::relay::run(tools, relay_config, client, upstream, Vec::new()).await;
+/// # drop(upstream); Ok(()) }
+/// ```
+pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, UpstreamError> {
+    let uri: Uri = url.parse().map_err(|_| UpstreamError::BadUrl(url.into()))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => return Err(UpstreamError::Https(url.into())),
+        _ => return Err(UpstreamError::BadUrl(url.into())),
+    }
+    let authority = uri.authority().ok_or_else(|| UpstreamError::BadUrl(url.into()))?;
+    let address = format!(
+        "{}:{}",
+        authority.host().trim_matches(['[', ']']),
+        authority.port_u16().unwrap_or(80)
+    );
+    let mut headers = Vec::new();
+    for (name, value) in &config.headers {
+        let name = HeaderName::try_from(name.as_str()).map_err(|_| UpstreamError::BadHeader(name.clone()))?;
+        let value =
+            HeaderValue::try_from(value.as_str()).map_err(|_| UpstreamError::BadHeader(name.to_string()))?;
+        headers.push((name, value));
+    }
+    let (to_relay, incoming) = mpsc::channel(1024);
+    let (outgoing, from_relay) = mpsc::channel(1024);
+    let (gone, exited) = oneshot::channel();
+    let client = Arc::new(Client {
+        uri,
+        address,
+        headers,
+        session: Mutex::new(None),
+        version: Mutex::new(None),
+        pool: Mutex::new(Vec::new()),
+        to_relay,
+        gone: Mutex::new(Some(gone)),
+        config,
+    });
+    tokio::spawn(client.run(from_relay));
+    Ok(Upstream {
+        connection: Connection { incoming, outgoing },
+        exited,
+    })
+}
+
+struct Client {
+    uri: Uri,
+    address: String,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    session: Mutex<Option<HeaderValue>>,
+    version: Mutex<Option<HeaderValue>>,
+    pool: Mutex<Vec<SendRequest<Full<Bytes>>>>,
+    to_relay: mpsc::Sender<Inbound>,
+    gone: Mutex<Option<oneshot::Sender<String>>>,
+    config: UpstreamConfig,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Client {
+    async fn run(self: Arc<Self>, mut from_relay: mpsc::Receiver<Bytes>) {
+        let mut listening = false;
+        while let Some(message) = from_relay.recv().await {
+            let peek = Peek::of(&message).unwrap_or_default();
+            if peek.is_request() && peek.method.as_deref() != Some("initialize") {
+                tokio::spawn(self.clone().post(message, peek));
+                continue;
+            }
+            // Notifications, answers and initialize go one at a time, in order.
+            let initialized = peek.method.as_deref() == Some("notifications/initialized");
+            self.clone().post(message, peek).await;
+            if initialized && !listening && lock(&self.session).is_some() {
+                listening = true;
+                tokio::spawn(self.clone().listen());
+            }
+        }
+        let session = lock(&self.session).clone();
+        if let Some(session) = session {
+            let _ = self.send(Method::DELETE, None, Some(session), None).await;
+        }
+    }
+
+    fn fail(&self, why: String) {
+        if let Some(gone) = lock(&self.gone).take() {
+            tracing::warn!(target: "aml_mcp_http", "the upstream {} is gone: {why}", self.uri);
+            let _ = gone.send(why);
+        }
+    }
+
+    async fn deliver(&self, message: &[u8]) {
+        let inbound = if message.len() > self.config.max_message_bytes {
+            let prefix = Bytes::copy_from_slice(
+                &message[..aml_mcp::relay::frame::OVERSIZED_PREFIX.min(message.len())],
+            );
+            Inbound::Oversized {
+                prefix,
+                len: message.len(),
+            }
+        } else {
+            Inbound::Message(message::one_line(message))
+        };
+        let _ = self.to_relay.send(inbound).await;
+    }
+
+    /// Answers a request in the server's place (an HTTP error the server gave instead).
+    async fn answer_error(&self, peek: &Peek, why: &str) {
+        if peek.is_request() {
+            let code = aml_mcp::relay::UPSTREAM_GONE;
+            self.deliver(&message::error(peek.id.as_deref(), code, why)).await;
+        }
+    }
+
+    async fn post(self: Arc<Self>, message: Bytes, peek: Peek) {
+        let session = lock(&self.session).clone();
+        let response = match self
+            .send(Method::POST, Some(message), session.clone(), None)
+            .await
+        {
+            Ok(response) => response,
+            Err(e) => return self.fail(format!("POST failed: {e}")),
+        };
+        let status = response.status();
+        if peek.method.as_deref() == Some("initialize") && status.is_success() {
+            *lock(&self.session) = response.headers().get("mcp-session-id").cloned();
+        }
+        if status == StatusCode::NOT_FOUND && session.is_some() {
+            return self.fail("the server ended the session (404)".into());
+        }
+        if status == StatusCode::ACCEPTED {
+            return self
+                .answer_error(&peek, "the server answered a request with 202 and no answer")
+                .await;
+        }
+        let sse = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !status.is_success() {
+            let body = self.body(response).await.unwrap_or_default();
+            let text = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
+            return self
+                .answer_error(&peek, &format!("the server answered HTTP {status}: {text}"))
+                .await;
+        }
+        if sse {
+            return self.read_stream(response, Some(peek)).await;
+        }
+        match self.body(response).await {
+            Ok(body) if body.trim_ascii().is_empty() => {
+                self.answer_error(&peek, "the server sent an empty answer").await
+            }
+            Ok(body) => match message::split(&body) {
+                Ok(messages) => {
+                    for m in &messages {
+                        self.note_version(m);
+                        self.deliver(m).await;
+                    }
+                }
+                // Passed on as it is: the relay answers garbage from the server.
+                Err(_) => self.deliver(&body).await,
+            },
+            Err(e) => self.fail(format!("reading an answer failed: {e}")),
+        }
+    }
+
+    fn note_version(&self, message: &[u8]) {
+        if let Some(version) = Peek::of(message).and_then(|p| p.protocol_version) {
+            if let Ok(value) = HeaderValue::try_from(version) {
+                *lock(&self.version) = Some(value);
+            }
+        }
+    }
+
+    /// Reads an SSE answer (or the GET stream) to its end; resumes a POST stream that broke
+    /// off before the answer came.
+    async fn read_stream(&self, mut response: Response<Incoming>, request: Option<Peek>) {
+        let mut last_id: Option<String> = None;
+        let mut attempts = 0;
+        loop {
+            let mut decoder = Decoder::new(self.config.max_message_bytes + 1024);
+            let mut answered = false;
+            let mut body = response.into_body();
+            let ended_cleanly = loop {
+                match body.frame().await {
+                    None => break true,
+                    Some(Err(e)) => {
+                        tracing::debug!(target: "aml_mcp_http", "the server's stream broke: {e}");
+                        break false;
+                    }
+                    Some(Ok(frame)) => {
+                        let Some(data) = frame.data_ref() else { continue };
+                        let Ok(events) = decoder.feed(data) else {
+                            return self
+                                .fail("the server sent an SSE event longer than the message limit".into());
+                        };
+                        for event in events {
+                            if event.id.is_some() {
+                                last_id = event.id.clone();
+                            }
+                            if event.data.is_empty() || event.event.as_deref().is_some_and(|e| e != "message")
+                            {
+                                continue;
+                            }
+                            let peek = Peek::of(&event.data).unwrap_or_default();
+                            self.note_version(&event.data);
+                            answered |= request
+                                .as_ref()
+                                .is_some_and(|r| peek.is_response() && peek.id == r.id);
+                            self.deliver(&event.data).await;
+                        }
+                    }
+                }
+            };
+            if answered || (request.is_none() && ended_cleanly) {
+                return;
+            }
+            let Some(last) = last_id.clone().filter(|_| attempts < RESUME_ATTEMPTS) else {
+                if request.is_some() {
+                    return self.fail("the server's stream ended before its answer".into());
+                }
+                return;
+            };
+            attempts += 1;
+            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempts))).await;
+            let session = lock(&self.session).clone();
+            response = match self.send(Method::GET, None, session, Some(last)).await {
+                Ok(r) if r.status().is_success() => r,
+                Ok(r) if r.status() == StatusCode::NOT_FOUND => {
+                    return self.fail("the server ended the session (404)".into())
+                }
+                Ok(r) => return self.fail(format!("resuming the stream got HTTP {}", r.status())),
+                Err(e) => return self.fail(format!("resuming the stream failed: {e}")),
+            };
+        }
+    }
+
+    /// The GET stream for messages the server sends on its own, opened again (after a
+    /// second) whenever the server ends it, for as long as the relay runs.
+    async fn listen(self: Arc<Self>) {
+        while !self.to_relay.is_closed() && lock(&self.gone).is_some() {
+            let session = lock(&self.session).clone();
+            match self.send(Method::GET, None, session, None).await {
+                Ok(r) if r.status().is_success() => self.read_stream(r, None).await,
+                Ok(r) if r.status() == StatusCode::NOT_FOUND => {
+                    return self.fail("the server ended the session (404)".into())
+                }
+                Ok(r) => {
+                    tracing::debug!(target: "aml_mcp_http", "the server offers no GET stream ({})", r.status());
+                    return;
+                }
+                Err(e) => tracing::debug!(target: "aml_mcp_http", "the GET stream failed: {e}"),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    async fn body(&self, response: Response<Incoming>) -> Result<Bytes, String> {
+        let limited = http_body_util::Limited::new(response.into_body(), self.config.max_message_bytes);
+        limited
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        body: Option<Bytes>,
+        session: Option<HeaderValue>,
+        last_event: Option<String>,
+    ) -> Result<Response<Incoming>, String> {
+        let path = self.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let mut request = Request::builder().method(method.clone()).uri(path).header(
+            header::HOST,
+            self.uri.authority().map(|a| a.as_str()).unwrap_or(""),
+        );
+        request = match method {
+            Method::GET => request.header(header::ACCEPT, "text/event-stream"),
+            _ => request
+                .header(header::ACCEPT, "application/json, text/event-stream")
+                .header(header::CONTENT_TYPE, "application/json"),
+        };
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        if let Some(version) = lock(&self.version).clone() {
+            request = request.header("mcp-protocol-version", version);
+        }
+        if let Some(last) = last_event {
+            request = request.header("last-event-id", last);
+        }
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        let request = request
+            .body(Full::new(body.unwrap_or_default()))
+            .map_err(|e| e.to_string())?;
+        let mut sender = self.connection().await?;
+        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+        // Reused once hyper says it is ready again (after this response's body is read).
+        self.give_back(sender);
+        Ok(response)
+    }
+
+    async fn connection(&self) -> Result<SendRequest<Full<Bytes>>, String> {
+        loop {
+            let Some(mut sender) = lock(&self.pool).pop() else {
+                break;
+            };
+            if sender.is_closed() {
+                continue;
+            }
+            // A connection whose last response is still being read is not ready yet.
+            if futures_ready(&mut sender) {
+                return Ok(sender);
+            }
+            lock(&self.pool).insert(0, sender);
+            break;
+        }
+        let connect = tokio::net::TcpStream::connect(&self.address);
+        let stream = tokio::time::timeout(self.config.connect_timeout, connect)
+            .await
+            .map_err(|_| format!("connecting to {} timed out", self.address))?
+            .map_err(|e| format!("cannot connect to {}: {e}", self.address))?;
+        let _ = stream.set_nodelay(true);
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(target: "aml_mcp_http", "upstream connection ended: {e}");
+            }
+        });
+        Ok(sender)
+    }
+
+    fn give_back(&self, sender: SendRequest<Full<Bytes>>) {
+        let mut pool = lock(&self.pool);
+        if pool.len() < POOL {
+            pool.push(sender);
+        }
+    }
+}
+
+/// Whether a pooled connection can take a request now (without waiting).
+fn futures_ready(sender: &mut SendRequest<Full<Bytes>>) -> bool {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    matches!(sender.poll_ready(&mut cx), std::task::Poll::Ready(Ok(())))
+}

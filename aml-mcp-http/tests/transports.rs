@@ -1,0 +1,191 @@
+//! The two transports against each other, and against raw HTTP, with a scripted server in
+//! place of the relay: answers and server messages reach the right stream, a batch answered
+//! as JSON is an array, a session whose host gives up answers instead of hanging, and an
+//! upstream that cannot be reached is reported gone.
+
+use std::time::Duration;
+
+use aml_mcp::relay::{Connection, Inbound};
+use aml_mcp_http::{http_upstream, FrontConfig, HttpFront, UpstreamConfig};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// A scripted server: answers every request with its method and the bytes it received (as a
+/// string); before answering a
+/// request that has a progress token it sends a progress notification; on `ping` it also
+/// sends a notification of its own (which has no request to go with).
+async fn serve(mut connection: Connection) {
+    while let Some(Inbound::Message(message)) = connection.incoming.recv().await {
+        let request: Value = serde_json::from_slice(&message).unwrap();
+        let Some(id) = request.get("id").cloned() else {
+            continue;
+        };
+        if let Some(token) = request["params"]["_meta"].get("progressToken") {
+            let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                "params": {"progressToken": token, "progress": 1}});
+            let _ = connection.outgoing.send(Bytes::from(progress.to_string())).await;
+        }
+        if request["method"] == "ping" {
+            let note = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "unprompted"}});
+            let _ = connection.outgoing.send(Bytes::from(note.to_string())).await;
+        }
+        let answer = json!({"jsonrpc": "2.0", "id": id,
+            "result": {"method": request["method"], "received": String::from_utf8_lossy(&message),
+                       "protocolVersion": "2025-06-18"}});
+        let _ = connection.outgoing.send(Bytes::from(answer.to_string())).await;
+    }
+}
+
+async fn front() -> String {
+    let mut front = HttpFront::bind("127.0.0.1:0".parse().unwrap(), FrontConfig::default())
+        .await
+        .unwrap();
+    let url = format!("http://{}/mcp", front.local_addr());
+    tokio::spawn(async move {
+        while let Some((connection, _)) = front.accept().await {
+            tokio::spawn(serve(connection));
+        }
+    });
+    url
+}
+
+async fn next_message(connection: &mut Connection) -> Value {
+    match timeout(LIMIT, connection.incoming.recv()).await.expect("in time") {
+        Some(Inbound::Message(bytes)) => serde_json::from_slice(&bytes).unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_upstream_client_and_the_front_carry_requests_progress_and_server_messages() {
+    let url = front().await;
+    let upstream = http_upstream(&url, UpstreamConfig::default()).unwrap();
+    let mut client = upstream.connection;
+    let outgoing = client.outgoing.clone();
+    let send = |m: Value| {
+        let outgoing = outgoing.clone();
+        async move { outgoing.send(Bytes::from(m.to_string())).await }
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}}))
+        .await
+        .unwrap();
+    assert_eq!(next_message(&mut client).await["result"]["method"], "initialize");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await
+        .unwrap();
+
+    // Bytes as sent: key order and number spelling survive both hops.
+    let raw = r#"{"jsonrpc":"2.0","id":"a","method":"x/unknown","params":{"z":1.50,"a":[1e2],"_meta":{"progressToken":"t"}}}"#;
+    client
+        .outgoing
+        .send(Bytes::from_static(raw.as_bytes()))
+        .await
+        .unwrap();
+    let progress = next_message(&mut client).await;
+    assert_eq!(progress["method"], "notifications/progress");
+    assert_eq!(progress["params"]["progressToken"], "t");
+    let answer = next_message(&mut client).await;
+    assert_eq!(answer["result"]["received"], raw);
+
+    // A server message with no request to go with reaches the client too (on the GET
+    // stream, or the answer's stream while one is open).
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(next_message(&mut client).await);
+    }
+    assert!(
+        seen.iter().any(|m| m["params"]["data"] == "unprompted"),
+        "{seen:?}"
+    );
+    assert!(seen.iter().any(|m| m["id"] == 2), "{seen:?}");
+}
+
+/// One raw HTTP/1.1 exchange; the whole reply as text.
+async fn raw(addr: &str, request: String) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = Vec::new();
+    timeout(LIMIT, stream.read_to_end(&mut reply))
+        .await
+        .unwrap()
+        .unwrap();
+    String::from_utf8(reply).unwrap()
+}
+
+fn post(addr: &str, session: Option<&str>, accept: &str, body: &str) -> String {
+    let session = session
+        .map(|s| format!("mcp-session-id: {s}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\naccept: {accept}\r\n{session}content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[tokio::test]
+async fn a_batch_answered_as_json_is_an_array_in_order() {
+    let url = front().await;
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+    let reply = raw(&addr, post(&addr, None, "application/json", init)).await;
+    let session = reply
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id: "))
+        .unwrap()
+        .to_string();
+    let batch = r#"[{"jsonrpc":"2.0","method":"notifications/initialized"},
+        {"jsonrpc":"2.0","id":7,"method":"a"},{"jsonrpc":"2.0","id":8,"method":"b"}]"#;
+    let reply = raw(&addr, post(&addr, Some(&session), "application/json", batch)).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let body: Value = serde_json::from_str(reply.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let ids: Vec<&Value> = body.as_array().unwrap().iter().map(|m| &m["id"]).collect();
+    assert_eq!(ids, [&json!(7), &json!(8)]);
+}
+
+#[tokio::test]
+async fn a_session_the_host_drops_answers_its_initialize_with_an_error() {
+    let mut front = HttpFront::bind("127.0.0.1:0".parse().unwrap(), FrontConfig::default())
+        .await
+        .unwrap();
+    let addr = front.local_addr().to_string();
+    tokio::spawn(async move {
+        // The host cannot start a server for it: it drops the connection.
+        while let Some((connection, _)) = front.accept().await {
+            drop(connection);
+        }
+    });
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+    let reply = raw(&addr, post(&addr, None, "application/json", init)).await;
+    let body: Value = serde_json::from_str(reply.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["id"], 1);
+    assert_eq!(body["error"]["code"], aml_mcp::relay::UPSTREAM_GONE);
+}
+
+#[tokio::test]
+async fn an_upstream_that_cannot_be_reached_is_reported_gone() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let upstream = http_upstream(&format!("http://127.0.0.1:{port}/mcp"), UpstreamConfig::default()).unwrap();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}});
+    upstream
+        .connection
+        .outgoing
+        .send(Bytes::from(init.to_string()))
+        .await
+        .unwrap();
+    let why = timeout(LIMIT, upstream.exited).await.unwrap().unwrap();
+    assert!(why.contains("connect"), "{why}");
+}

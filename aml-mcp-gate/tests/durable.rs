@@ -146,3 +146,53 @@ fn a_gate_whose_client_leaves_exits_promptly_with_its_records_written() {
         started.elapsed()
     );
 }
+
+/// `--state postgres://…` from the machine's server (AML_POSTGRES_URL, as scripts/test sets
+/// it, in either connection-string form).
+fn postgres_url() -> String {
+    let url = std::env::var("AML_POSTGRES_URL")
+        .expect("AML_POSTGRES_URL is not set: scripts/test sets it to the machine's PostgreSQL server");
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return url;
+    }
+    let field = |key: &str| {
+        url.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .map(str::to_owned)
+    };
+    format!(
+        "postgres://{}@{}:{}/{}",
+        field("user").unwrap_or_else(|| "postgres".into()),
+        field("host").unwrap_or_else(|| "127.0.0.1".into()),
+        field("port").unwrap_or_else(|| "5432".into()),
+        field("dbname").unwrap_or_else(|| "test".into()),
+    )
+}
+
+#[test]
+fn a_gate_on_postgres_state_journals_its_call_and_its_receipt() {
+    let dir = work("postgres");
+    let url = postgres_url();
+    let mut session = Session::start(&dir, Some(false), &["--state", &url]);
+    session.send();
+    let answer = session.answer();
+    assert_eq!(outcome(&answer), pair("dispatched", "host_dispatch_returned"));
+    let digest = answer["verdict"]["plan"]["proposal_sha256"].clone();
+    session.close();
+
+    // The database is shared with other runs: look for this call's digest.
+    let (code, records, stderr) = journal(&url, &["receipts", "--since", "10m"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mine: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["plan"]["proposal_sha256"] == digest)
+        .collect();
+    assert_eq!(mine.len(), 1, "one receipt for the call: {records:?}");
+    assert_eq!(mine[0]["receipt"]["execution_status"], "dispatched");
+    let (code, unresolved, stderr) = journal(&url, &["unresolved"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        unresolved.iter().all(|i| i["proposal_sha256"] != digest),
+        "the call's intent has its outcome: {unresolved:?}"
+    );
+}

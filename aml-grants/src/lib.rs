@@ -57,6 +57,7 @@ mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod receipts;
+mod shared;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -72,5 +73,6 @@ pub use memory::MemoryGrants;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use receipts::{ReceiptStore, StoredReceipts, StoredRecord};
+pub use shared::{OpenGrants, SharedApproval};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;

@@ -22,6 +22,7 @@ use crate::journal::{
     DecisionJournal, DecisionRecord, IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent,
 };
 use crate::receipts::{ReceiptStore, StoredRecord};
+use crate::shared::OpenGrants;
 
 /// How many times an operation is tried when a retry can cure its failure.
 const ATTEMPTS: usize = 4;
@@ -503,6 +504,23 @@ impl ReceiptStore for PostgresStore {
                     record: r.get(2),
                 })
                 .collect())
+        })
+    }
+}
+
+#[async_trait]
+impl OpenGrants for PostgresStore {
+    async fn open_grant(&self, digest: Sha256Digest) -> Result<Option<String>, StoreError> {
+        let digest = digest.to_string();
+        retrying!(self, "read", |client| {
+            let row = client
+                .query_opt(
+                    "SELECT id FROM aml_grants WHERE digest = $1 AND consumed_at IS NULL AND expires_at > now()
+                     ORDER BY issued_at LIMIT 1",
+                    &[&digest],
+                )
+                .await?;
+            Ok(row.map(|r| r.get(0)))
         })
     }
 }

@@ -19,6 +19,7 @@ use crate::journal::{
     DecisionJournal, DecisionRecord, IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent,
 };
 use crate::receipts::{ReceiptStore, StoredRecord};
+use crate::shared::OpenGrants;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS aml_grants (
@@ -478,6 +479,25 @@ impl ReceiptStore for SqliteStore {
                 })
                 .map_err(db("read"))?;
             rows.collect::<Result<Vec<_>, _>>().map_err(db("read"))
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl OpenGrants for SqliteStore {
+    async fn open_grant(&self, digest: Sha256Digest) -> Result<Option<String>, StoreError> {
+        let digest = digest.to_string();
+        let now = self.clock.now_ms();
+        self.run(move |c| {
+            c.query_row(
+                "SELECT id FROM aml_grants WHERE digest = ?1 AND consumed_at IS NULL AND expires_at > ?2
+                 ORDER BY issued_at LIMIT 1",
+                params![digest, now],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db("read"))
         })
         .await
     }

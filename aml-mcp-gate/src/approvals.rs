@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aml_core::{ActionBoundaryBuilder, ApprovalRecord, ReceiptSink, Record};
-use aml_grants::{DecisionJournal, GrantIssuer};
+use aml_grants::{DecisionJournal, GrantIssuer, OpenGrants, SharedApproval};
 
 use crate::sinks::Receipts;
 
@@ -33,6 +33,8 @@ pub(crate) struct Setup<'a> {
     pub(crate) issuer: Arc<dyn GrantIssuer>,
     /// Journals every verified decision before it counts (the state's store, if durable).
     pub(crate) decisions: Option<Arc<dyn DecisionJournal>>,
+    /// With a shared store: grants a person issued on any gate (see `SharedApproval`).
+    pub(crate) shared: Option<Arc<dyn OpenGrants>>,
 }
 
 /// Adds signed approvals to `boundary`.
@@ -82,5 +84,10 @@ pub(crate) async fn with_approvals(
     if let Some(journal) = setup.decisions {
         hook = hook.with_journal(journal);
     }
-    Ok(boundary.approval(hook))
+    // Replicas on one store: an approval given on any of them serves the first request for
+    // that exact proposal on any of them, once.
+    Ok(match setup.shared {
+        Some(open) => boundary.approval(SharedApproval::new(Arc::new(hook), open)),
+        None => boundary.approval(hook),
+    })
 }

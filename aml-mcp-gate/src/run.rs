@@ -116,6 +116,7 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
                 records: receipts.clone(),
                 issuer: Arc::clone(&state.issuer),
                 decisions: state.decisions.clone(),
+                shared: state.open.clone(),
             },
         )
         .await

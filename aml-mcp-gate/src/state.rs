@@ -7,7 +7,7 @@ use std::sync::Arc;
 use aml_core::{GrantStore, ToolExecutor};
 use aml_grants::{
     ClaimsWithIntent, DecisionJournal, GrantIssuer, GrantLifetimes, JournaledGrants, MemoryGrants,
-    PostgresStore, ReceiptJournal, ReceiptStore, SqliteStore,
+    OpenGrants, PostgresStore, ReceiptJournal, ReceiptStore, SqliteStore,
 };
 use aml_mcp::relay::ForwardWrapper;
 
@@ -82,11 +82,13 @@ pub(crate) struct State {
     pub(crate) decisions: Option<Arc<dyn DecisionJournal>>,
     /// Keeps receipt records; `None` in memory.
     pub(crate) receipts: Option<Arc<dyn ReceiptStore>>,
+    /// Finds a grant a person issued on any gate sharing this store; `None` in memory.
+    pub(crate) open: Option<Arc<dyn OpenGrants>>,
 }
 
 /// A store that keeps everything: grants, intents, decisions, receipts.
-trait Everything: ClaimsWithIntent + GrantIssuer + DecisionJournal + ReceiptStore {}
-impl<T: ClaimsWithIntent + GrantIssuer + DecisionJournal + ReceiptStore> Everything for T {}
+trait Everything: ClaimsWithIntent + GrantIssuer + DecisionJournal + ReceiptStore + OpenGrants {}
+impl<T: ClaimsWithIntent + GrantIssuer + DecisionJournal + ReceiptStore + OpenGrants> Everything for T {}
 
 /// Opens (creating it if needed) the state at `location`.
 pub(crate) async fn open(location: &Location) -> Result<State, String> {
@@ -99,6 +101,7 @@ pub(crate) async fn open(location: &Location) -> Result<State, String> {
                 forward: None,
                 decisions: None,
                 receipts: None,
+                open: None,
             });
         }
         Location::Sqlite(path) => {
@@ -120,6 +123,7 @@ pub(crate) async fn open(location: &Location) -> Result<State, String> {
         forward: Some(Arc::new(Journaling(journaled))),
         decisions: Some(as_decisions(&store)),
         receipts: Some(as_receipts(&store)),
+        open: Some(Arc::new(Shared(Arc::clone(&store)))),
     })
 }
 
@@ -184,8 +188,8 @@ mod delegate {
         async_trait, ClaimError, ClaimStatus, FrozenProposal, GrantRef, GrantStore, Sha256Digest,
     };
     use aml_grants::{
-        ClaimsWithIntent, DecisionJournal, DecisionRecord, GrantIssuer, IntentEntry, ReceiptJournal,
-        ReceiptStore, RecordedOutcome, StoreError, StoredRecord, UnresolvedIntent,
+        ClaimsWithIntent, DecisionJournal, DecisionRecord, GrantIssuer, IntentEntry, OpenGrants,
+        ReceiptJournal, ReceiptStore, RecordedOutcome, StoreError, StoredRecord, UnresolvedIntent,
     };
     use std::time::Duration;
 
@@ -252,6 +256,12 @@ mod delegate {
     impl DecisionJournal for Shared {
         async fn record_decision(&self, record: &DecisionRecord) -> Result<(), StoreError> {
             self.0.record_decision(record).await
+        }
+    }
+    #[async_trait]
+    impl OpenGrants for Shared {
+        async fn open_grant(&self, digest: Sha256Digest) -> Result<Option<String>, StoreError> {
+            self.0.open_grant(digest).await
         }
     }
     #[async_trait]

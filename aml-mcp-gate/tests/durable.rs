@@ -147,34 +147,18 @@ fn a_gate_whose_client_leaves_exits_promptly_with_its_records_written() {
     );
 }
 
-/// `--state postgres://…` from the machine's server (AML_POSTGRES_URL, as scripts/test sets
-/// it, in either connection-string form).
-fn postgres_url() -> String {
-    let url = std::env::var("AML_POSTGRES_URL")
-        .expect("AML_POSTGRES_URL is not set: scripts/test sets it to the machine's PostgreSQL server");
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return url;
-    }
-    let field = |key: &str| {
-        url.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-            .map(str::to_owned)
-    };
-    format!(
-        "postgres://{}@{}:{}/{}",
-        field("user").unwrap_or_else(|| "postgres".into()),
-        field("host").unwrap_or_else(|| "127.0.0.1".into()),
-        field("port").unwrap_or_else(|| "5432".into()),
-        field("dbname").unwrap_or_else(|| "test".into()),
-    )
-}
-
 #[test]
 fn a_gate_on_postgres_state_journals_its_call_and_its_receipt() {
     let dir = work("postgres");
     let url = postgres_url();
     let mut session = Session::start(&dir, Some(false), &["--state", &url]);
-    session.send();
+    // One proposal for this run only: the database outlives runs.
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    session.order(serde_json::json!({"call": "send_notice",
+                                     "arguments": {"to": TO, "body": format!("Build {nonce} passed.")}}));
     let answer = session.answer();
     assert_eq!(outcome(&answer), pair("dispatched", "host_dispatch_returned"));
     let digest = answer["verdict"]["plan"]["proposal_sha256"].clone();

@@ -2,11 +2,13 @@
 orders from stdin, so a test can change things between calls (a policy reload, an approval).
 
 Usage: mcp_session_client.py COMMAND_JSON
-Reads one JSON object per line on stdin: {"call": TOOL, "arguments": {...}}; answers each with
+Reads one JSON object per line on stdin: {"call": TOOL, "arguments": {...}}, optionally with
+"times": N (N identical calls at once, answered as {"results": [...]}); answers each with
 one JSON line on stdout: {"is_error": bool, "text": the first text content, "verdict": the
 gate's verdict from _meta, or null}. Prints {"ready": true} once the session is initialized.
 The server's (and the gate's) stderr passes through to this process's stderr.
 """
+import asyncio
 import json
 import os
 import sys
@@ -34,14 +36,22 @@ async def main():
                 if not line:
                     return
                 order = json.loads(line)
-                result = await session.call_tool(order["call"], order.get("arguments", {}))
-                dumped = result.model_dump(by_alias=True, exclude_none=True, mode="json")
-                texts = [c.get("text") for c in dumped.get("content", []) if c.get("type") == "text"]
-                say({
-                    "is_error": bool(dumped.get("isError", False)),
-                    "text": texts[0] if texts else None,
-                    "verdict": (dumped.get("_meta") or {}).get(VERDICT),
-                })
+                call = lambda: session.call_tool(order["call"], order.get("arguments", {}))
+                if "times" in order:
+                    results = await asyncio.gather(*(call() for _ in range(order["times"])))
+                    say({"results": [report(r) for r in results]})
+                else:
+                    say(report(await call()))
+
+
+def report(result):
+    dumped = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+    texts = [c.get("text") for c in dumped.get("content", []) if c.get("type") == "text"]
+    return {
+        "is_error": bool(dumped.get("isError", False)),
+        "text": texts[0] if texts else None,
+        "verdict": (dumped.get("_meta") or {}).get(VERDICT),
+    }
 
 
 if __name__ == "__main__":

@@ -130,7 +130,11 @@ impl Session {
 
     /// Sends one `tools/call`, without waiting for its answer.
     pub fn send(&mut self) {
-        let order = json!({"call": "send_notice", "arguments": {"to": TO, "body": "Build passed."}});
+        self.order(json!({"call": "send_notice", "arguments": {"to": TO, "body": "Build passed."}}));
+    }
+
+    /// Sends one order to the client (see `mcp_session_client.py`).
+    pub fn order(&mut self, order: Value) {
         let stdin = self.orders.as_mut().unwrap();
         writeln!(stdin, "{order}").unwrap();
         stdin.flush().unwrap();
@@ -275,4 +279,26 @@ pub fn approve(origin: &str, token: &str, proposal: &Value) {
         ),
     );
     assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
+}
+
+/// `--state postgres://…` from the machine's server (AML_POSTGRES_URL, as scripts/test sets
+/// it, in either connection-string form).
+pub fn postgres_url() -> String {
+    let url = std::env::var("AML_POSTGRES_URL")
+        .expect("AML_POSTGRES_URL is not set: scripts/test sets it to the machine's PostgreSQL server");
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return url;
+    }
+    let field = |key: &str| {
+        url.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .map(str::to_owned)
+    };
+    format!(
+        "postgres://{}@{}:{}/{}",
+        field("user").unwrap_or_else(|| "postgres".into()),
+        field("host").unwrap_or_else(|| "127.0.0.1".into()),
+        field("port").unwrap_or_else(|| "5432".into()),
+        field("dbname").unwrap_or_else(|| "test".into()),
+    )
 }

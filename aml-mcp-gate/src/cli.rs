@@ -59,6 +59,8 @@ pub(crate) struct Cli {
 }
 
 /// What to do.
+// Parsed once at start: the size of the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Run the gate in front of a server (the default when no subcommand is given)

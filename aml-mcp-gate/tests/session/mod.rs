@@ -72,12 +72,7 @@ impl Session {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Session {
-        std::fs::write(dir.join("policy.json"), policy(requires_approval)).unwrap();
-        let schema = json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
-                            "required": ["to", "body"], "additionalProperties": false});
-        let tools = json!({"tools": [{"name": "send_notice", "effect": "send", "purpose": "Send a notice for the user",
-                                      "resource": {"argument": "to"}, "input_schema": schema}]});
-        std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
+        write_config(dir, requires_approval);
         let mut command: Vec<String> = vec![GATE.into()];
         for (flag, file) in [
             ("--policy", "policy.json"),
@@ -301,4 +296,14 @@ pub fn postgres_url() -> String {
         field("port").unwrap_or_else(|| "5432".into()),
         field("dbname").unwrap_or_else(|| "test".into()),
     )
+}
+
+/// `policy.json` (one rule for `send_notice` to [`TO`], if any) and `tools.json` in `dir`.
+pub fn write_config(dir: &Path, requires_approval: Option<bool>) {
+    std::fs::write(dir.join("policy.json"), policy(requires_approval)).unwrap();
+    let schema = json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+                        "required": ["to", "body"], "additionalProperties": false});
+    let tools = json!({"tools": [{"name": "send_notice", "effect": "send", "purpose": "Send a notice for the user",
+                                  "resource": {"argument": "to"}, "input_schema": schema}]});
+    std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
 }

@@ -1,0 +1,47 @@
+"""Official Python MCP SDK client over Streamable HTTP (`mcp.client.streamable_http`) in front
+of several gates at once, for the replica tests: opens one session per URL, then sends N
+identical tools/call requests at once, alternating between the sessions, and prints a JSON
+report: {"results": [{"target": INDEX, "is_error": bool, "verdict": the gate's verdict}]}.
+
+Usage: mcp_replicas_client.py URLS_JSON N TOOL ARGUMENTS_JSON
+"""
+import asyncio
+import json
+import sys
+from contextlib import AsyncExitStack
+
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+VERDICT = "aml.action-boundary/verdict"
+
+
+async def main():
+    urls = json.loads(sys.argv[1])
+    count = int(sys.argv[2])
+    tool = sys.argv[3]
+    arguments = json.loads(sys.argv[4])
+    async with AsyncExitStack() as stack:
+        sessions = []
+        for url in urls:
+            read, write, *_ = await stack.enter_async_context(streamable_http_client(url))
+            session = await stack.enter_async_context(ClientSession(read, write))
+            await session.initialize()
+            sessions.append(session)
+
+        async def call(index):
+            target = index % len(sessions)
+            result = await sessions[target].call_tool(tool, arguments)
+            dumped = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+            return {
+                "target": target,
+                "is_error": bool(dumped.get("isError", False)),
+                "verdict": (dumped.get("_meta") or {}).get(VERDICT),
+            }
+
+        results = await asyncio.gather(*(call(i) for i in range(count)))
+    print(json.dumps({"results": results}))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -89,6 +89,9 @@ pub fn gate_args(dir: &Path) -> Vec<String> {
         .chain([
             "--receipts".into(),
             dir.join("receipts.jsonl").display().to_string(),
+            // Never the user's own state folder.
+            "--state".into(),
+            dir.join("state.sqlite3").display().to_string(),
         ])
         .collect()
 }

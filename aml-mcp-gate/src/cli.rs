@@ -1,4 +1,5 @@
-//! The command line: `run` (the default: `aml-mcp-gate --policy … -- SERVER…`) and `journal`.
+//! The command line: `run` (the default: `aml-mcp-gate --policy … -- SERVER…`), `init` and
+//! `journal`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -66,6 +67,11 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Read the state: calls whose outcome is unknown, reconcile one, print receipts
     Journal(crate::journal::JournalArgs),
+    /// Start a server, read its tools, write a pinned tools.json and an empty policy.json
+    #[command(
+        after_help = "Example:\n  aml-mcp-gate init --out gate -- npx -y @modelcontextprotocol/server-everything\n\nExit status: 0 written; 1 the server could not be started or read; 2 bad usage, or\nthe files exist (without --force) or cannot be written."
+    )]
+    Init(crate::init::InitArgs),
 }
 
 /// Options of `run`. Every option may also come from `--config`; a flag given here wins.

@@ -4,7 +4,8 @@ orders from stdin, so a test can change things between calls (a policy reload, a
 Usage: mcp_session_client.py COMMAND_JSON
 Reads one JSON object per line on stdin: {"call": TOOL, "arguments": {...}}; answers each with
 one JSON line on stdout: {"is_error": bool, "text": the first text content, "verdict": the
-gate's verdict from _meta, or null}. Prints {"ready": true} once the session is initialized.
+gate's verdict from _meta, or null}. {"list": true} answers {"tools": [each listed tool as the
+SDK read it, in wire form]}. Prints {"ready": true} once the session is initialized.
 The server's (and the gate's) stderr passes through to this process's stderr.
 """
 import json
@@ -34,6 +35,11 @@ async def main():
                 if not line:
                     return
                 order = json.loads(line)
+                if order.get("list"):
+                    listed = await session.list_tools()
+                    tools = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in listed.tools]
+                    say({"tools": tools})
+                    continue
                 result = await session.call_tool(order["call"], order.get("arguments", {}))
                 dumped = result.model_dump(by_alias=True, exclude_none=True, mode="json")
                 texts = [c.get("text") for c in dumped.get("content", []) if c.get("type") == "text"]

@@ -180,3 +180,7 @@ async fn request_page(relay: &Relay, cursor: Option<&str>) -> Result<super::sess
 pub(crate) fn visible(tools: &RelayTools, relay: &Relay, tool: &str) -> bool {
     check(tools, &relay.state().seen, tool) == PinCheck::Pass
 }
+
+#[cfg(test)]
+#[path = "pins_tests.rs"]
+mod tests;

@@ -502,4 +502,16 @@ mod tests {
             );
         }
     }
+
+    /// The worked example of docs/PROTOCOL.md ("Pinned tool definitions").
+    #[test]
+    fn the_documented_worked_example_has_the_documented_digest() {
+        let advertised = json!({"name": "echo", "title": "Echo", "description": "Echoes back the input",
+            "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+            "annotations": {"readOnlyHint": true}, "_meta": {"x": 1}});
+        assert_eq!(
+            pin_text(&definition_digest(&advertised).unwrap()),
+            "sha256:f9a0cc3cda54b503cc2636e4116725c265af6983f4d5a510bd14e7cc3eb0cec1"
+        );
+    }
 }

@@ -23,6 +23,9 @@ outcome, approval decisions and receipts. Default: a SQLite file in $XDG_STATE_H
 across restarts; `--state postgres://…` lets several gates share one database. Read it with
 `aml-mcp-gate journal unresolved|reconcile|receipts`.
 
+Start here: `aml-mcp-gate init --out DIR -- SERVER…` reads a server's tools and writes a
+pinned tools.json and an empty policy.json to edit.
+
 Examples (in an MCP client's configuration, instead of the server command):
   aml-mcp-gate --policy examples/policy.json --tools examples/tools.json \\
     -- npx -y @modelcontextprotocol/server-filesystem@2026.8.31 examples/files
@@ -85,7 +88,9 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "POLICY.json", required_unless_present = "config")]
     pub(crate) policy: Option<PathBuf>,
     /// The tools the agent may call: {"tools": [{name, effect, purpose, description?,
-    /// resource: {"argument": NAME} | {"fixed": RESOURCE}, input_schema}]}
+    /// resource: {"argument": NAME} | {"fixed": RESOURCE}, input_schema, pin?}]}; a pinned
+    /// tool ("pin": "sha256:…", written by `init`) is hidden and refused while the server
+    /// advertises another definition of it
     #[arg(long, value_name = "TOOLS.json")]
     pub(crate) tools: Option<PathBuf>,
     /// Where grants, intents, outcomes, decisions and receipts are kept: a SQLite file path,

@@ -22,7 +22,7 @@ pub(crate) const EFFECT_PLACEHOLDER: &str = "CHOOSE ONE: read | write | send | p
 /// Options of `init`.
 #[derive(Debug, Args)]
 pub(crate) struct InitArgs {
-    /// Where to write tools.json and policy.json
+    /// Where to write tools.json and policy.json (created if needed)
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub(crate) out: PathBuf,
     /// Overwrite tools.json and policy.json if they exist
@@ -78,6 +78,10 @@ pub(crate) fn main(args: InitArgs) -> ExitCode {
         }
     };
     let policy = json!({"protocol": "aml-action-policy/1", "rules": []});
+    if let Err(e) = std::fs::create_dir_all(&args.out) {
+        eprintln!("aml-mcp-gate init: cannot create {}: {e}", args.out.display());
+        return ExitCode::from(2);
+    }
     for (path, value) in [(&tools_path, &document), (&policy_path, &policy)] {
         if let Err(e) = write_json(path, value) {
             eprintln!("aml-mcp-gate init: cannot write {}: {e}", path.display());

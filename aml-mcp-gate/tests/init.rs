@@ -30,7 +30,7 @@ fn run_init(dir: &Path) {
 
 #[test]
 fn init_writes_files_that_with_one_rule_gate_a_call_end_to_end() {
-    let dir = work("init-everything");
+    let dir = work("init-everything").join("gate");
     run_init(&dir);
     let tools = read_json(&dir.join("tools.json"));
     let entries = tools["tools"].as_array().unwrap();

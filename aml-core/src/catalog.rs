@@ -494,7 +494,8 @@ mod tests {
         assert_ne!(definition_digest(&changed).unwrap(), digest);
         let reordered = json!({"inputSchema": {"type": "object"}, "description": "d", "name": "t"});
         assert_eq!(definition_digest(&reordered).unwrap(), digest);
-        for bad in ["abc", "sha256:ABC", &digest.hex().as_str().to_owned()] {
+        let hex = digest.hex();
+        for bad in ["abc", "sha256:ABC", hex.as_str()] {
             let err = ToolCatalog::from_json(&doc(bad)).unwrap_err();
             assert!(
                 matches!(&err, CatalogError::Invalid { tool, .. } if tool == "t"),

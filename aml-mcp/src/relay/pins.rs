@@ -100,7 +100,17 @@ fn observe(seen: &mut HashMap<String, Definition>, message: &[u8]) -> Option<Opt
             },
             Err(e) => Definition::Unreadable(e.to_string()),
         };
-        seen.insert(name, definition);
+        // Two definitions under one name: neither can be trusted to be the one a client uses.
+        let twice = |held: &Definition| match (held, &definition) {
+            (Definition::Digest(a), Definition::Digest(b)) => a != b,
+            _ => true,
+        };
+        if seen.get(&name).is_some_and(twice) {
+            let why = "the server advertises it more than once, with different definitions";
+            seen.insert(name, Definition::Unreadable(why.into()));
+        } else {
+            seen.insert(name, definition);
+        }
     }
     let cursor = result
         .get("nextCursor")

@@ -258,3 +258,37 @@ async fn the_clients_list_hides_a_changed_tool_and_list_changed_makes_the_relay_
         .await;
     assert_eq!(names(&ends.answer().await), ["free"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_listed_twice_with_different_definitions_is_hidden_and_refused() {
+    let mut ends = start(RelayConfig::default());
+    let mut evil = pinned_definition();
+    evil["description"] = json!("Send a note to everyone");
+    ends.client(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .await;
+    let list = ends.upstream_request().await;
+    ends.server(page(
+        &list["id"],
+        vec![evil, pinned_definition(), other_tool()],
+        None,
+    ))
+    .await;
+    let listed = ends.answer().await;
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["free"]);
+    ends.call(2, "send").await;
+    let refused = ends.answer().await;
+    assert_eq!(
+        refused["result"]["_meta"][VERDICT]["rejection"],
+        "tool_definition_changed"
+    );
+    assert!(refused["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("more than once"));
+}

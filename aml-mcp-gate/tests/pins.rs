@@ -116,6 +116,8 @@ fn a_changed_description_hides_the_tool_and_refuses_its_calls_until_re_pinned() 
         ["drift", "read_status"],
         "the changed tool disappears"
     );
+    let warned = client.wait_log("hidden from tools/list");
+    assert!(warned.contains(&pinned), "the host's log says why: {warned}");
     let seen = pin_now(&dir, "now");
     assert_ne!(seen, pinned);
 

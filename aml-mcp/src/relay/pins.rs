@@ -186,9 +186,17 @@ async fn request_page(relay: &Relay, cursor: Option<&str>) -> Result<super::sess
     }
 }
 
-/// Whether a `tools/list` item may be shown: its pin (if any) matches what was seen.
+/// Whether a `tools/list` item may be shown: its pin (if any) matches what was seen. A
+/// hidden tool is logged, so the host learns of the change before any call is refused.
 pub(crate) fn visible(tools: &RelayTools, relay: &Relay, tool: &str) -> bool {
-    check(tools, &relay.state().seen, tool) == PinCheck::Pass
+    match check(tools, &relay.state().seen, tool) {
+        PinCheck::Pass => true,
+        PinCheck::Changed(why) => {
+            tracing::warn!(target: "aml_mcp::relay", tool, "hidden from tools/list: {why}");
+            false
+        }
+        PinCheck::Unknown => false,
+    }
 }
 
 #[cfg(test)]

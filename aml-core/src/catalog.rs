@@ -11,10 +11,56 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::canonical::{canonical_digest, CanonicalError};
 use crate::guarded::{ArgumentSnapshot, MapperError, ResourceMapper};
 use crate::hooks::ToolExecutor;
 use crate::proposal::{FrozenProposal, ProposalParts};
-use crate::Effect;
+use crate::{Effect, Sha256Digest};
+
+/// The members of a server's tool definition that a pin covers (absent ones stay absent).
+pub const PINNED_MEMBERS: [&str; 5] = [
+    "name",
+    "description",
+    "inputSchema",
+    "outputSchema",
+    "annotations",
+];
+
+/// The digest a host pins a server's tool definition to: SHA-256 of the canonical JSON of
+/// the definition object restricted to [`PINNED_MEMBERS`]. Anything else the server sends
+/// (`title`, `icons`, `_meta`, …) may change without breaking the pin.
+///
+/// ```
+/// use aml_core::catalog::definition_digest;
+/// let seen = serde_json::json!({"name": "echo", "description": "Echoes",
+///     "inputSchema": {"type": "object"}, "title": "ignored"});
+/// // The canonical bytes are {"description":"Echoes","inputSchema":{"type":"object"},"name":"echo"}.
+/// let bytes = r#"{"description":"Echoes","inputSchema":{"type":"object"},"name":"echo"}"#;
+/// assert_eq!(definition_digest(&seen).unwrap(), aml_core::Sha256Digest::of(bytes.as_bytes()));
+/// ```
+pub fn definition_digest(definition: &Value) -> Result<Sha256Digest, CanonicalError> {
+    let mut kept = serde_json::Map::new();
+    if let Value::Object(members) = definition {
+        for key in PINNED_MEMBERS {
+            if let Some(value) = members.get(key) {
+                kept.insert(key.to_owned(), value.clone());
+            }
+        }
+    }
+    canonical_digest(&Value::Object(kept)).map(|(_, digest)| digest)
+}
+
+/// Reads a pin as written in a catalog document: `sha256:` and 64 lower-case hex digits.
+pub fn parse_pin(text: &str) -> Result<Sha256Digest, String> {
+    text.strip_prefix("sha256:")
+        .and_then(|hex| hex.parse::<Sha256Digest>().ok())
+        .ok_or_else(|| format!("a pin must be \"sha256:\" and 64 lower-case hex digits, not {text:?}"))
+}
+
+/// A pin as a catalog document and refusals write it: `sha256:<hex>`.
+pub fn pin_text(digest: &Sha256Digest) -> String {
+    format!("sha256:{}", digest.hex().as_str())
+}
 
 /// A registration or catalog document the host cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,6 +133,7 @@ pub struct ToolRegistration {
     input_schema: Arc<Value>,
     validator: Arc<jsonschema::Validator>,
     executor: Option<Arc<dyn ToolExecutor>>,
+    pin: Option<Sha256Digest>,
 }
 
 impl core::fmt::Debug for ToolRegistration {
@@ -96,6 +143,7 @@ impl core::fmt::Debug for ToolRegistration {
             .field("effect", &self.effect)
             .field("purpose", &self.purpose)
             .field("has_executor", &self.executor.is_some())
+            .field("pin", &self.pin.map(|p| pin_text(&p)))
             .finish_non_exhaustive()
     }
 }
@@ -166,6 +214,7 @@ impl ToolRegistration {
             input_schema: Arc::new(input_schema),
             validator: Arc::new(validator),
             executor: None,
+            pin: None,
         })
     }
 
@@ -180,6 +229,28 @@ impl ToolRegistration {
     pub fn with_executor(mut self, executor: Arc<dyn ToolExecutor>) -> Self {
         self.executor = Some(executor);
         self
+    }
+
+    /// Pins the server's definition of this tool to `digest` (see [`definition_digest`]): a
+    /// gateway that forwards to a server hides the tool and refuses calls to it while the
+    /// server advertises a definition with another digest.
+    ///
+    /// ```
+    /// use aml_core::{catalog::definition_digest, Effect, ResourceRule, ToolRegistration};
+    /// let seen = serde_json::json!({"name": "echo", "inputSchema": {"type": "object"}});
+    /// let tool = ToolRegistration::new("echo", Effect::Read, "Echo text",
+    ///     ResourceRule::Fixed("echo".into()), serde_json::json!({"type": "object"})).unwrap()
+    ///     .with_pin(definition_digest(&seen).unwrap());
+    /// assert_eq!(tool.pin(), Some(&definition_digest(&seen).unwrap()));
+    /// ```
+    pub fn with_pin(mut self, digest: Sha256Digest) -> Self {
+        self.pin = Some(digest);
+        self
+    }
+
+    /// The pinned digest of the server's definition, if the host pinned one.
+    pub fn pin(&self) -> Option<&Sha256Digest> {
+        self.pin.as_ref()
     }
 
     /// The tool name.
@@ -246,6 +317,8 @@ struct ToolEntry {
     description: Option<String>,
     resource: ResourceRule,
     input_schema: Value,
+    #[serde(default)]
+    pin: Option<String>,
 }
 
 /// The tools a host allows, by name.
@@ -288,14 +361,22 @@ impl ToolCatalog {
         Ok(self)
     }
 
-    /// Reads `{"tools": [{name, effect, purpose, description?, resource, input_schema}]}`,
-    /// strictly (duplicate keys, unknown fields and duplicate tool names are errors).
+    /// Reads `{"tools": [{name, effect, purpose, description?, resource, input_schema, pin?}]}`,
+    /// strictly (duplicate keys, unknown fields and duplicate tool names are errors). `pin`
+    /// is `"sha256:<64 lower-case hex>"`, the [`definition_digest`] of the server's definition.
     pub fn from_json(text: &str) -> Result<Self, CatalogError> {
         let value = crate::strict::parse_str(text).map_err(|e| CatalogError::Document(e.to_string()))?;
         let doc: CatalogDocument =
             serde_json::from_value(value).map_err(|e| CatalogError::Document(e.to_string()))?;
         let mut catalog = ToolCatalog::new();
         for entry in doc.tools {
+            let pin = match &entry.pin {
+                Some(text) => Some(parse_pin(text).map_err(|detail| CatalogError::Invalid {
+                    tool: entry.name.clone(),
+                    detail,
+                })?),
+                None => None,
+            };
             let mut tool = ToolRegistration::new(
                 entry.name,
                 entry.effect,
@@ -305,6 +386,9 @@ impl ToolCatalog {
             )?;
             if let Some(description) = entry.description {
                 tool = tool.with_description(description);
+            }
+            if let Some(pin) = pin {
+                tool = tool.with_pin(pin);
             }
             catalog.register(tool)?;
         }
@@ -391,5 +475,44 @@ mod tests {
             ToolCatalog::from_json(unknown),
             Err(CatalogError::Document(_))
         ));
+    }
+
+    #[test]
+    fn pins_are_read_checked_and_cover_only_the_pinned_members() {
+        let seen = json!({"name": "t", "description": "d", "inputSchema": {"type": "object"},
+                          "title": "T", "_meta": {"x": 1}});
+        let digest = definition_digest(&seen).unwrap();
+        let doc = |pin: &str| {
+            format!(
+                r#"{{"tools": [{{"name": "t", "effect": "read", "purpose": "p",
+                "resource": {{"fixed": "r"}}, "input_schema": {{}}, "pin": "{pin}"}}]}}"#
+            )
+        };
+        let catalog = ToolCatalog::from_json(&doc(&pin_text(&digest))).unwrap();
+        assert_eq!(catalog.get("t").unwrap().pin(), Some(&digest));
+        let changed = json!({"name": "t", "description": "d2", "inputSchema": {"type": "object"}});
+        assert_ne!(definition_digest(&changed).unwrap(), digest);
+        let reordered = json!({"inputSchema": {"type": "object"}, "description": "d", "name": "t"});
+        assert_eq!(definition_digest(&reordered).unwrap(), digest);
+        let hex = digest.hex();
+        for bad in ["abc", "sha256:ABC", hex.as_str()] {
+            let err = ToolCatalog::from_json(&doc(bad)).unwrap_err();
+            assert!(
+                matches!(&err, CatalogError::Invalid { tool, .. } if tool == "t"),
+                "{err}"
+            );
+        }
+    }
+
+    /// The worked example of docs/PROTOCOL.md ("Pinned tool definitions").
+    #[test]
+    fn the_documented_worked_example_has_the_documented_digest() {
+        let advertised = json!({"name": "echo", "title": "Echo", "description": "Echoes back the input",
+            "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+            "annotations": {"readOnlyHint": true}, "_meta": {"x": 1}});
+        assert_eq!(
+            pin_text(&definition_digest(&advertised).unwrap()),
+            "sha256:f9a0cc3cda54b503cc2636e4116725c265af6983f4d5a510bd14e7cc3eb0cec1"
+        );
     }
 }

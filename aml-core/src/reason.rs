@@ -141,6 +141,10 @@ wire_enum! {
         /// `"server_request_refused"`: a request from a server to the client (sampling,
         /// elicitation) that the host's settings do not relay; it never reached the client.
         ServerRequestRefused = "server_request_refused",
+        /// `"tool_definition_changed"`: the host pinned the server's definition of this tool
+        /// and the server now advertises another (or none, or the gateway could not read
+        /// it); the detail names both digests. Nothing is sent until the host re-pins it.
+        ToolDefinitionChanged = "tool_definition_changed",
     }
 }
 

@@ -1,4 +1,5 @@
-//! The command line: `run` (the default: `aml-mcp-gate --policy … -- SERVER…`) and `journal`.
+//! The command line: `run` (the default: `aml-mcp-gate --policy … -- SERVER…`), `init` and
+//! `journal`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -21,6 +22,9 @@ outcome, approval decisions and receipts. Default: a SQLite file in $XDG_STATE_H
 (else ~/.local/state/aml-mcp-gate/), named on stderr at start; `--state memory` keeps nothing
 across restarts; `--state postgres://…` lets several gates share one database. Read it with
 `aml-mcp-gate journal unresolved|reconcile|receipts`.
+
+Start here: `aml-mcp-gate init --out DIR -- SERVER…` reads a server's tools and writes a
+pinned tools.json and an empty policy.json to edit.
 
 Examples (in an MCP client's configuration, instead of the server command):
   aml-mcp-gate --policy examples/policy.json --tools examples/tools.json \\
@@ -62,12 +66,19 @@ pub(crate) struct Cli {
 // Parsed once at start: the size of the variants does not matter.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Command {
     /// Run the gate in front of a server (the default when no subcommand is given)
     #[command(after_help = AFTER_HELP)]
     Run(RunArgs),
     /// Read the state: calls whose outcome is unknown, reconcile one, print receipts
     Journal(crate::journal::JournalArgs),
+    /// Start a server, read its tools, write a pinned tools.json and an empty policy.json
+    #[command(
+        after_help = "Example:\n  aml-mcp-gate init --out gate -- npx -y @modelcontextprotocol/server-everything\n\nExit status: 0 written; 1 the server could not be started or read; 2 bad usage, or\nthe files exist (without --force) or cannot be written."
+    )]
+    Init(crate::init::InitArgs),
 }
 
 /// Options of `run`. Every option may also come from `--config`; a flag given here wins.
@@ -81,7 +92,9 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "POLICY.json", required_unless_present = "config")]
     pub(crate) policy: Option<PathBuf>,
     /// The tools the agent may call: {"tools": [{name, effect, purpose, description?,
-    /// resource: {"argument": NAME} | {"fixed": RESOURCE}, input_schema}]}
+    /// resource: {"argument": NAME} | {"fixed": RESOURCE}, input_schema, pin?}]}; a pinned
+    /// tool ("pin": "sha256:…", written by `init`) is hidden and refused while the server
+    /// advertises another definition of it
     #[arg(long, value_name = "TOOLS.json")]
     pub(crate) tools: Option<PathBuf>,
     /// Where grants, intents, outcomes, decisions and receipts are kept: a SQLite file path,

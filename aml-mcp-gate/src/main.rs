@@ -6,6 +6,7 @@
 mod approvals;
 mod cli;
 mod config;
+mod init;
 mod journal;
 mod listen;
 mod reload;
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
     init_logging();
     match cli.command {
         Some(Command::Journal(args)) => journal::main(args),
+        Some(Command::Init(args)) => init::main(args),
         Some(Command::Run(args)) => run_main(args),
         None => run_main(cli.run),
     }

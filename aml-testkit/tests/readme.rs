@@ -216,6 +216,8 @@ fn every_readme_command_runs_and_does_what_the_readme_says() {
     let mut ran = Vec::new();
     // A server a README command starts stays up for the commands after it.
     let mut server: Option<Background> = None;
+    // The quick start's directory (`gate`, made in a temporary directory).
+    let mut quick_start: Option<QuickStart> = None;
     for block in &blocks {
         for (line, expected) in block.commands.iter().zip(&block.expected) {
             let command = parse(line);
@@ -228,6 +230,13 @@ fn every_readme_command_runs_and_does_what_the_readme_says() {
                 ["cargo", "build", "--release", "-p", "aml-mcp-gate"] => {
                     // This test's own build made the binary (cargo test --workspace builds it).
                     aml_testkit::mcp::gate_binary_path().expect("aml-mcp-gate is built");
+                }
+                ["target/release/aml-mcp-gate", "init", args @ ..] => {
+                    quick_start = Some(quick_start_init(&command, args))
+                }
+                ["target/release/aml-mcp-gate", args @ ..] if args.contains(&"gate/policy.json") => {
+                    let dir = quick_start.as_ref().expect("the quick start's init ran first");
+                    quick_start_run(&command, args, dir.path())
                 }
                 ["target/release/aml-mcp-gate", args @ ..] => gate_command(&command, args),
                 ["cargo", "run", "-p", "aml-a2ui", "--example", "gate_stdio", "--", args @ ..] => {
@@ -552,4 +561,135 @@ fn gate_command(command: &ReadmeCommand, args: &[&str]) {
 
     assert_eq!(std::fs::read_to_string(files.join("report.txt")).unwrap(), report);
     assert_eq!(std::fs::read(files.join("status.md")).ok(), status_before);
+}
+
+/// The quick start's `gate` directory, in a temporary directory (never in the repository).
+struct QuickStart(PathBuf);
+
+impl QuickStart {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for QuickStart {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0.parent().unwrap());
+    }
+}
+
+/// The pinned server-everything for `npx -y @modelcontextprotocol/server-everything@VERSION`.
+fn everything_server(line: &str, server: &[&str]) -> PathBuf {
+    let ["npx", "-y", package] = server else {
+        panic!("{line}: expected `npx -y PACKAGE@VERSION` after `--`")
+    };
+    let pinned: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("scripts/interop/package.json")).unwrap())
+            .unwrap();
+    let (name, version) = package.rsplit_once('@').unwrap();
+    assert_eq!(name, "@modelcontextprotocol/server-everything");
+    assert_eq!(
+        pinned["dependencies"][name], *version,
+        "the README runs another version than scripts/interop/package.json pins"
+    );
+    let server = interop_peers().join("node/node_modules/.bin/mcp-server-everything");
+    assert!(
+        server.is_file(),
+        "{server:?} missing: run `bash scripts/interop-setup`"
+    );
+    server
+}
+
+/// `aml-mcp-gate init --out gate -- npx -y …server-everything@VERSION`, run as written (with
+/// `gate` in a temporary directory): both files written, every tool pinned, no rules.
+fn quick_start_init(command: &ReadmeCommand, args: &[&str]) -> QuickStart {
+    let ["--out", "gate", "--", server @ ..] = args else {
+        panic!("{}: expected `init --out gate -- SERVER`", command.line)
+    };
+    let server = everything_server(&command.line, server);
+    let root = std::env::temp_dir().join(format!("aml-readme-quick-start-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let mut process = Command::new(aml_testkit::mcp::gate_binary_path().unwrap());
+    process
+        .args(["init", "--out", "gate", "--"])
+        .arg(&server)
+        .current_dir(&root);
+    let (code, stdout, stderr) = output_within(&mut process, None, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{}: {stderr}", command.line);
+    assert!(stdout.contains("Next:"), "{}: {stdout}", command.line);
+    let dir = QuickStart(root.join("gate"));
+    let tools: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("tools.json")).unwrap()).unwrap();
+    let tools = tools["tools"].as_array().unwrap();
+    assert!(tools.iter().any(|t| t["name"] == "echo"), "{tools:?}");
+    assert!(tools
+        .iter()
+        .all(|t| t["pin"].as_str().unwrap().starts_with("sha256:")));
+    let policy: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("policy.json")).unwrap()).unwrap();
+    assert_eq!(policy["rules"], json!([]));
+    dir
+}
+
+/// The README's edit (keep echo with effect read, add the rule it shows), then its gate
+/// command, called by the official Python MCP SDK client.
+fn quick_start_run(command: &ReadmeCommand, args: &[&str], dir: &std::path::Path) {
+    let split = args
+        .iter()
+        .position(|a| *a == "--")
+        .expect("`--` before the server");
+    let (flags, server) = (&args[..split], &args[split + 1..]);
+    let server = everything_server(&command.line, server);
+    let tools: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tools.json")).unwrap()).unwrap();
+    let mut echo = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "echo")
+        .unwrap()
+        .clone();
+    echo["effect"] = json!("read");
+    std::fs::write(dir.join("tools.json"), json!({"tools": [echo]}).to_string()).unwrap();
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let shown = readme
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("#   {\"tool\": \"echo\""))
+        .expect("the README shows the rule to add");
+    let rule: Value = serde_json::from_str(&format!("{{\"tool\": \"echo\"{shown}")).unwrap();
+    std::fs::write(
+        dir.join("policy.json"),
+        json!({"protocol": "aml-action-policy/1", "rules": [rule]}).to_string(),
+    )
+    .unwrap();
+
+    let mut gate = vec![json!(aml_testkit::mcp::gate_binary_path().unwrap())];
+    gate.extend(flags.iter().map(|f| json!(f)));
+    gate.extend([json!("--state"), json!("memory"), json!("--"), json!(server)]);
+    let calls = json!([
+        {"name": "echo", "arguments": {"message": "quick start"}},
+        {"name": "get-sum", "arguments": {"a": 1, "b": 2}},
+    ]);
+    let mut client = Command::new(interop_peers().join("venv/bin/python"));
+    client
+        .arg(repo().join("scripts/interop/mcp_client.py"))
+        .arg(Value::Array(gate).to_string())
+        .arg(calls.to_string())
+        .current_dir(dir.parent().unwrap());
+    let (code, stdout, stderr) = output_within(&mut client, None, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{}: python client failed: {stderr}", command.line);
+    let result: Value = serde_json::from_str(&stdout).unwrap();
+    let verdict = |i: usize| &result["results"][i]["meta"]["aml.action-boundary/verdict"];
+    assert_eq!(
+        verdict(0)["receipt"]["reason"],
+        "host_dispatch_returned",
+        "{result}"
+    );
+    assert_eq!(result["results"][0]["text"], "Echo: quick start");
+    assert_eq!(
+        verdict(1)["rejection"],
+        "invalid_or_unregistered_call",
+        "{result}"
+    );
 }

@@ -5,7 +5,8 @@ Usage: mcp_session_client.py COMMAND_JSON
 Reads one JSON object per line on stdin: {"call": TOOL, "arguments": {...}}, optionally with
 "times": N (N identical calls at once, answered as {"results": [...]}); answers each with
 one JSON line on stdout: {"is_error": bool, "text": the first text content, "verdict": the
-gate's verdict from _meta, or null}. Prints {"ready": true} once the session is initialized.
+gate's verdict from _meta, or null}. {"list": true} answers {"tools": [each listed tool as the
+SDK read it, in wire form]}. Prints {"ready": true} once the session is initialized.
 The server's (and the gate's) stderr passes through to this process's stderr.
 """
 import asyncio
@@ -36,6 +37,11 @@ async def main():
                 if not line:
                     return
                 order = json.loads(line)
+                if order.get("list"):
+                    listed = await session.list_tools()
+                    tools = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in listed.tools]
+                    say({"tools": tools})
+                    continue
                 call = lambda: session.call_tool(order["call"], order.get("arguments", {}))
                 if "times" in order:
                     results = await asyncio.gather(*(call() for _ in range(order["times"])))

@@ -80,9 +80,15 @@ pub(crate) fn error_result(client_id: &[u8], explanation: &str, verdict: &str) -
     result_response(client_id, result.as_bytes())
 }
 
-/// The server's `tools/list` reply with only the tools the host lists, each with the host's
-/// input schema, and the client's id. `None` when the reply cannot be read.
-pub(crate) fn filter_tools_list(reply: &[u8], client_id: &[u8], tools: &RelayTools) -> Option<Vec<u8>> {
+/// The server's `tools/list` reply with only the tools the host lists (and `visible` lets
+/// through: pins), each with the host's input schema, and the client's id. `None` when the
+/// reply cannot be read.
+pub(crate) fn filter_tools_list(
+    reply: &[u8],
+    client_id: &[u8],
+    tools: &RelayTools,
+    visible: &dyn Fn(&str) -> bool,
+) -> Option<Vec<u8>> {
     let env = Envelope::parse(reply).ok()?;
     let mut edits = vec![(range_in(reply, env.id?), client_id.to_vec())];
     if let Some(result) = env.result {
@@ -93,7 +99,7 @@ pub(crate) fn filter_tools_list(reply: &[u8], client_id: &[u8], tools: &RelayToo
         for item in items {
             let members = Members::parse(item).ok()?;
             let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
-            let Some(schema) = tools.listed(&name) else {
+            let Some(schema) = tools.listed(&name).filter(|_| visible(&name)) else {
                 continue;
             };
             if out.len() > 1 {

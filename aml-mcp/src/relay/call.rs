@@ -15,6 +15,7 @@ use tokio::task::JoinSet;
 use super::answer::{error_result, relay_reply};
 use super::from_client::flight_key;
 use super::jsonrpc::{self, json_string, Envelope, Members};
+use super::pins::{self, PinCheck};
 use super::session::{Flight, Pending, Relay, Reply};
 use super::ServerRequestPolicy;
 use crate::{ForwardError, McpVerdict, ResultStatus};
@@ -56,19 +57,67 @@ pub(crate) async fn start_call(
         }
     };
     let flight = request.flight.clone();
-    // Planned now, so that a call dropped before its task runs is still recorded.
-    let (retry, prepared) = prepare(relay, &mut request);
+    let pin = pins::check(&relay.tools, &relay.state().seen, &request.name);
+    let task = match pin {
+        PinCheck::Changed(detail) => {
+            return refuse_call(relay, &client_id, env, Refusal::ToolDefinitionChanged, &detail).await;
+        }
+        PinCheck::Pass => {
+            // Planned now, so that a call dropped before its task runs is still recorded.
+            let (retry, prepared) = prepare(relay, &mut request);
+            insert_flight(relay, &flight);
+            // Boxed: the call's future is large, and spawning would copy it.
+            calls.spawn(Box::pin(run_call(Arc::clone(relay), request, retry, prepared)))
+        }
+        PinCheck::Unknown => {
+            insert_flight(relay, &flight);
+            calls.spawn(Box::pin(fetch_then_run(Arc::clone(relay), request)))
+        }
+    };
+    if let Some(Flight::Call { task: slot, .. }) = relay.state().flights.get_mut(&flight) {
+        *slot = Some(task);
+    }
+}
+
+fn insert_flight(relay: &Relay, flight: &str) {
     relay.state().flights.insert(
-        flight.clone(),
+        flight.to_owned(),
         Flight::Call {
             upstream: None,
             task: None,
         },
     );
-    // Boxed: the call's future is large, and spawning would copy it.
-    let task = calls.spawn(Box::pin(run_call(Arc::clone(relay), request, retry, prepared)));
-    if let Some(Flight::Call { task: slot, .. }) = relay.state().flights.get_mut(&flight) {
-        *slot = Some(task);
+}
+
+/// A call to a pinned tool whose definition this session has not seen since it last
+/// changed: the relay fetches the server's `tools/list` first, then checks the pin.
+async fn fetch_then_run(relay: Arc<Relay>, mut request: CallRequest) {
+    let checked = match pins::fetch(&relay).await {
+        Ok(()) => pins::check(&relay.tools, &relay.state().seen, &request.name),
+        Err(why) => PinCheck::Changed(format!(
+            "tool {:?} is pinned and the gate could not read the server's definition of it: {why}",
+            request.name
+        )),
+    };
+    match checked {
+        PinCheck::Pass => {
+            let (retry, prepared) = prepare(&relay, &mut request);
+            run_call(relay, request, retry, prepared).await
+        }
+        PinCheck::Changed(detail) => {
+            relay.state().flights.remove(&request.flight);
+            let refusal = Refusal::ToolDefinitionChanged;
+            refuse_named(&relay, &request.client_id, &request.name, refusal, &detail).await
+        }
+        PinCheck::Unknown => {
+            relay.state().flights.remove(&request.flight);
+            let detail = format!(
+                "tool {:?} is pinned and the server's tools/list does not settle its definition (it changed again meanwhile)",
+                request.name
+            );
+            let refusal = Refusal::ToolDefinitionChanged;
+            refuse_named(&relay, &request.client_id, &request.name, refusal, &detail).await
+        }
     }
 }
 
@@ -148,12 +197,17 @@ pub(crate) async fn refuse_call(
         .and_then(|m| m.get("name"))
         .and_then(|n| serde_json::from_str::<String>(n.get()).ok())
         .unwrap_or_default();
+    refuse_named(relay, client_id, &tool, refusal, detail).await
+}
+
+/// Answers a refused call to `tool` (nothing is sent), and records it.
+async fn refuse_named(relay: &Relay, client_id: &[u8], tool: &str, refusal: Refusal, detail: &str) {
     // The record names the reason, never argument values.
     let recorded = match refusal {
         Refusal::InexactNumber => "a number in the call has no exact double value".to_owned(),
         _ => detail.to_owned(),
     };
-    let verdict = McpVerdict::from_outcome(relay.record_refusal(&tool, refusal, recorded));
+    let verdict = McpVerdict::from_outcome(relay.record_refusal(tool, refusal, recorded));
     let text = format!("{}: {detail}", verdict.explanation());
     relay
         .answer(error_result(client_id, &text, &verdict.to_json()))

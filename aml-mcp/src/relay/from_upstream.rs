@@ -7,6 +7,7 @@ use bytes::Bytes;
 use super::answer::{filter_tools_list, relay_reply};
 use super::frame::Inbound;
 use super::jsonrpc::{self, error_response, range_in, scan_id, Envelope, Kind};
+use super::pins::{observe_answer, visible};
 use super::session::{Pending, Relay, Reply};
 use super::ServerRequestPolicy;
 use crate::ForwardError;
@@ -61,7 +62,13 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
                 _ => relay.answer(bytes.clone()).await,
             }
         }
-        Ok(Kind::Notification) => relay.answer(bytes.clone()).await,
+        Ok(Kind::Notification) => {
+            if env.method.as_deref() == Some("notifications/tools/list_changed") {
+                // Pinned tools are unknown until the next list (ADR 016).
+                relay.state().seen.forget();
+            }
+            relay.answer(bytes.clone()).await
+        }
         Err(why) => {
             let id = env.id.map(|id| Bytes::copy_from_slice(id.get().as_bytes()));
             unreadable(relay, id, format!("not a valid JSON-RPC message ({why})")).await
@@ -110,7 +117,9 @@ async fn reply(relay: &Relay, id: &str, answer: Reply) {
         }) => {
             timer.abort();
             let answer = if tools_list {
-                filter_tools_list(&answer.message, &client_id, &relay.tools)
+                observe_answer(relay, &answer.message);
+                let visible = |tool: &str| visible(&relay.tools, relay, tool);
+                filter_tools_list(&answer.message, &client_id, &relay.tools, &visible)
             } else {
                 Some(relay_reply(&answer, &client_id, None))
             };

@@ -30,6 +30,7 @@ pub mod frame;
 mod from_client;
 mod from_upstream;
 mod jsonrpc;
+mod pins;
 mod session;
 pub mod stdio;
 mod tools;

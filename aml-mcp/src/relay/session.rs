@@ -128,6 +128,8 @@ pub(crate) struct State {
     pub(crate) pending: HashMap<u64, Pending>,
     pub(crate) flights: HashMap<String, Flight>,
     pub(crate) gone: Option<String>,
+    /// The server's tool definitions as this session has seen them (pins).
+    pub(crate) seen: super::pins::Seen,
 }
 
 impl State {

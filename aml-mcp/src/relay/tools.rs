@@ -104,6 +104,11 @@ impl RelayTools {
         &self.retry
     }
 
+    /// The host's pin of the server's definition of `tool`, if it pinned one.
+    pub(crate) fn pin(&self, tool: &str) -> Option<aml_core::Sha256Digest> {
+        self.gate.gate().catalog().get(tool)?.pin().copied()
+    }
+
     /// Whether `tool` is listed: registered, and allowed by at least one policy rule for
     /// its declared effect. With the input schema the host enforces.
     pub(crate) fn listed(&self, tool: &str) -> Option<Arc<Value>> {

@@ -1,0 +1,278 @@
+//! `aml-mcp-gate init -- SERVER…`: starts the server, reads its tools, and writes a
+//! `tools.json` with every tool pinned to the definition it advertises and an empty
+//! `policy.json`. Nothing is allowed until the host chooses each tool's effect and writes
+//! rules: the effect is a placeholder the catalog refuses to load.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use aml_core::catalog::{definition_digest, pin_text};
+use aml_mcp::relay::stdio::spawn_child;
+use aml_mcp::relay::{Connection, Inbound};
+use bytes::Bytes;
+use clap::Args;
+use serde_json::{json, Value};
+
+/// What `init` writes for each tool's effect: not an effect, so the gate refuses to start
+/// until the host replaces it with one.
+pub(crate) const EFFECT_PLACEHOLDER: &str = "CHOOSE ONE: read | write | send | pay | delete";
+
+/// Options of `init`.
+#[derive(Debug, Args)]
+pub(crate) struct InitArgs {
+    /// Where to write tools.json and policy.json (created if needed)
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub(crate) out: PathBuf,
+    /// Overwrite tools.json and policy.json if they exist
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// How long the server may take to start and list its tools
+    #[arg(long, value_name = "SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) timeout: u64,
+    /// The MCP server to start and its arguments
+    #[arg(last = true, required = true, value_name = "SERVER_COMMAND")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// Runs `init`: 0 when both files are written, 1 when the server cannot be read, 2 for
+/// files that exist (without `--force`) or cannot be written.
+pub(crate) fn main(args: InitArgs) -> ExitCode {
+    let tools_path = args.out.join("tools.json");
+    let policy_path = args.out.join("policy.json");
+    if !args.force {
+        for path in [&tools_path, &policy_path] {
+            if path.exists() {
+                eprintln!(
+                    "aml-mcp-gate init: {} exists; pass --force to overwrite it",
+                    path.display()
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("aml-mcp-gate init: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let limit = Duration::from_secs(args.timeout);
+    let listed = runtime.block_on(list_server_tools(&args.command, limit));
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    let tools = match listed {
+        Ok(tools) => tools,
+        Err(e) => {
+            eprintln!("aml-mcp-gate init: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let document = match skeleton(&tools) {
+        Ok(document) => document,
+        Err(e) => {
+            eprintln!("aml-mcp-gate init: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let policy = json!({"protocol": "aml-action-policy/1", "rules": []});
+    if let Err(e) = std::fs::create_dir_all(&args.out) {
+        eprintln!("aml-mcp-gate init: cannot create {}: {e}", args.out.display());
+        return ExitCode::from(2);
+    }
+    for (path, value) in [(&tools_path, &document), (&policy_path, &policy)] {
+        if let Err(e) = write_json(path, value) {
+            eprintln!("aml-mcp-gate init: cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    print!("{}", next_steps(&tools, &tools_path, &policy_path, &args.command));
+    ExitCode::SUCCESS
+}
+
+/// The `tools.json` document for the server's tools: each pinned, its input schema copied,
+/// its effect a placeholder, its resource fixed to the tool's name.
+pub(crate) fn skeleton(tools: &[Value]) -> Result<Value, String> {
+    let mut entries = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let name = tool["name"]
+            .as_str()
+            .ok_or("the server listed a tool without a string name")?;
+        let digest = definition_digest(tool)
+            .map_err(|e| format!("tool {name:?}: its definition cannot be hashed: {e}"))?;
+        let schema = match tool.get("inputSchema") {
+            Some(schema @ Value::Object(_)) => schema.clone(),
+            _ => return Err(format!("tool {name:?}: the server gave no inputSchema object")),
+        };
+        let mut entry = json!({
+            "name": name,
+            "effect": EFFECT_PLACEHOLDER,
+            "purpose": format!("Use {name} for the user"),
+            "resource": {"fixed": name},
+            "input_schema": schema,
+            "pin": pin_text(&digest),
+        });
+        if let Some(description) = tool["description"].as_str() {
+            entry["description"] = Value::from(description);
+        }
+        entries.push(entry);
+    }
+    Ok(json!({"tools": entries}))
+}
+
+fn write_json(path: &Path, value: &Value) -> std::io::Result<()> {
+    let mut text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
+    text.push('\n');
+    std::fs::write(path, text)
+}
+
+fn next_steps(tools: &[Value], tools_path: &Path, policy_path: &Path, command: &[OsString]) -> String {
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    let server: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    format!(
+        "Wrote {tools} ({count} tools, each pinned to the definition the server advertises now: {names})
+and {policy} (no rules: nothing is allowed).
+
+Next:
+  1. In {tools}, keep only the tools the agent may call. For each, replace \"effect\"
+     (\"{EFFECT_PLACEHOLDER}\") with what the tool does, check \"purpose\", and choose its
+     \"resource\": {{\"fixed\": …}} or {{\"argument\": \"NAME\"}} (a string argument, e.g. a path).
+     The gate refuses to start while a placeholder is left.
+  2. In {policy}, add one rule per allowed call, e.g.
+     {{\"tool\": \"{first}\", \"effect\": \"read\", \"resource\": \"{first}\", \"requires_approval\": false}}
+  3. Run the gate in place of the server (in your MCP client's configuration):
+     aml-mcp-gate --policy {policy} --tools {tools} -- {server}
+
+If the server changes a pinned tool's definition, the gate hides the tool and refuses its
+calls (tool_definition_changed) until you review it and re-pin it (run init again into
+another directory and copy the new \"pin\").
+",
+        tools = tools_path.display(),
+        policy = policy_path.display(),
+        count = names.len(),
+        names = names.join(", "),
+        first = names.first().copied().unwrap_or("TOOL"),
+        server = server.join(" "),
+    )
+}
+
+/// Starts the server, completes the MCP handshake and reads every page of `tools/list`.
+pub(crate) async fn list_server_tools(command: &[OsString], limit: Duration) -> Result<Vec<Value>, String> {
+    let child =
+        spawn_child(command, 16 << 20).map_err(|e| format!("cannot start the server {command:?}: {e}"))?;
+    let mut connection = child.upstream.connection;
+    let listed = tokio::time::timeout(limit, handshake_and_list(&mut connection)).await;
+    let _ = child.stop.send(Duration::from_secs(2));
+    drop(connection);
+    let _ = tokio::time::timeout(Duration::from_secs(3), child.stopped).await;
+    listed.map_err(|_| format!("the server did not list its tools within {limit:?}"))?
+}
+
+async fn handshake_and_list(connection: &mut Connection) -> Result<Vec<Value>, String> {
+    let initialize = json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                            "clientInfo": {"name": "aml-mcp-gate-init", "version": env!("CARGO_PKG_VERSION")}});
+    request(connection, 1, "initialize", initialize).await?;
+    send(
+        connection,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await?;
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for id in 2..66 {
+        let params = cursor.map_or_else(|| json!({}), |c| json!({"cursor": c}));
+        let result = request(connection, id, "tools/list", params).await?;
+        match result["tools"].as_array() {
+            Some(page) => tools.extend(page.iter().cloned()),
+            None => return Err("the server's tools/list answer has no \"tools\" array".into()),
+        }
+        match result["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return Ok(tools),
+        }
+    }
+    Err("the server's tools/list has more than 64 pages".into())
+}
+
+async fn send(connection: &Connection, message: Value) -> Result<(), String> {
+    connection
+        .outgoing
+        .send(Bytes::from(message.to_string()))
+        .await
+        .map_err(|_| "the server closed its input".to_owned())
+}
+
+/// Sends one request and waits for its answer; requests from the server meanwhile are
+/// answered "method not found", notifications ignored.
+async fn request(connection: &mut Connection, id: u64, method: &str, params: Value) -> Result<Value, String> {
+    send(
+        connection,
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+    )
+    .await?;
+    loop {
+        let inbound = connection
+            .incoming
+            .recv()
+            .await
+            .ok_or_else(|| format!("the server exited before it answered {method}"))?;
+        let Inbound::Message(bytes) = inbound else {
+            return Err(format!(
+                "the server sent a message over the size limit while answering {method}"
+            ));
+        };
+        let message: Value = aml_core::strict::parse_slice(&bytes).map_err(|e| {
+            format!("the server sent something that is not JSON ({e}) while answering {method}")
+        })?;
+        if message.get("method").is_some() {
+            if let Some(their_id) = message.get("id") {
+                let refusal = json!({"jsonrpc": "2.0", "id": their_id,
+                                     "error": {"code": -32601, "message": "aml-mcp-gate init answers no requests"}});
+                send(connection, refusal).await?;
+            }
+            continue;
+        }
+        if message["id"] != json!(id) {
+            continue;
+        }
+        if let Some(error) = message.get("error") {
+            return Err(format!("the server answered {method} with an error: {error}"));
+        }
+        return message
+            .get("result")
+            .cloned()
+            .ok_or_else(|| format!("the server's answer to {method} has no result"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_skeleton_pins_every_tool_and_cannot_load_until_edited() {
+        let tools = [
+            json!({"name": "echo", "description": "Echoes", "inputSchema": {"type": "object"}, "title": "E"}),
+            json!({"name": "add", "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}}}}),
+        ];
+        let document = skeleton(&tools).unwrap();
+        let entries = document["tools"].as_array().unwrap();
+        assert_eq!(entries.len(), 2);
+        for (entry, tool) in entries.iter().zip(&tools) {
+            let digest = definition_digest(tool).unwrap();
+            assert_eq!(entry["pin"], pin_text(&digest));
+            assert_eq!(entry["input_schema"], tool["inputSchema"]);
+        }
+        let error = aml_core::ToolCatalog::from_json(&document.to_string()).unwrap_err();
+        assert!(error.to_string().contains("CHOOSE ONE"), "{error}");
+        let chosen = document.to_string().replace(EFFECT_PLACEHOLDER, "read");
+        let catalog = aml_core::ToolCatalog::from_json(&chosen).unwrap();
+        assert_eq!(
+            catalog.get("echo").unwrap().pin(),
+            Some(&definition_digest(&tools[0]).unwrap())
+        );
+        assert!(skeleton(&[json!({"name": "x"})]).is_err(), "no input schema");
+    }
+}

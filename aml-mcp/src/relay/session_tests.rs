@@ -228,3 +228,22 @@ async fn when_the_client_leaves_a_call_still_running_is_recorded_after_the_drain
     let cancel = parse(ends.server_out.recv().await.unwrap());
     assert_eq!(cancel["params"]["requestId"], forwarded["id"]);
 }
+
+/// Fuzzing finding: serde reads a struct from an array of its fields, so a server message
+/// written as an array (`["2.0", id, method, params, result]`) was taken for a response.
+#[tokio::test(start_paused = true)]
+async fn a_server_answer_written_as_an_array_is_not_a_response() {
+    let mut ends = start(RelayConfig::default().with_upstream_timeout(Duration::from_secs(30)));
+    let request = json!({"jsonrpc": "2.0", "id": 5, "method": "resources/list"});
+    ends.to_relay.send(message(request)).await.unwrap();
+    let forwarded = parse(ends.server_out.recv().await.unwrap());
+    let array = json!(["2.0", forwarded["id"], null, null, {"resources": []}]);
+    ends.server_in.send(message(array)).await.unwrap();
+    let answer = ends.from_relay.recv().await.unwrap();
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert!(answer.is_object(), "{text}");
+    assert_eq!(answer["id"], 5, "{text}");
+    assert!(answer.get("result").is_none(), "{text}");
+    assert_eq!(answer["error"]["code"], jsonrpc::UPSTREAM_TIMEOUT, "{text}");
+}

@@ -76,12 +76,20 @@ async fn echoed(relay: &Relay, method: &str) {
     );
     let pending: Vec<Pending> = relay.state().pending.drain().map(|(_, p)| p).collect();
     for waiting in pending {
-        if let Pending::Relayed { client_id, timer, .. } = waiting {
-            timer.abort();
-            let message = format!("aml-mcp-gate: {why}");
-            relay
-                .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
-                .await;
+        match waiting {
+            Pending::Relayed { client_id, timer, .. } => {
+                timer.abort();
+                let message = format!("aml-mcp-gate: {why}");
+                relay
+                    .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
+                    .await;
+            }
+            // A gated call already sent: it ends unknown, with its receipt (the relay drains
+            // its calls before it ends).
+            Pending::Call { reply } => {
+                let _ = reply.send(Err(ForwardError::UpstreamGone(why.clone())));
+            }
+            Pending::Cancelled => {}
         }
     }
     relay.fail(why);

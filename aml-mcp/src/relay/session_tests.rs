@@ -247,3 +247,30 @@ async fn a_server_answer_written_as_an_array_is_not_a_response() {
     assert!(answer.get("result").is_none(), "{text}");
     assert_eq!(answer["error"]["code"], jsonrpc::UPSTREAM_TIMEOUT, "{text}");
 }
+
+/// Fuzzing finding: a server that sends the client's `initialize` back ends the relay, and a
+/// `tools/call` already forwarded to it was dropped with the relay: no answer for the
+/// client, no record of the call.
+#[tokio::test(start_paused = true)]
+async fn a_call_in_flight_when_the_server_echoes_initialize_is_answered_and_recorded() {
+    let mut ends = start(RelayConfig::default());
+    ends.to_relay
+        .send(message(json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
+                             "params": {"name": "send", "arguments": {"to": "team"}}})))
+        .await
+        .unwrap();
+    let forwarded = parse(ends.server_out.recv().await.unwrap());
+    let echo = json!({"jsonrpc": "2.0", "id": forwarded["id"], "method": "initialize"});
+    ends.server_in.send(message(echo)).await.unwrap();
+    let answer = parse(ends.from_relay.recv().await.unwrap());
+    assert_eq!(answer["id"], "c1");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(answer["result"]["_meta"][VERDICT]["mcp_result_status"], "unknown", "{answer}");
+    assert!(matches!(ends.relay.await.unwrap(), RelayEnd::Handshake(_)));
+    let calls = ends.sink.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0].receipt.as_ref().unwrap().execution_status(),
+        aml_core::ExecutionStatus::Unknown
+    );
+}

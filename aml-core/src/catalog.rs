@@ -364,10 +364,7 @@ mod tests {
     #[test]
     fn a_catalog_or_entry_written_as_an_array_is_refused() {
         let entry = r#"["t", "read", "p", null, {"fixed": "r"}, {}]"#;
-        for text in [
-            format!("[[{entry}]]"),
-            format!(r#"{{"tools": [{entry}]}}"#),
-        ] {
+        for text in [format!("[[{entry}]]"), format!(r#"{{"tools": [{entry}]}}"#)] {
             let err = ToolCatalog::from_json(&text).unwrap_err();
             assert!(
                 matches!(&err, CatalogError::Document(d) if d.contains("a JSON object")),

@@ -70,12 +70,21 @@ mod tests {
     #[test]
     fn objects_are_read_and_every_other_shape_is_refused() {
         let ok: ObjectOnly<Pair> = serde_json::from_str(r#"{"b": "x", "a": 1}"#).unwrap();
-        assert_eq!(ok.into_inner(), Pair { a: 1, b: Some("x".into()) });
+        assert_eq!(
+            ok.into_inner(),
+            Pair {
+                a: 1,
+                b: Some("x".into())
+            }
+        );
         for text in [r#"[1, "x"]"#, "[1]", "[]", "null", "1", r#""a""#] {
             let err = serde_json::from_str::<ObjectOnly<Pair>>(text).unwrap_err();
             assert!(err.to_string().contains("a JSON object"), "{text}: {err}");
             let value: serde_json::Value = serde_json::from_str(text).unwrap();
-            assert!(serde_json::from_value::<ObjectOnly<Pair>>(value).is_err(), "{text}");
+            assert!(
+                serde_json::from_value::<ObjectOnly<Pair>>(value).is_err(),
+                "{text}"
+            );
         }
         // The derive alone takes the array: the reason this type exists.
         assert!(serde_json::from_str::<Pair>(r#"[1, "x"]"#).is_ok());
@@ -102,12 +111,20 @@ mod tests {
     fn plans_receipts_and_approvals_are_objects_only() {
         use crate::{Approval, Plan, Receipt};
         let digest = "a".repeat(64);
-        let plan: Result<Plan, _> =
-            serde_json::from_value(serde_json::json!(["aml-action-plan/1", null, "deny", "invalid_proposal"]));
+        let plan: Result<Plan, _> = serde_json::from_value(serde_json::json!([
+            "aml-action-plan/1",
+            null,
+            "deny",
+            "invalid_proposal"
+        ]));
         assert!(plan.is_err());
-        let receipt: Result<Receipt, _> = serde_json::from_value(serde_json::json!(
-            ["aml-action-dispatch/1", null, "deny", "blocked", "invalid_proposal"]
-        ));
+        let receipt: Result<Receipt, _> = serde_json::from_value(serde_json::json!([
+            "aml-action-dispatch/1",
+            null,
+            "deny",
+            "blocked",
+            "invalid_proposal"
+        ]));
         assert!(receipt.is_err());
         let approval: Result<Approval, _> = serde_json::from_value(serde_json::json!([true, digest]));
         assert!(approval.is_err());

@@ -304,7 +304,9 @@ pub fn decode_with(message: &[u8], limits: GateLimits) -> Result<CallRendererFun
 /// The form and call id of a `callRendererFunction` that did not decode, as far as they
 /// can be read (the current form when the function key shows neither).
 fn probe(raw: &str) -> (WireForm, Option<String>) {
-    let probe = serde_json::from_str::<ObjectOnly<Probe<'_>>>(raw).ok().map(ObjectOnly::into_inner);
+    let probe = serde_json::from_str::<ObjectOnly<Probe<'_>>>(raw)
+        .ok()
+        .map(ObjectOnly::into_inner);
     let form = probe
         .as_ref()
         .and_then(|p| p.call_function)

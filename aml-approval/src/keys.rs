@@ -218,7 +218,9 @@ impl Keyring {
             serde_json::from_value(value).map_err(|e| KeyError::NotAKeyring(e.to_string()))?;
         file.keys
             .into_iter()
-            .try_fold(Keyring::new(), |ring, ObjectOnly(e)| ring.with_key(e.key_id, &e.public_key))
+            .try_fold(Keyring::new(), |ring, ObjectOnly(e)| {
+                ring.with_key(e.key_id, &e.public_key)
+            })
     }
 
     /// Whether the keyring holds no key.
@@ -282,7 +284,10 @@ mod tests {
             matches!(&err, KeyError::NotAKeyFile(d) if d.contains("a JSON object")),
             "{err}"
         );
-        assert_eq!(ApproverKey::from_json(&alice.to_json()).unwrap().public_key_hex(), public);
+        assert_eq!(
+            ApproverKey::from_json(&alice.to_json()).unwrap().public_key_hex(),
+            public
+        );
     }
 
     #[test]

@@ -255,8 +255,10 @@ async fn a_server_answer_written_as_an_array_is_not_a_response() {
 async fn a_call_in_flight_when_the_server_echoes_initialize_is_answered_and_recorded() {
     let mut ends = start(RelayConfig::default());
     ends.to_relay
-        .send(message(json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
-                             "params": {"name": "send", "arguments": {"to": "team"}}})))
+        .send(message(
+            json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
+                             "params": {"name": "send", "arguments": {"to": "team"}}}),
+        ))
         .await
         .unwrap();
     let forwarded = parse(ends.server_out.recv().await.unwrap());
@@ -265,7 +267,10 @@ async fn a_call_in_flight_when_the_server_echoes_initialize_is_answered_and_reco
     let answer = parse(ends.from_relay.recv().await.unwrap());
     assert_eq!(answer["id"], "c1");
     assert_eq!(answer["result"]["isError"], true, "{answer}");
-    assert_eq!(answer["result"]["_meta"][VERDICT]["mcp_result_status"], "unknown", "{answer}");
+    assert_eq!(
+        answer["result"]["_meta"][VERDICT]["mcp_result_status"], "unknown",
+        "{answer}"
+    );
     assert!(matches!(ends.relay.await.unwrap(), RelayEnd::Handshake(_)));
     let calls = ends.sink.calls();
     assert_eq!(calls.len(), 1);

@@ -23,6 +23,12 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
             return unreadable(relay, scan_id(&prefix), why).await;
         }
     };
+    // JSON text is UTF-8; serde skips the members the relay does not read without checking
+    // their bytes, so the check is here, before anything is relayed.
+    if let Err(e) = std::str::from_utf8(&bytes) {
+        let why = format!("not JSON-RPC (not UTF-8 at byte {})", e.valid_up_to());
+        return unreadable(relay, scan_id(&bytes), why).await;
+    }
     let env = match Envelope::parse(&bytes) {
         Ok(env) => env,
         Err(e) => return unreadable(relay, scan_id(&bytes), format!("not JSON-RPC ({e})")).await,

@@ -279,3 +279,47 @@ async fn a_call_in_flight_when_the_server_echoes_initialize_is_answered_and_reco
         aml_core::ExecutionStatus::Unknown
     );
 }
+
+/// Fuzzing finding: serde_json does not check UTF-8 inside the raw values the relay keeps,
+/// so a server message with bytes that are not UTF-8 (not JSON text) went to the client
+/// as it was: a notification verbatim, an answer spliced with the client's id.
+#[tokio::test(start_paused = true)]
+async fn server_messages_that_are_not_utf8_never_reach_the_client() {
+    let mut ends = start(RelayConfig::default());
+    // In a member the relay does not read (serde skips it without checking its bytes).
+    let note = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{},\"x\":\"\xff\"}";
+    ends.server_in
+        .send(Inbound::Message(Bytes::from_static(note)))
+        .await
+        .unwrap();
+    let request = json!({"jsonrpc": "2.0", "id": 5, "method": "resources/list"});
+    ends.to_relay.send(message(request)).await.unwrap();
+    let forwarded = parse(ends.server_out.recv().await.unwrap());
+    let answer = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"resources\":[]}},\"x\":\"\u{0}\"}}",
+        forwarded["id"]
+    )
+    .replace('\u{0}', "\u{fffd}")
+    .into_bytes();
+    // The same answer with the replacement character's bytes cut to one invalid byte.
+    let at = answer
+        .windows(3)
+        .position(|w| w == "\u{fffd}".as_bytes())
+        .unwrap();
+    let mut broken = answer[..at].to_vec();
+    broken.push(0xff);
+    broken.extend_from_slice(&answer[at + 3..]);
+    ends.server_in
+        .send(Inbound::Message(Bytes::from(broken)))
+        .await
+        .unwrap();
+    let received = ends.from_relay.recv().await.unwrap();
+    let text = std::str::from_utf8(&received).expect("the client only receives UTF-8");
+    let received: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(received["id"], 5, "{received}");
+    assert_eq!(received["error"]["code"], -32603, "{received}");
+    assert!(
+        ends.from_relay.try_recv().is_err(),
+        "the notification was not relayed"
+    );
+}

@@ -60,6 +60,14 @@ fuzz_target!(|data: &[u8]| {
     for (n, message) in data.split(|&b| b == b'\n').take(8).enumerate() {
         let entered_before = *ENTERED.lock().unwrap();
         let decoded = decode(message).ok().map(|c| (c.form, c.function_call_id.clone()));
+        if decoded.is_some() {
+            // Objects at every level: never serde's array form of a struct.
+            let v: Value = serde_json::from_slice(message).expect("a decoded message is JSON");
+            assert!(
+                v["callRendererFunction"]["callFunction"].is_object(),
+                "decoded: {v}"
+            );
+        }
         let handled = runtime.block_on(gate.handle(message));
         assert_eq!(sink.calls().len(), n + 1, "one record per message");
         let entered = *ENTERED.lock().unwrap() - entered_before;

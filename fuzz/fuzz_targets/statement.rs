@@ -26,6 +26,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(signed) = SignedStatement::from_json(text) else {
         return;
     };
+    assert!(
+        text.trim_start().starts_with('{'),
+        "a statement that is not an object parsed"
+    );
     let wire = signed.to_value();
     assert!(wire.is_object());
     assert_eq!(SignedStatement::from_json(&wire.to_string()).unwrap(), signed);

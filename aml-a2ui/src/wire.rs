@@ -32,6 +32,7 @@
 //! (`MESSAGE_TOO_LARGE`, `CALL_ID_TOO_LONG`, `INVALID_FUNCTION_CALL`), which `a2ui-core`'s
 //! models accept and the Candidate schema does not.
 
+use aml_core::ObjectOnly;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -189,7 +190,7 @@ struct Call<'a> {
     #[serde(rename = "surfaceId", default, deserialize_with = "present")]
     surface_id: Option<String>,
     #[serde(rename = "callFunction", borrow)]
-    call_function: FunctionCall<'a>,
+    call_function: ObjectOnly<FunctionCall<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -234,7 +235,8 @@ pub fn decode_with(message: &[u8], limits: GateLimits) -> Result<CallRendererFun
             format!("message is longer than {} bytes", limits.max_message_bytes),
         ));
     }
-    let envelope: Envelope<'_> =
+    // Objects only, at every level: serde would also read a struct from an array of its fields.
+    let ObjectOnly(envelope): ObjectOnly<Envelope<'_>> =
         serde_json::from_slice(message).map_err(|e| malformed(WireForm::Current, None, e.to_string()))?;
     let raw = envelope.call_renderer_function.ok_or_else(|| {
         malformed(
@@ -254,7 +256,7 @@ pub fn decode_with(message: &[u8], limits: GateLimits) -> Result<CallRendererFun
         })
     };
     let call: Call<'_> = match serde_json::from_str(raw.get()) {
-        Ok(call) => call,
+        Ok(ObjectOnly(call)) => call,
         Err(e) => {
             // Only now read what can still be read: the call id and the form.
             let (form, id) = probe(raw.get());
@@ -264,7 +266,7 @@ pub fn decode_with(message: &[u8], limits: GateLimits) -> Result<CallRendererFun
             return Err(malformed(form, id, e.to_string()));
         }
     };
-    let f = call.call_function;
+    let ObjectOnly(f) = call.call_function;
     let hint = match (&f.call, &f.at_call) {
         (Some(_), None) => WireForm::Candidate,
         _ => WireForm::Current,
@@ -302,11 +304,14 @@ pub fn decode_with(message: &[u8], limits: GateLimits) -> Result<CallRendererFun
 /// The form and call id of a `callRendererFunction` that did not decode, as far as they
 /// can be read (the current form when the function key shows neither).
 fn probe(raw: &str) -> (WireForm, Option<String>) {
-    let probe = serde_json::from_str::<Probe<'_>>(raw).ok();
+    let probe = serde_json::from_str::<ObjectOnly<Probe<'_>>>(raw)
+        .ok()
+        .map(ObjectOnly::into_inner);
     let form = probe
         .as_ref()
         .and_then(|p| p.call_function)
-        .and_then(|f| serde_json::from_str::<FormProbe>(f.get()).ok())
+        .and_then(|f| serde_json::from_str::<ObjectOnly<FormProbe>>(f.get()).ok())
+        .map(ObjectOnly::into_inner)
         .map_or(WireForm::Current, |f| match (f.at_call, f.call) {
             (None, Some(_)) => WireForm::Candidate,
             _ => WireForm::Current,

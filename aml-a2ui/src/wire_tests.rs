@@ -64,6 +64,29 @@ fn refusals_keep_the_call_id_the_form_and_the_reason() {
     }
 }
 
+/// Fuzzing finding: serde reads a struct from an array of its fields, so a message, a
+/// `callRendererFunction` or a `callFunction` written as an array decoded as a call.
+#[test]
+fn messages_written_as_arrays_are_refused_at_every_level() {
+    let object = br#"{"version":"v1.0","callRendererFunction":{"functionCallId":"x","callFunction":{"call":"f","catalogId":"c"}}}"#;
+    assert_eq!(decode(object).unwrap().call, "f");
+    let cases: [&[u8]; 4] = [
+        br#"["v1.0",{"functionCallId":"x","callFunction":{"call":"f","catalogId":"c"}}]"#,
+        br#"{"version":"v1.0","callRendererFunction":["x",null,{"call":"f","catalogId":"c"}]}"#,
+        br#"{"version":"v1.0","callRendererFunction":{"functionCallId":"x","callFunction":["f",null,"c",null]}}"#,
+        br#"{"version":"v1.0","callRendererFunction":{"functionCallId":"x","callFunction":["f",null,"c"]}}"#,
+    ];
+    for m in cases {
+        let text = String::from_utf8_lossy(m);
+        let err = decode(m).unwrap_err();
+        assert_eq!(err.reason, GateReason::MalformedMessage, "{text}");
+        assert!(err.detail.contains("a JSON object"), "{text}: {}", err.detail);
+    }
+    // An array in place of the call object yields no call id either.
+    let err = decode(cases[1]).unwrap_err();
+    assert_eq!(err.function_call_id, None);
+}
+
 #[test]
 fn the_reason_for_a_malformed_call_is_kept() {
     let m = br#"{"version":"v1.0","callRendererFunction":{"functionCallId":"x","callFunction":{"call":"f","catalogId":"c","@path":"/a"}}}"#;

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use aml_core::ObjectOnly;
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -133,7 +134,7 @@ impl ApproverKey {
             Some("key file") | None => {}
             Some(other) => return Err(KeyError::NotAKeyFile(format!("this looks like a {other}"))),
         }
-        let file: KeyFile =
+        let ObjectOnly(file): ObjectOnly<KeyFile> =
             serde_json::from_value(value).map_err(|e| KeyError::NotAKeyFile(e.to_string()))?;
         let seed = hex::decode::<32>(&file.secret_key)
             .ok_or_else(|| KeyError::NotAKeyFile("secret_key must be 64 lowercase hex".into()))?;
@@ -203,7 +204,7 @@ impl Keyring {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct File {
-            keys: Vec<Entry>,
+            keys: Vec<ObjectOnly<Entry>>,
         }
         let value = aml_core::strict::parse_str(text).map_err(|e| KeyError::NotAKeyring(e.to_string()))?;
         match looks_like(&value) {
@@ -212,10 +213,14 @@ impl Keyring {
             Some("statement") => return Err(KeyError::NotAKeyring("this looks like a statement".into())),
             _ => {}
         }
-        let file: File = serde_json::from_value(value).map_err(|e| KeyError::NotAKeyring(e.to_string()))?;
+        // Objects only: serde would also read a struct from an array of its fields.
+        let ObjectOnly(file): ObjectOnly<File> =
+            serde_json::from_value(value).map_err(|e| KeyError::NotAKeyring(e.to_string()))?;
         file.keys
             .into_iter()
-            .try_fold(Keyring::new(), |ring, e| ring.with_key(e.key_id, &e.public_key))
+            .try_fold(Keyring::new(), |ring, ObjectOnly(e)| {
+                ring.with_key(e.key_id, &e.public_key)
+            })
     }
 
     /// Whether the keyring holds no key.
@@ -250,6 +255,39 @@ mod tests {
             StatementDecision::Approve,
             Validity::new(1, 2).unwrap(),
         )
+    }
+
+    /// Fuzzing finding: serde reads a struct from an array of its fields, so key files,
+    /// keyrings and keyring entries written as arrays were accepted.
+    #[test]
+    fn key_files_and_keyrings_written_as_arrays_are_refused() {
+        let alice = ApproverKey::generate("alice").unwrap();
+        let public = alice.public_key_hex();
+        for text in [
+            format!(r#"{{"keys": [["alice", "{public}"]]}}"#),
+            format!(r#"[[["alice", "{public}"]]]"#),
+            format!(r#"[[{{"key_id": "alice", "public_key": "{public}"}}]]"#),
+        ] {
+            let err = Keyring::from_json(&text).unwrap_err();
+            assert!(
+                matches!(&err, KeyError::NotAKeyring(d) if d.contains("a JSON object")),
+                "{text}: {err}"
+            );
+        }
+        let ring = format!(r#"{{"keys": [{{"key_id": "alice", "public_key": "{public}"}}]}}"#);
+        assert!(!Keyring::from_json(&ring).unwrap().is_empty());
+
+        let file: Value = serde_json::from_str(&alice.to_json()).unwrap();
+        let array = serde_json::json!([file["key_id"], file["secret_key"]]).to_string();
+        let err = ApproverKey::from_json(&array).unwrap_err();
+        assert!(
+            matches!(&err, KeyError::NotAKeyFile(d) if d.contains("a JSON object")),
+            "{err}"
+        );
+        assert_eq!(
+            ApproverKey::from_json(&alice.to_json()).unwrap().public_key_hex(),
+            public
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@
 use core::fmt;
 use std::time::Duration;
 
-use aml_core::Sha256Digest;
+use aml_core::{ObjectOnly, Sha256Digest};
 use ed25519_dalek::{Signature, Signer};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -353,7 +353,7 @@ impl fmt::Display for StatementRefusal {
 /// A statement with its signature. Serializes to (and deserializes from, checking every
 /// field) the wire form above.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(into = "Wire", try_from = "Wire")]
+#[serde(into = "Wire", try_from = "ObjectOnly<Wire>")]
 pub struct SignedStatement {
     statement: Statement,
     signature: [u8; 64],
@@ -389,10 +389,10 @@ impl From<SignedStatement> for Wire {
     }
 }
 
-impl TryFrom<Wire> for SignedStatement {
+impl TryFrom<ObjectOnly<Wire>> for SignedStatement {
     type Error = StatementError;
 
-    fn try_from(w: Wire) -> Result<Self, StatementError> {
+    fn try_from(ObjectOnly(w): ObjectOnly<Wire>) -> Result<Self, StatementError> {
         if w.protocol != STATEMENT_PROTOCOL {
             return Err(StatementError::Malformed(format!("protocol {:?}", w.protocol)));
         }
@@ -417,7 +417,7 @@ impl SignedStatement {
     pub fn from_json(text: &str) -> Result<Self, StatementError> {
         let value =
             aml_core::strict::parse_str(text).map_err(|e| StatementError::Malformed(e.to_string()))?;
-        let wire: Wire =
+        let wire: ObjectOnly<Wire> =
             serde_json::from_value(value).map_err(|e| StatementError::Malformed(e.to_string()))?;
         SignedStatement::try_from(wire)
     }
@@ -450,6 +450,34 @@ mod tests {
             StatementDecision::Approve,
             Validity::new(1, 2).unwrap(),
         )
+    }
+
+    /// Fuzzing finding: serde reads a struct from an array of its fields, so a validly
+    /// signed statement written as an array (fields in declaration order) was accepted.
+    #[test]
+    fn a_statement_written_as_an_array_is_refused() {
+        let alice = ApproverKey::generate("alice").unwrap();
+        let signed = statement(&alice).sign(&alice).unwrap();
+        let v = signed.to_value();
+        let fields = [
+            "protocol",
+            "proposal_sha256",
+            "grant_id",
+            "approver_key_id",
+            "decision",
+            "issued_at_ms",
+            "expires_at_ms",
+            "signature",
+        ];
+        let array = Value::Array(fields.iter().map(|f| v[*f].clone()).collect());
+        let err = SignedStatement::from_json(&array.to_string()).unwrap_err();
+        assert!(
+            matches!(&err, StatementError::Malformed(d) if d.contains("a JSON object")),
+            "{err}"
+        );
+        assert!(serde_json::from_value::<SignedStatement>(array).is_err());
+        // The same fields as an object are the statement.
+        assert_eq!(SignedStatement::from_json(&v.to_string()).unwrap(), signed);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::canonical::{canonical_digest, CanonicalError};
 use crate::guarded::{ArgumentSnapshot, MapperError, ResourceMapper};
 use crate::hooks::ToolExecutor;
 use crate::proposal::{FrozenProposal, ProposalParts};
-use crate::{Effect, Sha256Digest};
+use crate::{Effect, ObjectOnly, Sha256Digest};
 
 /// The members of a server's tool definition that a pin covers (absent ones stay absent).
 pub const PINNED_MEMBERS: [&str; 5] = [
@@ -304,7 +304,7 @@ impl ToolRegistration {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CatalogDocument {
-    tools: Vec<ToolEntry>,
+    tools: Vec<ObjectOnly<ToolEntry>>,
 }
 
 #[derive(Deserialize)]
@@ -366,10 +366,11 @@ impl ToolCatalog {
     /// is `"sha256:<64 lower-case hex>"`, the [`definition_digest`] of the server's definition.
     pub fn from_json(text: &str) -> Result<Self, CatalogError> {
         let value = crate::strict::parse_str(text).map_err(|e| CatalogError::Document(e.to_string()))?;
-        let doc: CatalogDocument =
+        // Objects only: serde would also read a struct from an array of its fields.
+        let ObjectOnly(doc): ObjectOnly<CatalogDocument> =
             serde_json::from_value(value).map_err(|e| CatalogError::Document(e.to_string()))?;
         let mut catalog = ToolCatalog::new();
-        for entry in doc.tools {
+        for ObjectOnly(entry) in doc.tools {
             let pin = match &entry.pin {
                 Some(text) => Some(parse_pin(text).map_err(|detail| CatalogError::Invalid {
                     tool: entry.name.clone(),
@@ -440,6 +441,23 @@ mod tests {
         assert!(!err.to_string().contains("secret-value"), "{err}");
         let err = tool.check(&json!({"to": 7})).unwrap_err();
         assert!(err.to_string().starts_with("at /to:"), "{err}");
+    }
+
+    /// Fuzzing finding: serde reads a struct from an array of its fields, so a catalog (or
+    /// one tool entry) written as an array was accepted.
+    #[test]
+    fn a_catalog_or_entry_written_as_an_array_is_refused() {
+        let entry = r#"["t", "read", "p", null, {"fixed": "r"}, {}]"#;
+        for text in [format!("[[{entry}]]"), format!(r#"{{"tools": [{entry}]}}"#)] {
+            let err = ToolCatalog::from_json(&text).unwrap_err();
+            assert!(
+                matches!(&err, CatalogError::Document(d) if d.contains("a JSON object")),
+                "{text}: {err}"
+            );
+        }
+        let object = r#"{"tools": [{"name": "t", "effect": "read", "purpose": "p",
+            "resource": {"fixed": "r"}, "input_schema": {}}]}"#;
+        assert_eq!(ToolCatalog::from_json(object).unwrap().len(), 1);
     }
 
     #[test]

@@ -77,7 +77,7 @@ impl ApprovalRequest {
 /// A host's answer: `{ "approved": true, "proposal_sha256": "<digest>" }`, optionally with
 /// an `approval_id` that names the one-use grant.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, from = "crate::ObjectOnly<ApprovalFields>")]
 pub struct Approval {
     /// Whether the proposal was approved.
     pub approved: bool,
@@ -86,6 +86,26 @@ pub struct Approval {
     /// The grant this approval issued, if the host's grant store names grants.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<String>,
+}
+
+/// [`Approval`]'s fields as serde reads them, from an object only (see [`crate::ObjectOnly`]).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalFields {
+    approved: bool,
+    proposal_sha256: Sha256Digest,
+    #[serde(default)]
+    approval_id: Option<String>,
+}
+
+impl From<crate::ObjectOnly<ApprovalFields>> for Approval {
+    fn from(crate::ObjectOnly(f): crate::ObjectOnly<ApprovalFields>) -> Self {
+        Approval {
+            approved: f.approved,
+            proposal_sha256: f.proposal_sha256,
+            approval_id: f.approval_id,
+        }
+    }
 }
 
 impl Approval {

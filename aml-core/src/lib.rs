@@ -14,6 +14,7 @@ mod gate;
 pub mod guarded;
 mod hooks;
 mod jsonl_sink;
+mod object_only;
 mod plan;
 pub mod policy;
 pub mod proposal;
@@ -45,6 +46,7 @@ pub use hooks::{
     ToolExecutor, ToolFn,
 };
 pub use jsonl_sink::JsonLinesSink;
+pub use object_only::ObjectOnly;
 pub use plan::{plan, plan_frozen, Plan, Planned, PLAN_PROTOCOL};
 pub use policy::{LivePolicy, Policy, PolicyError, PolicySource, Rule};
 pub use proposal::{FrozenProposal, ProposalParts, ProposalRefusal};

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::proposal::{FrozenProposal, ProposalRefusal};
 use crate::reason::PlanReason;
-use crate::{Decision, Policy, Sha256Digest};
+use crate::{Decision, ObjectOnly, Policy, Sha256Digest};
 
 /// The plan protocol string.
 pub const PLAN_PROTOCOL: &str = "aml-action-plan/1";
@@ -21,7 +21,7 @@ pub const PLAN_PROTOCOL: &str = "aml-action-plan/1";
 /// assert_eq!(planned.plan().proposal_sha256(), None);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "WirePlan", into = "WirePlan")]
+#[serde(try_from = "ObjectOnly<WirePlan>", into = "WirePlan")]
 pub struct Plan {
     proposal_sha256: Option<Sha256Digest>,
     decision: Decision,
@@ -48,9 +48,9 @@ impl From<Plan> for WirePlan {
     }
 }
 
-impl TryFrom<WirePlan> for Plan {
+impl TryFrom<ObjectOnly<WirePlan>> for Plan {
     type Error = String;
-    fn try_from(w: WirePlan) -> Result<Self, String> {
+    fn try_from(ObjectOnly(w): ObjectOnly<WirePlan>) -> Result<Self, String> {
         if w.protocol != PLAN_PROTOCOL {
             return Err(format!("plan protocol must be {PLAN_PROTOCOL}"));
         }

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::reason::ReceiptReason;
-use crate::{Decision, ExecutionStatus, Sha256Digest};
+use crate::{Decision, ExecutionStatus, ObjectOnly, Sha256Digest};
 
 /// The receipt protocol string.
 pub const RECEIPT_PROTOCOL: &str = "aml-action-dispatch/1";
@@ -27,7 +27,7 @@ pub const RECEIPT_PROTOCOL: &str = "aml-action-dispatch/1";
 /// assert!(lie.is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "WireReceipt", into = "WireReceipt")]
+#[serde(try_from = "ObjectOnly<WireReceipt>", into = "WireReceipt")]
 pub struct Receipt {
     proposal_sha256: Option<Sha256Digest>,
     policy_decision: Decision,
@@ -56,9 +56,9 @@ impl From<Receipt> for WireReceipt {
     }
 }
 
-impl TryFrom<WireReceipt> for Receipt {
+impl TryFrom<ObjectOnly<WireReceipt>> for Receipt {
     type Error = String;
-    fn try_from(w: WireReceipt) -> Result<Self, String> {
+    fn try_from(ObjectOnly(w): ObjectOnly<WireReceipt>) -> Result<Self, String> {
         if w.protocol != RECEIPT_PROTOCOL {
             return Err(format!("receipt protocol must be {RECEIPT_PROTOCOL}"));
         }

@@ -250,6 +250,7 @@ fn every_readme_command_runs_and_does_what_the_readme_says() {
                     python_grpc_call(&command, args, expected.as_ref())
                 }
                 ["bash", "scripts/test"] => not_run(&command),
+                ["bash", "scripts/fuzz", args @ ..] => fuzz_command(&command, args),
                 other => panic!(
                     "README command {line:?} ({other:?}) is not run by any test: teach tests/readme.rs to run it"
                 ),
@@ -277,6 +278,32 @@ fn every_readme_command_runs_and_does_what_the_readme_says() {
         ran.iter().any(|l| l.starts_with("target/release/aml-mcp-gate ")),
         "{ran:#?}"
     );
+}
+
+/// `bash scripts/fuzz SECONDS [TARGET...]` needs the nightly toolchain and minutes, so it
+/// is not run here (`.ci/run` runs it); its arguments must be what the script takes: a
+/// positive number of seconds and targets that `fuzz/Cargo.toml` declares.
+fn fuzz_command(command: &ReadmeCommand, args: &[&str]) {
+    assert!(command.env.is_empty(), "{}", command.line);
+    let script = std::fs::read_to_string(repo().join("scripts/fuzz")).unwrap();
+    assert!(
+        script.contains("seconds=${1:-"),
+        "scripts/fuzz no longer takes SECONDS first"
+    );
+    let (seconds, targets) = args.split_first().expect("scripts/fuzz SECONDS");
+    assert!(
+        seconds.parse::<u32>().is_ok_and(|s| s > 0),
+        "{}: SECONDS must be a positive integer",
+        command.line
+    );
+    let manifest = std::fs::read_to_string(repo().join("fuzz/Cargo.toml")).unwrap();
+    for target in targets {
+        assert!(
+            manifest.contains(&format!("[[bin]]\nname = \"{target}\"")),
+            "{}: fuzz/Cargo.toml has no target {target}",
+            command.line
+        );
+    }
 }
 
 /// `bash scripts/test` is the command that runs this test: it is not run again from here.

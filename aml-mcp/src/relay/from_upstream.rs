@@ -24,6 +24,12 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
             return unreadable(relay, scan_id(&prefix), why).await;
         }
     };
+    // JSON text is UTF-8; serde skips the members the relay does not read without checking
+    // their bytes, so the check is here, before anything is relayed.
+    if let Err(e) = std::str::from_utf8(&bytes) {
+        let why = format!("not JSON-RPC (not UTF-8 at byte {})", e.valid_up_to());
+        return unreadable(relay, scan_id(&bytes), why).await;
+    }
     let env = match Envelope::parse(&bytes) {
         Ok(env) => env,
         Err(e) => return unreadable(relay, scan_id(&bytes), format!("not JSON-RPC ({e})")).await,
@@ -83,12 +89,20 @@ async fn echoed(relay: &Relay, method: &str) {
     );
     let pending: Vec<Pending> = relay.state().pending.drain().map(|(_, p)| p).collect();
     for waiting in pending {
-        if let Pending::Relayed { client_id, timer, .. } = waiting {
-            timer.abort();
-            let message = format!("aml-mcp-gate: {why}");
-            relay
-                .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
-                .await;
+        match waiting {
+            Pending::Relayed { client_id, timer, .. } => {
+                timer.abort();
+                let message = format!("aml-mcp-gate: {why}");
+                relay
+                    .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
+                    .await;
+            }
+            // A gated call already sent: it ends unknown, with its receipt (the relay drains
+            // its calls before it ends).
+            Pending::Call { reply } => {
+                let _ = reply.send(Err(ForwardError::UpstreamGone(why.clone())));
+            }
+            Pending::Cancelled => {}
         }
     }
     relay.fail(why);

@@ -57,8 +57,9 @@ pub(crate) enum Kind {
 
 impl<'a> Envelope<'a> {
     /// Parses a message's members (the values stay raw text).
+    /// A JSON object only: serde would also read the envelope from an array of its members.
     pub(crate) fn parse(message: &'a [u8]) -> serde_json::Result<Self> {
-        serde_json::from_slice(message)
+        serde_json::from_slice(message).map(aml_core::ObjectOnly::into_inner)
     }
 
     /// The kind of message, or why it is not a valid one.

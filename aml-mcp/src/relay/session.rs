@@ -230,6 +230,7 @@ pub async fn run(
     let mut upstream_open = true;
     let mut exit_pending = true;
     let mut gone_at: Option<Instant> = None;
+    let mut handshake: Option<String> = None;
     let grace = relay.config.gone_grace;
     loop {
         tokio::select! {
@@ -253,8 +254,10 @@ pub async fn run(
             Some(_) = calls.join_next(), if !calls.is_empty() => {}
             _ = sleep_until(gone_at.map(|at| at + grace)), if gone_at.is_some() => break,
             _ = relay.fatal_signal.notified() => {
+                // Calls in flight still answer their clients and leave their receipts.
                 let why = relay.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                return RelayEnd::Handshake(why.unwrap_or_default());
+                handshake = Some(why.unwrap_or_default());
+                break;
             }
         }
     }
@@ -281,6 +284,9 @@ pub async fn run(
                 while calls.join_next().await.is_some() {}
             }
         }
+    }
+    if let Some(why) = handshake {
+        return RelayEnd::Handshake(why);
     }
     let left: Vec<(u64, Pending)> = relay.state().pending.drain().collect();
     for (id, waiting) in left {

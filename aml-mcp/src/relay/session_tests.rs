@@ -228,3 +228,98 @@ async fn when_the_client_leaves_a_call_still_running_is_recorded_after_the_drain
     let cancel = parse(ends.server_out.recv().await.unwrap());
     assert_eq!(cancel["params"]["requestId"], forwarded["id"]);
 }
+
+/// Fuzzing finding: serde reads a struct from an array of its fields, so a server message
+/// written as an array (`["2.0", id, method, params, result]`) was taken for a response.
+#[tokio::test(start_paused = true)]
+async fn a_server_answer_written_as_an_array_is_not_a_response() {
+    let mut ends = start(RelayConfig::default().with_upstream_timeout(Duration::from_secs(30)));
+    let request = json!({"jsonrpc": "2.0", "id": 5, "method": "resources/list"});
+    ends.to_relay.send(message(request)).await.unwrap();
+    let forwarded = parse(ends.server_out.recv().await.unwrap());
+    let array = json!(["2.0", forwarded["id"], null, null, {"resources": []}]);
+    ends.server_in.send(message(array)).await.unwrap();
+    let answer = ends.from_relay.recv().await.unwrap();
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert!(answer.is_object(), "{text}");
+    assert_eq!(answer["id"], 5, "{text}");
+    assert!(answer.get("result").is_none(), "{text}");
+    assert_eq!(answer["error"]["code"], jsonrpc::UPSTREAM_TIMEOUT, "{text}");
+}
+
+/// Fuzzing finding: a server that sends the client's `initialize` back ends the relay, and a
+/// `tools/call` already forwarded to it was dropped with the relay: no answer for the
+/// client, no record of the call.
+#[tokio::test(start_paused = true)]
+async fn a_call_in_flight_when_the_server_echoes_initialize_is_answered_and_recorded() {
+    let mut ends = start(RelayConfig::default());
+    ends.to_relay
+        .send(message(
+            json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
+                             "params": {"name": "send", "arguments": {"to": "team"}}}),
+        ))
+        .await
+        .unwrap();
+    let forwarded = parse(ends.server_out.recv().await.unwrap());
+    let echo = json!({"jsonrpc": "2.0", "id": forwarded["id"], "method": "initialize"});
+    ends.server_in.send(message(echo)).await.unwrap();
+    let answer = parse(ends.from_relay.recv().await.unwrap());
+    assert_eq!(answer["id"], "c1");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(
+        answer["result"]["_meta"][VERDICT]["mcp_result_status"], "unknown",
+        "{answer}"
+    );
+    assert!(matches!(ends.relay.await.unwrap(), RelayEnd::Handshake(_)));
+    let calls = ends.sink.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0].receipt.as_ref().unwrap().execution_status(),
+        aml_core::ExecutionStatus::Unknown
+    );
+}
+
+/// Fuzzing finding: serde_json does not check UTF-8 inside the raw values the relay keeps,
+/// so a server message with bytes that are not UTF-8 (not JSON text) went to the client
+/// as it was: a notification verbatim, an answer spliced with the client's id.
+#[tokio::test(start_paused = true)]
+async fn server_messages_that_are_not_utf8_never_reach_the_client() {
+    let mut ends = start(RelayConfig::default());
+    // In a member the relay does not read (serde skips it without checking its bytes).
+    let note = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{},\"x\":\"\xff\"}";
+    ends.server_in
+        .send(Inbound::Message(Bytes::from_static(note)))
+        .await
+        .unwrap();
+    let request = json!({"jsonrpc": "2.0", "id": 5, "method": "resources/list"});
+    ends.to_relay.send(message(request)).await.unwrap();
+    let forwarded = parse(ends.server_out.recv().await.unwrap());
+    let answer = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"resources\":[]}},\"x\":\"\u{0}\"}}",
+        forwarded["id"]
+    )
+    .replace('\u{0}', "\u{fffd}")
+    .into_bytes();
+    // The same answer with the replacement character's bytes cut to one invalid byte.
+    let at = answer
+        .windows(3)
+        .position(|w| w == "\u{fffd}".as_bytes())
+        .unwrap();
+    let mut broken = answer[..at].to_vec();
+    broken.push(0xff);
+    broken.extend_from_slice(&answer[at + 3..]);
+    ends.server_in
+        .send(Inbound::Message(Bytes::from(broken)))
+        .await
+        .unwrap();
+    let received = ends.from_relay.recv().await.unwrap();
+    let text = std::str::from_utf8(&received).expect("the client only receives UTF-8");
+    let received: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(received["id"], 5, "{received}");
+    assert_eq!(received["error"]["code"], -32603, "{received}");
+    assert!(
+        ends.from_relay.try_recv().is_err(),
+        "the notification was not relayed"
+    );
+}

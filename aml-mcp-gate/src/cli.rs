@@ -66,8 +66,6 @@ pub(crate) struct Cli {
 // Parsed once at start: the size of the variants does not matter.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
-// Parsed once per process: the size of the largest variant costs nothing.
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum Command {
     /// Run the gate in front of a server (the default when no subcommand is given)
     #[command(after_help = AFTER_HELP)]

@@ -1,8 +1,9 @@
-//! One unary `CallTool` on loopback: through the gated service (the gate alone, and the gate
-//! with a JSON-lines receipt file), versus the same tool behind a service with no gate (it
-//! parses the arguments and calls the tool directly; its client parses the result, as the
-//! typed client does). Then p50 and p99 of each, with the calls interleaved so that every
-//! variant sees the same machine noise.
+//! One unary `CallTool` on loopback: the same tool behind a service with no gate (it parses
+//! the arguments and calls the tool directly) and behind the gated service, both on the same
+//! bare tonic server with the generated client (the difference is the gate alone); then the
+//! gated service as hosts run it (`serve`: health and reflection beside it, and `ToolClient`,
+//! which also checks the plan and receipt), with and without a JSON-lines receipt file. Then
+//! p50 and p99 of each, with the calls interleaved so that every variant sees the same noise.
 #![allow(missing_docs)]
 
 use std::sync::Arc;
@@ -64,6 +65,24 @@ fn gated(sink: Arc<dyn ReceiptSink>) -> GatedToolService {
     GatedToolService::new(ToolGate::new(ToolCatalog::new().with(fetch).unwrap(), boundary))
 }
 
+type BareClient = pb::tool_service_client::ToolServiceClient<tonic::transport::Channel>;
+
+/// `service` on a bare tonic server (TCP_NODELAY), and the generated client for it.
+fn bare<S: ToolService>(rt: &tokio::runtime::Runtime, service: S) -> BareClient {
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(ToolServiceServer::new(service))
+                .serve_with_incoming(
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                ),
+        );
+        BareClient::connect(format!("http://{address}")).await.unwrap()
+    })
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -80,24 +99,14 @@ fn bench(c: &mut Criterion) {
     let receipts = std::env::temp_dir().join(format!("aml-grpc-bench-{}.jsonl", std::process::id()));
     let gate_only = serve_gated(gated(Arc::new(NoSink)));
     let with_file = serve_gated(gated(Arc::new(JsonLinesSink::append(&receipts).unwrap())));
-    let plain = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(ToolServiceServer::new(Ungated))
-                .serve_with_incoming(
-                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-                ),
-        );
-        pb::tool_service_client::ToolServiceClient::connect(format!("http://{address}"))
-            .await
-            .unwrap()
-    });
-    let call_plain = || {
+    // The same bare tonic server and generated client for a service with and without the
+    // gate, so that their difference is the gate alone.
+    let plain = bare(&rt, Ungated);
+    let gated_bare = bare(&rt, gated(Arc::new(NoSink)));
+    let call_bare = |client: &BareClient| {
         let response = rt
             .block_on(
-                plain
+                client
                     .clone()
                     .call_tool(pb::CallToolRequest::new("fetch_record", r#"{"id":42}"#)),
             )
@@ -105,6 +114,8 @@ fn bench(c: &mut Criterion) {
         let result: Value = serde_json::from_str(&response.into_inner().result_json).unwrap();
         drop(result);
     };
+    let call_plain = || call_bare(&plain);
+    let call_gated_bare = || call_bare(&gated_bare);
     let call = |client: &ToolClient| {
         rt.block_on(client.call_tool("fetch_record", r#"{"id":42}"#, None))
             .map(drop)
@@ -116,14 +127,16 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("grpc_unary");
     group.measurement_time(Duration::from_secs(5));
     group.bench_function("no_gate", |b| b.iter(call_plain));
+    group.bench_function("gated_same_server", |b| b.iter(call_gated_bare));
     group.bench_function("gated", |b| b.iter(call_gate_only));
     group.bench_function("gated_jsonl_sink", |b| b.iter(call_with_file));
     group.finish();
 
-    let variants: [(&str, &dyn Fn()); 3] = [
+    let variants: [(&str, &dyn Fn()); 4] = [
         ("no gate", &call_plain),
-        ("gated", &call_gate_only),
-        ("gated + JSON-lines sink", &call_with_file),
+        ("gated, same server", &call_gated_bare),
+        ("gated, serve + ToolClient", &call_gate_only),
+        ("and a JSON-lines sink", &call_with_file),
     ];
     let mut samples = vec![Vec::with_capacity(5000); variants.len()];
     for _ in 0..5000 {

@@ -92,18 +92,50 @@ impl<T: ClaimsWithIntent + GrantIssuer + DecisionJournal + ReceiptStore + OpenGr
 
 /// Opens (creating it if needed) the state at `location`.
 pub(crate) async fn open(location: &Location) -> Result<State, String> {
-    let store: Arc<dyn Everything> = match location {
-        Location::Memory => {
-            let grants = Arc::new(MemoryGrants::default());
-            return Ok(State {
-                grants: grants.clone(),
-                issuer: grants,
-                forward: None,
-                decisions: None,
-                receipts: None,
-                open: None,
-            });
+    let Some(store) = database(location).await? else {
+        let grants = Arc::new(MemoryGrants::default());
+        return Ok(State {
+            grants: grants.clone(),
+            issuer: grants,
+            forward: None,
+            decisions: None,
+            receipts: None,
+            open: None,
+        });
+    };
+    let journaled = JournaledGrants::new(store.clone());
+    Ok(State {
+        grants: Arc::new(journaled.clone()),
+        issuer: store.clone(),
+        forward: Some(Arc::new(Journaling(journaled))),
+        decisions: Some(store.clone()),
+        receipts: Some(store.clone()),
+        open: Some(store),
+    })
+}
+
+/// Opens the journal at `location` for the `journal` commands.
+pub(crate) async fn open_journal(
+    location: &Location,
+) -> Result<(Arc<dyn ReceiptJournal>, Arc<dyn ReceiptStore>), String> {
+    if let Location::Sqlite(path) = location {
+        if !path.exists() {
+            return Err(format!(
+                "{} does not exist: no gate has used this state yet",
+                path.display()
+            ));
         }
+    }
+    match database(location).await? {
+        Some(store) => Ok((store.clone(), store)),
+        None => Err("--state memory keeps no journal to read".into()),
+    }
+}
+
+/// The database at `location` (created if needed), or `None` for `memory`.
+async fn database(location: &Location) -> Result<Option<Arc<dyn Everything>>, String> {
+    Ok(Some(match location {
+        Location::Memory => return Ok(None),
         Location::Sqlite(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -115,59 +147,7 @@ pub(crate) async fn open(location: &Location) -> Result<State, String> {
                 .await
                 .map_err(|e| format!("{}: {e}", without_password(url)))?,
         ),
-    };
-    let journaled = JournaledGrants::new(as_claims(&store));
-    Ok(State {
-        grants: Arc::new(journaled.clone()),
-        issuer: as_issuer(&store),
-        forward: Some(Arc::new(Journaling(journaled))),
-        decisions: Some(as_decisions(&store)),
-        receipts: Some(as_receipts(&store)),
-        open: Some(Arc::new(Shared(Arc::clone(&store)))),
-    })
-}
-
-/// Opens the journal at `location` for the `journal` commands.
-pub(crate) async fn open_journal(
-    location: &Location,
-) -> Result<(Arc<dyn ReceiptJournal>, Arc<dyn ReceiptStore>), String> {
-    let store: Arc<dyn Everything> = match location {
-        Location::Memory => return Err("--state memory keeps no journal to read".into()),
-        Location::Sqlite(path) if !path.exists() => {
-            return Err(format!(
-                "{} does not exist: no gate has used this state yet",
-                path.display()
-            ))
-        }
-        Location::Sqlite(path) => {
-            Arc::new(SqliteStore::open(path).map_err(|e| format!("{}: {e}", path.display()))?)
-        }
-        Location::Postgres(url) => Arc::new(
-            PostgresStore::connect(url, GrantLifetimes::default())
-                .await
-                .map_err(|e| format!("{}: {e}", without_password(url)))?,
-        ),
-    };
-    let claims = as_claims(&store);
-    Ok((claims as Arc<dyn ReceiptJournal>, as_receipts(&store)))
-}
-
-// Upcasts through a concrete wrapper: trait objects cannot be converted between traits
-// directly on the MSRV.
-#[derive(Debug)]
-struct Shared(Arc<dyn Everything>);
-
-fn as_claims(store: &Arc<dyn Everything>) -> Arc<dyn ClaimsWithIntent> {
-    Arc::new(Shared(Arc::clone(store)))
-}
-fn as_issuer(store: &Arc<dyn Everything>) -> Arc<dyn GrantIssuer> {
-    Arc::new(Shared(Arc::clone(store)))
-}
-fn as_decisions(store: &Arc<dyn Everything>) -> Arc<dyn DecisionJournal> {
-    Arc::new(Shared(Arc::clone(store)))
-}
-fn as_receipts(store: &Arc<dyn Everything>) -> Arc<dyn ReceiptStore> {
-    Arc::new(Shared(Arc::clone(store)))
+    }))
 }
 
 /// Wraps each forward so its intent is durable before the server is sent the call and its
@@ -178,100 +158,6 @@ struct Journaling(JournaledGrants);
 impl ForwardWrapper for Journaling {
     fn wrap(&self, forward: Arc<dyn ToolExecutor>) -> Arc<dyn ToolExecutor> {
         Arc::new(self.0.executor(forward))
-    }
-}
-
-mod delegate {
-    //! `Shared` passes every trait method on to the store it holds.
-    use super::Shared;
-    use aml_core::{
-        async_trait, ClaimError, ClaimStatus, FrozenProposal, GrantRef, GrantStore, Sha256Digest,
-    };
-    use aml_grants::{
-        ClaimsWithIntent, DecisionJournal, DecisionRecord, GrantIssuer, IntentEntry, OpenGrants,
-        ReceiptJournal, ReceiptStore, RecordedOutcome, StoreError, StoredRecord, UnresolvedIntent,
-    };
-    use std::time::Duration;
-
-    #[async_trait]
-    impl GrantStore for Shared {
-        async fn claim(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError> {
-            self.0.claim(grant).await
-        }
-    }
-    #[async_trait]
-    impl ReceiptJournal for Shared {
-        async fn intent(&self, entry: &IntentEntry) -> Result<i64, StoreError> {
-            self.0.intent(entry).await
-        }
-        async fn outcome(
-            &self,
-            id: i64,
-            outcome: RecordedOutcome,
-            detail: Option<&str>,
-        ) -> Result<(), StoreError> {
-            self.0.outcome(id, outcome, detail).await
-        }
-        async fn unresolved(&self) -> Result<Vec<UnresolvedIntent>, StoreError> {
-            self.0.unresolved().await
-        }
-        async fn reconcile(&self, id: i64, note: &str) -> Result<bool, StoreError> {
-            self.0.reconcile(id, note).await
-        }
-    }
-    #[async_trait]
-    impl ClaimsWithIntent for Shared {
-        async fn claim_with_intent(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError> {
-            self.0.claim_with_intent(grant).await
-        }
-        async fn outcome_for_grant(
-            &self,
-            entry: &IntentEntry,
-            outcome: RecordedOutcome,
-            detail: Option<&str>,
-        ) -> Result<(), StoreError> {
-            self.0.outcome_for_grant(entry, outcome, detail).await
-        }
-    }
-    #[async_trait]
-    impl GrantIssuer for Shared {
-        async fn issue_named(
-            &self,
-            id: &str,
-            digest: Sha256Digest,
-            ttl: Option<Duration>,
-        ) -> Result<(), StoreError> {
-            self.0.issue_named(id, digest, ttl).await
-        }
-        async fn issue_for(
-            &self,
-            id: &str,
-            proposal: &FrozenProposal,
-            ttl: Option<Duration>,
-        ) -> Result<(), StoreError> {
-            self.0.issue_for(id, proposal, ttl).await
-        }
-    }
-    #[async_trait]
-    impl DecisionJournal for Shared {
-        async fn record_decision(&self, record: &DecisionRecord) -> Result<(), StoreError> {
-            self.0.record_decision(record).await
-        }
-    }
-    #[async_trait]
-    impl OpenGrants for Shared {
-        async fn open_grant(&self, digest: Sha256Digest) -> Result<Option<String>, StoreError> {
-            self.0.open_grant(digest).await
-        }
-    }
-    #[async_trait]
-    impl ReceiptStore for Shared {
-        async fn append_records(&self, records: &[String]) -> Result<(), StoreError> {
-            self.0.append_records(records).await
-        }
-        async fn records_since(&self, since_ms: i64) -> Result<Vec<StoredRecord>, StoreError> {
-            self.0.records_since(since_ms).await
-        }
     }
 }
 

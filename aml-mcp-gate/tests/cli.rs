@@ -2,24 +2,12 @@
 //! starts, bad files exit 2, an upstream that is not an MCP server ends the gate (exit 1)
 //! within the handshake limit, and stdout (the MCP channel) stays empty.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const GATE: &str = env!("CARGO_BIN_EXE_aml-mcp-gate");
+mod cli_support;
 
-fn gate(args: &[&str]) -> Output {
-    Command::new(GATE)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn temp(name: &str, text: &str) -> String {
-    let path = std::env::temp_dir().join(format!("aml-mcp-gate-cli-{}-{name}", std::process::id()));
-    std::fs::write(&path, text).unwrap();
-    path.to_string_lossy().into_owned()
-}
+use cli_support::{gate, temp, GATE};
 
 fn policy() -> String {
     temp(
@@ -271,4 +259,63 @@ fn a_config_file_is_checked_like_flags_and_flags_win() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn journal_commands_answer_bad_input_clearly_and_never_create_state() {
+    let dir = std::env::temp_dir().join(format!("aml-mcp-gate-cli-journal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("none.sqlite3").display().to_string();
+    for (args, code, why) in [
+        (
+            vec!["journal", "receipts", "--since", "5w", "--state", &missing],
+            2,
+            "unit",
+        ),
+        (
+            vec!["journal", "receipts", "--since", "-3", "--state", &missing],
+            2,
+            "'-3'",
+        ),
+        (
+            vec!["journal", "reconcile", "x", "--note", "n", "--state", &missing],
+            2,
+            "'x'",
+        ),
+        (
+            vec!["journal", "reconcile", "1", "--state", &missing],
+            2,
+            "--note",
+        ),
+        (
+            vec!["journal", "frobnicate", "--state", &missing],
+            2,
+            "frobnicate",
+        ),
+        (
+            vec!["journal", "unresolved", "--state", &missing],
+            1,
+            "does not exist",
+        ),
+        (
+            vec!["journal", "unresolved", "--state", "memory"],
+            1,
+            "memory keeps no journal",
+        ),
+        (
+            vec!["journal", "unresolved", "--state", ""],
+            2,
+            "--state is empty",
+        ),
+    ] {
+        let started = Instant::now();
+        let out = gate(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{args:?}");
+    }
+    assert!(!dir.join("none.sqlite3").exists(), "reading created no state");
 }

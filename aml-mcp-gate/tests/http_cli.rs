@@ -2,23 +2,9 @@
 //! token file, URL or header is a usage error (exit 2) before anything listens, and
 //! `--upstream` replaces the server command.
 
-use std::process::{Command, Output, Stdio};
+mod cli_support;
 
-const GATE: &str = env!("CARGO_BIN_EXE_aml-mcp-gate");
-
-fn gate(args: &[&str]) -> Output {
-    Command::new(GATE)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn temp(name: &str, text: &str) -> String {
-    let path = std::env::temp_dir().join(format!("aml-mcp-gate-http-cli-{}-{name}", std::process::id()));
-    std::fs::write(&path, text).unwrap();
-    path.to_string_lossy().into_owned()
-}
+use cli_support::{gate, temp};
 
 #[test]
 fn http_usage_errors_exit_2_and_say_why() {

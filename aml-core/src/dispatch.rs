@@ -12,7 +12,7 @@ use crate::plan::{plan_frozen, Plan, Planned};
 use crate::proposal::FrozenProposal;
 use crate::reason::{blocking_reason, ReceiptReason};
 use crate::receipt::Receipt;
-use crate::record::{NoSink, ReceiptSink};
+use crate::record::{NoSink, ReceiptSink, ResultSummary};
 use crate::unwind::{guarded, with_causes};
 use crate::Deadline;
 use crate::{Decision, PolicySource};
@@ -119,6 +119,9 @@ pub struct DispatchOutcome {
     plan: Plan,
     receipt: Receipt,
     output: Option<Value>,
+    /// The output's digest and size, computed once for whoever asks first (the call record,
+    /// an adapter's verdict).
+    output_summary: std::sync::OnceLock<ResultSummary>,
     detail: Option<String>,
     deadline_passed: bool,
 }
@@ -140,6 +143,12 @@ impl DispatchOutcome {
     pub fn into_output(self) -> Option<Value> {
         self.output
     }
+    /// The digest and size of [`output`](Self::output) as compact JSON
+    /// ([`ResultSummary::of_json`]), computed on the first call only.
+    pub fn output_summary(&self) -> Option<ResultSummary> {
+        let output = self.output.as_ref()?;
+        Some(*self.output_summary.get_or_init(|| ResultSummary::of_json(output)))
+    }
     /// For the host's log: the hook or tool error behind a block or an `unknown`.
     pub fn detail(&self) -> Option<&str> {
         self.detail.as_deref()
@@ -155,6 +164,7 @@ impl DispatchOutcome {
             plan,
             receipt,
             output: None,
+            output_summary: std::sync::OnceLock::new(),
             detail,
             deadline_passed: false,
         }
@@ -436,7 +446,7 @@ impl Authorized {
             grant,
         } = self;
         let call = ToolCall {
-            arguments: proposal.arguments(),
+            arguments: std::sync::OnceLock::new(),
             proposal,
             grant,
         };
@@ -451,6 +461,7 @@ impl Authorized {
                 ),
                 plan,
                 output: Some(output),
+                output_summary: std::sync::OnceLock::new(),
                 detail: None,
                 deadline_passed: false,
             },

@@ -15,7 +15,7 @@ use crate::hooks::ToolExecutor;
 use crate::plan::Plan;
 use crate::policy::Policy;
 use crate::receipt::Receipt;
-use crate::{Deadline, ExecutionStatus, ReceiptReason, Refusal};
+use crate::{Deadline, ExecutionStatus, ReceiptReason, Refusal, ResultSummary};
 
 /// A catalog the host can replace while calls run (a reload): each call uses the catalog
 /// that was current when it arrived.
@@ -120,6 +120,10 @@ impl GateOutcome {
     /// Takes the tool's output.
     pub fn into_output(self) -> Option<Value> {
         self.outcome.and_then(DispatchOutcome::into_output)
+    }
+    /// The output's digest and size ([`DispatchOutcome::output_summary`]: computed once).
+    pub fn output_summary(&self) -> Option<ResultSummary> {
+        self.outcome.as_ref().and_then(DispatchOutcome::output_summary)
     }
     /// For the host's log: why the call was refused, blocked or uncertain (schema violation,
     /// hook or tool error). May name argument paths, never argument values.

@@ -256,7 +256,9 @@ impl GrantStore for InMemoryGrantStore {
 #[derive(Debug)]
 pub struct ToolCall {
     pub(crate) proposal: FrozenProposal,
-    pub(crate) arguments: Map<String, Value>,
+    /// Parsed from the frozen bytes on first use: a tool that forwards the bytes themselves
+    /// (a relay) never pays for the copy.
+    pub(crate) arguments: std::sync::OnceLock<Map<String, Value>>,
     pub(crate) grant: Option<ClaimedGrant>,
 }
 
@@ -267,7 +269,7 @@ impl ToolCall {
     }
     /// The frozen arguments.
     pub fn arguments(&self) -> &Map<String, Value> {
-        &self.arguments
+        self.arguments.get_or_init(|| self.proposal.arguments())
     }
     /// The spent grant, for approval-required rules.
     pub fn grant(&self) -> Option<&ClaimedGrant> {
@@ -275,7 +277,10 @@ impl ToolCall {
     }
     /// Takes the arguments.
     pub fn into_arguments(self) -> Map<String, Value> {
-        self.arguments
+        match self.arguments.into_inner() {
+            Some(arguments) => arguments,
+            None => self.proposal.arguments(),
+        }
     }
 }
 

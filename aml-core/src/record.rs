@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+use sha2::Digest as _;
 use serde_json::Value;
 
 use crate::{Plan, Receipt, Refusal, Sha256Digest};
@@ -35,9 +36,34 @@ impl ResultSummary {
         }
     }
 
-    /// The summary of a JSON result, as compact JSON text.
+    /// The summary of a JSON result, as compact JSON text (keys sorted, as serde_json's
+    /// map writes them). Hashed as it is written: the text is never held in memory.
     pub fn of_json(value: &Value) -> Self {
-        Self::of_bytes(value.to_string().as_bytes())
+        let mut hasher = HashingWriter::default();
+        // Writing a `Value` to an infallible writer cannot fail.
+        let _ = serde_json::to_writer(&mut hasher, value);
+        ResultSummary {
+            sha256: Sha256Digest::from_bytes(hasher.hasher.finalize().into()),
+            bytes: hasher.bytes,
+        }
+    }
+}
+
+/// Feeds written bytes to SHA-256 and counts them.
+#[derive(Default)]
+struct HashingWriter {
+    hasher: sha2::Sha256,
+    bytes: u64,
+}
+
+impl std::io::Write for HashingWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        sha2::Digest::update(&mut self.hasher, buf);
+        self.bytes += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -173,6 +199,13 @@ impl Record {
 pub trait ReceiptSink: Send + Sync + core::fmt::Debug {
     /// Takes one record.
     fn record(&self, record: &Record);
+
+    /// Takes one record its caller no longer needs (the front doors hand theirs over this
+    /// way): a sink that keeps records can then skip the copy [`record`](Self::record)
+    /// would need. By default, [`record`](Self::record).
+    fn record_owned(&self, record: Record) {
+        self.record(&record);
+    }
 
     /// Whether this sink keeps records at all; a front door skips the work of building one
     /// (hashing the tool's result) for a sink that does not.

@@ -53,6 +53,18 @@ impl Sha256Digest {
     }
 }
 
+/// Appends `"HEX"` (quoted) or `null`.
+pub(crate) fn write_optional_hex(digest: Option<Sha256Digest>, out: &mut Vec<u8>) {
+    match digest {
+        Some(digest) => {
+            out.push(b'"');
+            out.extend_from_slice(digest.hex().as_str().as_bytes());
+            out.push(b'"');
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
 /// The lowercase hex text of a [`Sha256Digest`], on the stack.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct HexDigest([u8; 64]);

@@ -31,7 +31,8 @@ pub struct Plan {
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WirePlan {
-    protocol: String,
+    // Borrowed when written (no allocation per receipt), owned when read.
+    protocol: std::borrow::Cow<'static, str>,
     proposal_sha256: Option<Sha256Digest>,
     decision: Decision,
     reason: PlanReason,
@@ -40,7 +41,7 @@ struct WirePlan {
 impl From<Plan> for WirePlan {
     fn from(p: Plan) -> Self {
         WirePlan {
-            protocol: PLAN_PROTOCOL.to_owned(),
+            protocol: std::borrow::Cow::Borrowed(PLAN_PROTOCOL),
             proposal_sha256: p.proposal_sha256,
             decision: p.decision,
             reason: p.reason,
@@ -94,6 +95,20 @@ impl Plan {
     /// The wire object.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+    /// Appends the wire object as compact JSON: the text serde writes, without its
+    /// per-byte escaping (every member is a protocol token or hex digits). For adapters that
+    /// put the plan on every answer.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"protocol\":\"");
+        out.extend_from_slice(PLAN_PROTOCOL.as_bytes());
+        out.extend_from_slice(b"\",\"proposal_sha256\":");
+        crate::digest::write_optional_hex(self.proposal_sha256, out);
+        out.extend_from_slice(b",\"decision\":\"");
+        out.extend_from_slice(self.decision.as_str().as_bytes());
+        out.extend_from_slice(b"\",\"reason\":\"");
+        out.extend_from_slice(self.reason.as_str().as_bytes());
+        out.extend_from_slice(b"\"}");
     }
 }
 
@@ -159,6 +174,24 @@ mod tests {
     fn proposal(resource: &str) -> Value {
         json!({"protocol": "aml-proposed-action/1", "tool": "t", "effect": "write",
                "resource": resource, "purpose": "p", "arguments": {}})
+    }
+
+    #[test]
+    fn write_json_writes_what_serde_writes() {
+        for &reason in PlanReason::ALL {
+            for &decision in Decision::ALL {
+                for digest in [None, Some(Sha256Digest::of(b"p"))] {
+                    let plan = Plan {
+                        proposal_sha256: digest,
+                        decision,
+                        reason,
+                    };
+                    let mut out = Vec::new();
+                    plan.write_json(&mut out);
+                    assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&plan).unwrap());
+                }
+            }
+        }
     }
 
     #[test]

@@ -37,7 +37,8 @@ pub struct Receipt {
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WireReceipt {
-    protocol: String,
+    // Borrowed when written (no allocation per receipt), owned when read.
+    protocol: std::borrow::Cow<'static, str>,
     proposal_sha256: Option<Sha256Digest>,
     policy_decision: Decision,
     execution_status: ExecutionStatus,
@@ -47,7 +48,7 @@ struct WireReceipt {
 impl From<Receipt> for WireReceipt {
     fn from(r: Receipt) -> Self {
         WireReceipt {
-            protocol: RECEIPT_PROTOCOL.to_owned(),
+            protocol: std::borrow::Cow::Borrowed(RECEIPT_PROTOCOL),
             proposal_sha256: r.proposal_sha256,
             policy_decision: r.policy_decision,
             execution_status: r.execution_status(),
@@ -111,5 +112,40 @@ impl Receipt {
     /// The wire object.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+    /// Appends the wire object as compact JSON: the text serde writes, without its
+    /// per-byte escaping (every member is a protocol token or hex digits). For adapters that
+    /// put the receipt on every answer.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"protocol\":\"");
+        out.extend_from_slice(RECEIPT_PROTOCOL.as_bytes());
+        out.extend_from_slice(b"\",\"proposal_sha256\":");
+        crate::digest::write_optional_hex(self.proposal_sha256, out);
+        out.extend_from_slice(b",\"policy_decision\":\"");
+        out.extend_from_slice(self.policy_decision.as_str().as_bytes());
+        out.extend_from_slice(b"\",\"execution_status\":\"");
+        out.extend_from_slice(self.execution_status().as_str().as_bytes());
+        out.extend_from_slice(b"\",\"reason\":\"");
+        out.extend_from_slice(self.reason.as_str().as_bytes());
+        out.extend_from_slice(b"\"}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_json_writes_what_serde_writes() {
+        for reason in ReceiptReason::ALL {
+            for &decision in Decision::ALL {
+                for digest in [None, Some(Sha256Digest::of(b"p"))] {
+                    let receipt = Receipt::new(digest, decision, *reason);
+                    let mut out = Vec::new();
+                    receipt.write_json(&mut out);
+                    assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&receipt).unwrap());
+                }
+            }
+        }
     }
 }

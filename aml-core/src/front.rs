@@ -9,7 +9,7 @@ use tracing::field::Empty;
 use crate::dispatch::{DispatchOutcome, Progress, Stage};
 use crate::plan::Plan;
 use crate::receipt::Receipt;
-use crate::record::{CallClock, CallRecord, ReceiptSink, Record, ResultSummary};
+use crate::record::{CallClock, CallRecord, ReceiptSink, Record};
 use crate::{Effect, ReceiptReason};
 
 /// Tracks one call from arrival to its record. Dropped unfinished, it records the call as
@@ -88,7 +88,7 @@ impl CallTracker {
             r.plan = Some(outcome.plan().clone());
             r.receipt = Some(outcome.receipt().clone());
             r.detail = outcome.detail().map(str::to_owned);
-            r.result = outcome.output().filter(|_| summarize).map(ResultSummary::of_json);
+            r.result = outcome.output_summary().filter(|_| summarize);
         });
     }
 
@@ -124,7 +124,7 @@ impl CallTracker {
             );
         }
         if self.sink.wants_records() {
-            self.sink.record(&Record::Call(record));
+            self.sink.record_owned(Record::Call(record));
         }
     }
 }

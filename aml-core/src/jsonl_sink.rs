@@ -12,7 +12,8 @@ use std::time::Duration;
 use crate::record::{ReceiptSink, Record};
 
 enum Message {
-    Line(String),
+    /// Serialized on the writer thread, off the caller's.
+    Record(Box<Record>),
     Flush(SyncSender<()>),
 }
 
@@ -81,16 +82,11 @@ impl JsonLinesSink {
 
 impl ReceiptSink for JsonLinesSink {
     fn record(&self, record: &Record) {
-        let mut line = match serde_json::to_string(record) {
-            Ok(line) => line,
-            Err(e) => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(target: "aml.receipts", error = %e, "a record could not be serialized");
-                return;
-            }
-        };
-        line.push('\n');
-        if self.queue.send(Message::Line(line)).is_err() {
+        self.record_owned(record.clone());
+    }
+
+    fn record_owned(&self, record: Record) {
+        if self.queue.send(Message::Record(Box::new(record))).is_err() {
             self.failures.fetch_add(1, Ordering::Relaxed);
             tracing::error!(target: "aml.receipts", "the receipt writer has stopped; a record was not written");
         }
@@ -143,17 +139,30 @@ fn write_lines(mut out: Box<dyn Write + Send>, queue: Receiver<Message>, failure
 /// Records (and flush requests) taken from the queue, not yet written.
 #[derive(Default)]
 struct Batch {
-    text: String,
+    text: Vec<u8>,
     lines: u64,
+    /// Records that could not be serialized, counted as failures at the next write.
+    unwritable: u64,
     waiting: Vec<SyncSender<()>>,
 }
 
 impl Batch {
     fn take(&mut self, message: Message) {
         match message {
-            Message::Line(line) => {
-                self.text.push_str(&line);
-                self.lines += 1;
+            Message::Record(record) => {
+                let start = self.text.len();
+                match serde_json::to_writer(&mut self.text, &*record) {
+                    Ok(()) => {
+                        self.text.push(b'\n');
+                        self.lines += 1;
+                    }
+                    Err(e) => {
+                        // A partial line is taken back.
+                        self.text.truncate(start);
+                        self.unwritable += 1;
+                        tracing::error!(target: "aml.receipts", error = %e, "a record could not be serialized");
+                    }
+                }
             }
             Message::Flush(done) => self.waiting.push(done),
         }
@@ -171,13 +180,14 @@ impl Batch {
     }
 
     fn is_empty(&self) -> bool {
-        self.lines == 0 && self.waiting.is_empty()
+        self.lines == 0 && self.unwritable == 0 && self.waiting.is_empty()
     }
 
     /// One write for every line taken, then the flush requests are answered.
     fn write(&mut self, out: &mut Box<dyn Write + Send>, failures: &AtomicU64) {
+        failures.fetch_add(std::mem::take(&mut self.unwritable), Ordering::Relaxed);
         if self.lines > 0 {
-            if let Err(e) = out.write_all(self.text.as_bytes()).and_then(|()| out.flush()) {
+            if let Err(e) = out.write_all(&self.text).and_then(|()| out.flush()) {
                 failures.fetch_add(self.lines, Ordering::Relaxed);
                 tracing::error!(target: "aml.receipts", error = %e, lost = self.lines,
                                 "receipt records could not be written");

@@ -118,9 +118,8 @@ impl McpVerdict {
         };
         // The same digest as the call record's: of the output the gate saw.
         let result_digest = outcome
-            .output()
-            .filter(|_| status != ResultStatus::NotCalled && status != ResultStatus::Unknown)
-            .map(ResultSummary::of_json);
+            .output_summary()
+            .filter(|_| status != ResultStatus::NotCalled && status != ResultStatus::Unknown);
         McpVerdict {
             outcome,
             status,
@@ -166,9 +165,48 @@ impl McpVerdict {
         serde_json::to_value(self.view()).unwrap_or(Value::Null)
     }
 
-    /// [`to_value`](Self::to_value) as compact JSON text, written without building a value.
+    /// [`to_value`](Self::to_value) as compact JSON text: the same text serde writes for it,
+    /// written directly (a relay puts one on every answer).
     pub fn to_json(&self) -> String {
-        serde_json::to_string(&self.view()).unwrap_or_default()
+        let mut out = Vec::with_capacity(640);
+        out.push(b'{');
+        if let Some(error) = self.outcome.host_error() {
+            out.extend_from_slice(b"\"host_error\":");
+            // Writing a string to a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut out, error);
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"mcp_result_status\":\"");
+        out.extend_from_slice(self.status.as_str().as_bytes());
+        out.extend_from_slice(b"\",\"plan\":");
+        match self.plan() {
+            Some(plan) => plan.write_json(&mut out),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"receipt\":");
+        match self.receipt() {
+            Some(receipt) => receipt.write_json(&mut out),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"rejection\":");
+        match self.rejection() {
+            Some(refusal) => {
+                out.push(b'"');
+                out.extend_from_slice(refusal.as_str().as_bytes());
+                out.push(b'"');
+            }
+            None => out.extend_from_slice(b"null"),
+        }
+        if let Some(summary) = &self.result_digest {
+            out.extend_from_slice(b",\"result_digest\":{\"sha256\":\"");
+            out.extend_from_slice(summary.sha256.hex().as_str().as_bytes());
+            out.extend_from_slice(b"\",\"bytes\":");
+            out.extend_from_slice(summary.bytes.to_string().as_bytes());
+            out.push(b'}');
+        }
+        out.push(b'}');
+        // Every piece above is UTF-8.
+        String::from_utf8(out).unwrap_or_default()
     }
 
     fn view(&self) -> VerdictView<'_> {
@@ -298,5 +336,57 @@ where
         let output = serde_json::to_value(&result).unwrap_or(Value::Null);
         *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
         Ok(output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aml_core::{tool_fn, ActionBoundary, Effect, Policy, ResourceRule, ToolCatalog, ToolRegistration};
+    use serde_json::json;
+
+    fn gate() -> ToolGate {
+        // "to" may be a number: the resource mapper then fails (a host error).
+        let schema = json!({"type": "object", "properties": {"to": {"type": ["string", "number"]}},
+                            "required": ["to"]});
+        let catalog = ToolCatalog::new()
+            .with(ToolRegistration::new("send", Effect::Send, "p", ResourceRule::Argument("to".into()), schema).unwrap())
+            .unwrap();
+        let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+            {"tool": "send", "effect": "send", "resource": "ok", "requires_approval": false},
+            {"tool": "send", "effect": "send", "resource": "fails", "requires_approval": false}]}));
+        ToolGate::new(catalog, ActionBoundary::builder(std::sync::Arc::new(policy)).build())
+    }
+
+    #[tokio::test]
+    async fn to_json_is_the_text_serde_writes_for_every_kind_of_verdict() {
+        let gate = gate();
+        let tool = tool_fn(|call| async move {
+            match call.arguments()["to"].as_str() {
+                Some("fails") => Err(ToolError::new("the tool failed")),
+                _ => Ok(json!({"content": [], "isError": false, "k\u{e9}y": "v\"\n"})),
+            }
+        });
+        let calls = [
+            ("send", json!({"to": "ok"})),            // dispatched, with a result digest
+            ("send", json!({"to": "fails"})),         // unknown
+            ("send", json!({"to": "elsewhere"})),     // denied: blocked
+            ("send", json!({"to": 7})),               // host error ("argument \"to\" …")
+            ("send", json!({})),                      // refused by the schema
+            ("nothing", json!({})),                   // refused: unregistered
+        ];
+        let mut statuses = Vec::new();
+        for (name, arguments) in calls {
+            let outcome = gate.call_value(name, arguments, Some(&tool), None).await;
+            let verdict = McpVerdict::from_outcome(outcome);
+            statuses.push(verdict.status());
+            assert_eq!(verdict.to_json(), serde_json::to_string(&verdict.view()).unwrap());
+            assert_eq!(serde_json::from_str::<Value>(&verdict.to_json()).unwrap(), verdict.to_value());
+        }
+        let not_called = ResultStatus::NotCalled;
+        assert_eq!(
+            statuses,
+            [ResultStatus::Returned, ResultStatus::Unknown, not_called, not_called, not_called, not_called]
+        );
     }
 }

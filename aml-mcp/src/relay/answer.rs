@@ -11,6 +11,9 @@ use super::session::Reply;
 use super::tools::RelayTools;
 use crate::VERDICT_META_KEY;
 
+/// [`VERDICT_META_KEY`] as JSON text (it needs no escapes).
+const VERDICT_KEY_JSON: &str = "\"aml.action-boundary/verdict\"";
+
 /// The server's reply to a forwarded request, with the client's id and, when `verdict` is
 /// given, the verdict under the result's `_meta` (or an error's `data`).
 pub(crate) fn relay_reply(reply: &Reply, client_id: &[u8], verdict: Option<&str>) -> Vec<u8> {
@@ -37,9 +40,12 @@ fn add_verdict(
     member: &str,
     verdict: &str,
 ) -> Option<(Range<usize>, Vec<u8>)> {
-    let object: &RawValue = serde_json::from_slice(&message[object]).ok()?;
-    let members = Members::parse(object).ok()?;
-    let entry = format!("{}:{}", json_string(VERDICT_META_KEY), verdict);
+    let object_text = &message[object.clone()];
+    let members: Members<'_> = serde_json::from_slice(object_text).ok()?;
+    let mut entry = String::with_capacity(VERDICT_KEY_JSON.len() + 1 + verdict.len());
+    entry.push_str(VERDICT_KEY_JSON);
+    entry.push(':');
+    entry.push_str(verdict);
     match members.get(member) {
         Some(existing) => {
             let mut out = Vec::with_capacity(existing.get().len() + entry.len() + 2);
@@ -60,10 +66,16 @@ fn add_verdict(
             Some((range_in(message, existing), out))
         }
         None => {
-            let at = range_in(message, object).start + 1;
-            let separator = if members.0.is_empty() { "" } else { "," };
-            let text = format!("{}:{{{entry}}}{separator}", json_string(member));
-            Some((at..at, text.into_bytes()))
+            let at = object.start + 1;
+            let mut text = Vec::with_capacity(member.len() + entry.len() + 6);
+            text.extend_from_slice(json_string(member).as_bytes());
+            text.extend_from_slice(b":{");
+            text.extend_from_slice(entry.as_bytes());
+            text.push(b'}');
+            if !members.0.is_empty() {
+                text.push(b',');
+            }
+            Some((at..at, text))
         }
     }
 }
@@ -72,10 +84,8 @@ fn add_verdict(
 /// why, with the verdict.
 pub(crate) fn error_result(client_id: &[u8], explanation: &str, verdict: &str) -> bytes::Bytes {
     let result = format!(
-        "{{\"content\":[{{\"type\":\"text\",\"text\":{}}}],\"isError\":true,\"resultType\":\"complete\",\"_meta\":{{{}:{}}}}}",
+        "{{\"content\":[{{\"type\":\"text\",\"text\":{}}}],\"isError\":true,\"resultType\":\"complete\",\"_meta\":{{{VERDICT_KEY_JSON}:{verdict}}}}}",
         json_string(explanation),
-        json_string(VERDICT_META_KEY),
-        verdict
     );
     result_response(client_id, result.as_bytes())
 }
@@ -176,6 +186,11 @@ mod tests {
             json!({"mcp_result_status": "returned"})
         );
         assert_eq!(v["error"]["code"], -32602);
+    }
+
+    #[test]
+    fn the_verdict_key_text_is_the_key_as_json() {
+        assert_eq!(VERDICT_KEY_JSON, json_string(VERDICT_META_KEY));
     }
 
     #[test]

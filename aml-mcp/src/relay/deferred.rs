@@ -31,9 +31,9 @@ impl DeferredSink {
                 // Let the answer that came with this record go out, and gather the records of
                 // the next calls: the host's sink (a writer thread) is woken once per batch.
                 tokio::time::sleep(BATCH_WAIT).await;
-                task_inner.record(&first);
+                task_inner.record_owned(first);
                 while let Ok(next) = records.try_recv() {
-                    task_inner.record(&next);
+                    task_inner.record_owned(next);
                 }
             }
         });
@@ -43,9 +43,13 @@ impl DeferredSink {
 
 impl ReceiptSink for DeferredSink {
     fn record(&self, record: &Record) {
-        if let Err(unsent) = self.queue.send(record.clone()) {
+        self.record_owned(record.clone());
+    }
+
+    fn record_owned(&self, record: Record) {
+        if let Err(unsent) = self.queue.send(record) {
             // The task has ended (the runtime is shutting down): record now.
-            self.inner.record(&unsent.0);
+            self.inner.record_owned(unsent.0);
         }
     }
 }

@@ -149,7 +149,8 @@ pub(crate) fn result_response(id: &[u8], result: &[u8]) -> Bytes {
 
 /// `s` as a JSON string.
 pub(crate) fn json_string(s: &str) -> String {
-    Value::from(s).to_string()
+    // Writing a string cannot fail.
+    serde_json::to_string(s).unwrap_or_default()
 }
 
 /// The members of a JSON object in their order, values as raw text; duplicate names are an

@@ -232,6 +232,9 @@ pub async fn run(
     let mut gone_at: Option<Instant> = None;
     let mut handshake: Option<String> = None;
     let grace = relay.config.gone_grace;
+    // Made once: a waiter made and dropped on every turn of the loop costs two locks.
+    let fatal = relay.fatal_signal.notified();
+    tokio::pin!(fatal);
     loop {
         tokio::select! {
             status = &mut exited, if exit_pending => {
@@ -253,7 +256,7 @@ pub async fn run(
             },
             Some(_) = calls.join_next(), if !calls.is_empty() => {}
             _ = sleep_until(gone_at.map(|at| at + grace)), if gone_at.is_some() => break,
-            _ = relay.fatal_signal.notified() => {
+            _ = &mut fatal => {
                 // Calls in flight still answer their clients and leave their receipts.
                 let why = relay.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 handshake = Some(why.unwrap_or_default());

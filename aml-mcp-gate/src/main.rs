@@ -24,6 +24,9 @@ use clap::Parser;
 use approvals::Channel;
 use cli::{usage_error, Cli, Command, RunArgs};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,aml_mcp_gate=info"));

@@ -41,4 +41,13 @@ impl ReceiptSink for Receipts {
             stored.record(record);
         }
     }
+
+    fn record_owned(&self, record: Record) {
+        if let Some(stored) = &self.stored {
+            stored.record(&record);
+        }
+        if let Some(log) = &self.log {
+            log.record_owned(record);
+        }
+    }
 }

@@ -6,7 +6,8 @@ use serde_json::{json, Value};
 use crate::pb;
 
 fn digest_text(digest: Option<aml_core::Sha256Digest>) -> String {
-    digest.map(|d| d.to_string()).unwrap_or_default()
+    // The hex form on the stack, then one allocation of its exact size (no formatter).
+    digest.map(|d| d.hex().as_str().to_owned()).unwrap_or_default()
 }
 
 fn digest_json(text: &str) -> Value {

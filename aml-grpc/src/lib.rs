@@ -25,6 +25,7 @@
 
 mod client;
 mod convert;
+mod fields;
 mod finish;
 mod frames;
 mod route;

@@ -8,7 +8,10 @@
 //! ```
 //!
 //! Variants: `no_gate` and `gated` on the same bare tonic server and generated client over
-//! loopback (their difference is the gate, transport included); `no_gate_handler` and
+//! loopback (their difference is the gate, transport included), the gated one mounted as
+//! hosts do (`into_route`); `gated_generated_server`, the gated service on the generated
+//! server alone; `no_gate_sized`, the ungated tool answering with a gated-size plan and
+//! receipt; `gated_serve`, `serve` and `ToolClient`; `no_gate_handler` and
 //! `gated_handler`, the same two handlers called in process (the handler alone). Run two
 //! values of N and divide the difference by the difference of N, so set-up cancels out.
 #![allow(missing_docs)]
@@ -37,7 +40,7 @@ fn main() {
         .filter(|a| !a.starts_with("--"))
         .collect();
     let (Some(variant), Some(n)) = (args.first(), args.get(1).and_then(|n| n.parse::<usize>().ok())) else {
-        eprintln!("usage: unary_calls no_gate|gated|no_gate_handler|gated_handler N");
+        eprintln!("usage: unary_calls no_gate|gated|gated_generated_server|no_gate_sized|gated_serve|no_gate_handler|gated_handler N");
         std::process::exit(2);
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -60,6 +63,23 @@ fn main() {
         "gated_generated_server" => {
             let client = bare(&rt, gated(Arc::new(NoSink)));
             Box::new(move || call_bare(&rt, &client))
+        }
+        "gated_serve" => {
+            let client = rt.block_on(async {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let address = listener.local_addr().unwrap();
+                let service = gated(Arc::new(NoSink));
+                tokio::spawn(aml_grpc::serve(listener, service, std::future::pending()));
+                aml_grpc::ToolClient::connect(format!("http://{address}"))
+                    .await
+                    .unwrap()
+            });
+            Box::new(move || {
+                let done = rt
+                    .block_on(client.call_tool("fetch_record", ARGUMENTS, None))
+                    .unwrap();
+                assert_eq!(done.result["record"], 42);
+            })
         }
         "no_gate_handler" => Box::new(move || call_handler(&rt, &Ungated { sized: false })),
         "gated_handler" => {

@@ -1,8 +1,9 @@
 //! Plans and receipts between their protocol form and the `aml.v1` messages.
 
+use aml_core::{Plan, Receipt};
+
 use crate::fields::{self, Field};
 use crate::pb;
-use aml_core::{Plan, Receipt};
 
 fn digest_text(digest: Option<aml_core::Sha256Digest>) -> String {
     // The hex form on the stack, then one allocation of its exact size (no formatter).

@@ -5,7 +5,7 @@
 //! the service sees the call. The check here reads the 5-byte gRPC message prefix as it
 //! streams past and ends the request with `RESOURCE_EXHAUSTED` (the gRPC convention for a
 //! message above a limit), an `ErrorInfo`, and a call record, before the message is read.
-//! Answers leave in frames that let h2 write a short one at once ([`crate::frames`]).
+//! Answers leave in frames that let h2 write a short one at once (`frames.rs`).
 
 use std::convert::Infallible;
 use std::future::Future;

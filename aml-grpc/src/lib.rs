@@ -25,7 +25,9 @@
 
 mod client;
 mod convert;
+mod fields;
 mod finish;
+mod frames;
 mod route;
 mod server;
 mod service;
@@ -43,7 +45,7 @@ pub mod pb {
 
 pub use client::{CallError, Dispatched, ToolClient};
 pub use convert::{plan_from_message, plan_message, receipt_from_message, receipt_message};
-pub use route::ToolServiceRoute;
+pub use route::{RouteFuture, ToolServiceRoute};
 pub use server::{serve, ServeError, ServerLimits, FILE_DESCRIPTOR_SET};
 pub use service::{GatedToolService, ADAPTER};
 pub use status::{code_for, report_of, status_for, ServiceReason, StatusReport, DETAIL_LIMIT, DOMAIN};

@@ -5,8 +5,10 @@
 //! the service sees the call. The check here reads the 5-byte gRPC message prefix as it
 //! streams past and ends the request with `RESOURCE_EXHAUSTED` (the gRPC convention for a
 //! message above a limit), an `ErrorInfo`, and a call record, before the message is read.
+//! Answers leave in frames that let h2 write a short one at once (`frames.rs`).
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -19,6 +21,7 @@ use tonic::server::NamedService;
 use tonic::Status;
 use tower_service::Service;
 
+use crate::frames::SmallFrames;
 use crate::pb::tool_service_server::ToolServiceServer;
 use crate::service::{GatedToolService, ADAPTER};
 use crate::status::{service_status, ServiceReason};
@@ -54,7 +57,7 @@ impl NamedService for ToolServiceRoute {
 impl Service<http::Request<Body>> for ToolServiceRoute {
     type Response = http::Response<Body>;
     type Error = Infallible;
-    type Future = <ToolServiceServer<GatedToolService> as Service<http::Request<Body>>>::Future;
+    type Future = RouteFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Service::<http::Request<Body>>::poll_ready(&mut self.inner, cx)
@@ -74,7 +77,30 @@ impl Service<http::Request<Body>> for ToolServiceRoute {
                 clock: CallClock::start(),
             })
         });
-        self.inner.call(request)
+        RouteFuture {
+            inner: self.inner.call(request),
+        }
+    }
+}
+
+/// The answer of a [`ToolServiceRoute`]: tonic's, its data in frames that let h2 write a
+/// short answer at once.
+pub struct RouteFuture {
+    inner: <ToolServiceServer<GatedToolService> as Service<http::Request<Body>>>::Future,
+}
+
+impl std::fmt::Debug for RouteFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for RouteFuture {
+    type Output = Result<http::Response<Body>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let response = std::task::ready!(self.inner.as_mut().poll(cx))?;
+        Poll::Ready(Ok(response.map(|body| Body::new(SmallFrames::new(body)))))
     }
 }
 

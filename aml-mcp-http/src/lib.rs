@@ -31,6 +31,7 @@
 
 mod auth;
 mod body;
+mod envelope;
 mod front;
 mod message;
 mod sse;

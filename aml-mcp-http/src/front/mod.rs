@@ -1,7 +1,6 @@
 //! The HTTP front: accepts connections, checks each request (Origin, token, path, protocol
 //! version, size), and hands every new MCP session to the host as a relay [`Connection`].
 
-mod envelope;
 mod handler;
 mod session;
 mod stateless;

@@ -14,8 +14,8 @@ use aml_mcp::relay::{Connection, Inbound, UPSTREAM_GONE};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::envelope::{splice, ServerMessage};
 use super::SessionInfo;
+use crate::envelope::{splice, ServerMessage};
 use crate::{message, sse};
 
 /// SSE chunks queued for one POST before its progress notifications are dropped.

@@ -11,11 +11,11 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode};
 use serde_json::value::RawValue;
 
-use super::envelope::{decode_header_value, splice, ClientMessage, META_PROTOCOL_VERSION};
 use super::handler::{json_reply, refuse, refuse_code, Reply};
 use super::stateless::{Link, Refused};
 use super::Shared;
 use crate::body::Body;
+use crate::envelope::{decode_header_value, splice, ClientMessage, META_PROTOCOL_VERSION};
 
 /// JSON-RPC code for headers that disagree with the body (2026-07-28).
 pub(crate) const HEADER_MISMATCH: i64 = -32020;

@@ -185,6 +185,34 @@ pub(crate) fn decode_header_value(value: &str) -> Option<String> {
     String::from_utf8(base64_decode(encoded)?).ok()
 }
 
+/// Encodes a value for `Mcp-Name` (or `Mcp-Param-*`): as it is when it is printable ASCII
+/// without edge spaces and not itself in the encoded form, else `=?base64?…?=`.
+pub(crate) fn encode_header_value(value: &str) -> String {
+    let plain = value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && value.trim() == value
+        && !(value.starts_with("=?base64?") && value.ends_with("?="));
+    if plain {
+        return value.to_owned();
+    }
+    format!("=?base64?{}?=", base64_encode(value.as_bytes()))
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().fold(0u32, |n, b| (n << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// Standard base64 with padding, canonical only (what the specification's clients send).
 fn base64_decode(text: &str) -> Option<Vec<u8>> {
     let digit = |c: u8| -> Option<u32> {
@@ -293,6 +321,17 @@ mod tests {
         );
         for bad in ["=?base64?SGVsbG8?=", "=?base64?SGVsbG9=?=", "=?base64?S*==?="] {
             assert_eq!(decode_header_value(bad), None, "{bad}");
+        }
+        // The specification's examples, and a round trip of each.
+        for (value, encoded) in [
+            ("us-west1", "us-west1"),
+            ("Hello, 世界", "=?base64?SGVsbG8sIOS4lueVjA==?="),
+            (" padded ", "=?base64?IHBhZGRlZCA=?="),
+            ("line1\nline2", "=?base64?bGluZTEKbGluZTI=?="),
+            ("=?base64?literal?=", "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="),
+        ] {
+            assert_eq!(encode_header_value(value), encoded);
+            assert_eq!(decode_header_value(encoded).as_deref(), Some(value));
         }
     }
 }

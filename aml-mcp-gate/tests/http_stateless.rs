@@ -426,3 +426,64 @@ fn closing_the_response_stream_cancels_the_request_at_the_server() {
     let reply = request(gate.addr, "POST", &call_headers("echo", JSON_ONLY), &echo);
     assert_eq!(reply.json()["result"]["content"][0]["text"], "Echo: after");
 }
+
+/// The fixture server in its Streamable HTTP mode; killed when dropped.
+struct HttpServer(std::process::Child, u16);
+
+impl HttpServer {
+    fn start(audit: &Path) -> HttpServer {
+        let port = free_port();
+        let mut child = Command::new(peers().join("venv/bin/python"))
+            .arg(fixture("server.py"))
+            .args(["http", &port.to_string()])
+            .env("AML_STATELESS_AUDIT", audit)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return HttpServer(child, port);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the fixture server did not listen on {port} within 10 s");
+    }
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.1)
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn http_to_http_the_gate_relays_2026_07_28_to_a_remote_server_without_a_session() {
+    let dir = work("stateless-http-http");
+    write_config(&dir);
+    let server = HttpServer::start(&dir.join("audit.jsonl"));
+    let mut args = gate_args(&dir);
+    args.extend([
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--upstream".into(),
+        server.url(),
+    ]);
+    let gate = Gate::start(&args);
+    let gated = python_client(&gate.url, "", "auto");
+    assert_eq!(gated["protocol_version"], MODERN, "{gated}");
+    assert_eq!(gated["tools"], json!(["countdown", "echo", "slow_echo"]));
+    assert_eq!(gated["echo"]["text"], json!(["Echo: héllo"]));
+    assert_eq!(gated["echo"]["verdict"]["mcp_result_status"], "returned");
+    assert_eq!(gated["progress"].as_array().unwrap().len(), 3, "{gated}");
+    assert_eq!(gated["secret"]["verdict"]["receipt"]["reason"], "no_exact_rule");
+    let audit = read(&dir, "audit.jsonl");
+    assert_eq!(audit.lines().count(), 2, "{audit}");
+    assert!(!audit.contains("secret"), "{audit}");
+}

@@ -6,10 +6,14 @@ Tools: `echo(message)`; `slow_echo(message, seconds)` (answers after a pause);
 `countdown(steps)` (one progress notification per step, then "done"); `secret()` (the host
 registers it but no rule allows it: a call must never arrive). Each call appends a JSON line
 `{"tool": …, "arguments": …}` to the file named by AML_STATELESS_AUDIT.
+
+`server.py` serves stdio; `server.py http PORT` serves Streamable HTTP at
+http://127.0.0.1:PORT/mcp (both eras: 2026-07-28 requests by their MCP-Protocol-Version).
 """
 import asyncio
 import json
 import os
+import sys
 
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -52,4 +56,7 @@ def secret() -> str:
 
 
 if __name__ == "__main__":
-    app.run()
+    if sys.argv[1:2] == ["http"]:
+        app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        app.run()

@@ -290,6 +290,11 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
     let old_meta = echo.replace(MODERN, "2025-11-25");
     let huge = call(json!(3), "echo", json!({"message": "x".repeat(5000)}), None);
     let listen = modern(json!(4), "subscriptions/listen", json!({}));
+    let initialize = modern(
+        json!(5),
+        "initialize",
+        json!({"protocolVersion": MODERN, "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}),
+    );
     // What, the headers, the body, the status and the JSON-RPC error code expected.
     type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str, u16, i64);
     let cases: Vec<Case> = vec![
@@ -353,6 +358,13 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
             404,
             -32601,
         ),
+        (
+            "initialize as 2026-07-28",
+            with(&[v, ("mcp-method", "initialize")]),
+            &initialize,
+            400,
+            -32600,
+        ),
         ("a huge body", with(&[v, m, n]), &huge, 413, -32000),
     ];
     for (what, headers, body, status, code) in &cases {
@@ -394,6 +406,16 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
     let reply = request(addr, "POST", &with(&[v, m, n]), &echo);
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.json()["result"]["content"][0]["text"], "Echo: hi");
+    // A method the server does not know: its -32601, with 404 as 2026-07-28 asks.
+    let unknown = modern(json!(6), "no/such-method", json!({}));
+    let headers = [JSON_ONLY, CONTENT_JSON, v, ("mcp-method", "no/such-method")];
+    let reply = request(addr, "POST", &headers, &unknown);
+    assert_eq!(
+        (reply.status, reply.json()["error"]["code"].as_i64()),
+        (404, Some(-32601)),
+        "{}",
+        reply.body
+    );
 }
 
 #[test]

@@ -26,7 +26,7 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 const TRANSPORT_ERROR: i64 = -32000;
 /// JSON-RPC code for a protocol revision the front does not speak (2026-07-28's
 /// `UnsupportedProtocolVersionError`, which names the ones it does).
-const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+pub(super) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 pub(super) type Reply = Response<Body>;
 

@@ -11,7 +11,7 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode};
 use serde_json::value::RawValue;
 
-use super::handler::{json_reply, refuse, refuse_code, Reply};
+use super::handler::{json_reply, refuse, refuse_code, Reply, UNSUPPORTED_PROTOCOL_VERSION};
 use super::stateless::{Link, Refused};
 use super::Shared;
 use crate::body::Body;
@@ -20,6 +20,8 @@ use crate::envelope::{decode_header_value, splice, ClientMessage, META_PROTOCOL_
 /// JSON-RPC code for headers that disagree with the body (2026-07-28).
 pub(crate) const HEADER_MISMATCH: i64 = -32020;
 const METHOD_NOT_FOUND: i64 = -32601;
+/// 2026-07-28's code for a request that needs a client capability it did not declare.
+const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 
 /// What the stateless path needs from the request's headers (read before the body).
 #[derive(Debug)]
@@ -126,6 +128,14 @@ pub(super) async fn post(
     if let Err(reply) = check_envelope(&routing, &read, &method, id) {
         return *reply;
     }
+    if method == "initialize" {
+        // The handshake would fix the shared server's era for every stateless client.
+        return bad(
+            Some(id),
+            INVALID_REQUEST,
+            "initialize belongs to the handshake era: send it without the 2026-07-28 MCP-Protocol-Version header to open a session",
+        );
+    }
     if method == "subscriptions/listen" {
         return refuse_code(
             StatusCode::NOT_FOUND,
@@ -211,8 +221,31 @@ pub(super) async fn post(
     // The guard lives as long as this future: hyper drops it if the client goes away.
     let _guard = registered.guard;
     match rx.recv().await {
-        Some(answer) => json_reply(StatusCode::OK, answer),
+        Some(answer) => json_reply(status_of(&answer), answer),
         None => refuse(StatusCode::SERVICE_UNAVAILABLE, Some(id), "no answer"),
+    }
+}
+
+/// The HTTP status of a JSON answer, by its JSON-RPC error code as 2026-07-28 asks (`404`
+/// for an unknown method, `400` for a request the server found malformed); `200` otherwise.
+fn status_of(answer: &[u8]) -> StatusCode {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        error: Option<Error>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Error {
+        code: i64,
+    }
+    let code = serde_json::from_slice::<Answer>(answer)
+        .ok()
+        .and_then(|a| a.error)
+        .map(|e| e.code);
+    match code {
+        Some(METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+        Some(PARSE_ERROR | INVALID_REQUEST | INVALID_PARAMS | HEADER_MISMATCH) => StatusCode::BAD_REQUEST,
+        Some(MISSING_CLIENT_CAPABILITY | UNSUPPORTED_PROTOCOL_VERSION) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
     }
 }
 

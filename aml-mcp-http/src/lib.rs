@@ -6,7 +6,9 @@
 //!   SSE stream for server-initiated messages), `DELETE` (ends the session), the
 //!   `Mcp-Session-Id` and `MCP-Protocol-Version` headers, SSE event ids and `Last-Event-ID`
 //!   resumption; bearer tokens compared in constant time, an `Origin` allow-list, and limits
-//!   (body size, sessions, idle time, calls in flight per session).
+//!   (body size, sessions, idle time, calls in flight per session). Protocol 2026-07-28
+//!   requests (no session, a per-request `_meta` envelope) all come on one more
+//!   [`Connection`](aml_mcp::relay::Connection), with ids the front makes unique.
 //! - [`http_upstream`] connects to a remote Streamable HTTP server and gives an
 //!   [`Upstream`](aml_mcp::relay::Upstream) for the relay.
 //!

@@ -5,11 +5,16 @@
 //! progress token) at once each get their own answer and progress; hostile POSTs get a clear
 //! status and JSON-RPC error and reach nothing.
 //!
+//! rmcp's Streamable HTTP client transport (on a hyper client of the test's own) speaks
+//! 2026-07-28 through the gate too.
+//!
 //! The server is a stdio server built with the Python SDK (`tests/stateless/server.py`),
 //! behind `tee`, so the test sees every byte that reached it. `scripts/interop-setup`
 //! installs the SDK into `target/interop`.
 
 mod common;
+#[path = "stateless/rmcp_http.rs"]
+mod rmcp_http;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -508,4 +513,78 @@ fn http_to_http_the_gate_relays_2026_07_28_to_a_remote_server_without_a_session(
     let audit = read(&dir, "audit.jsonl");
     assert_eq!(audit.lines().count(), 2, "{audit}");
     assert!(!audit.contains("secret"), "{audit}");
+}
+
+#[test]
+fn an_rmcp_client_speaks_2026_07_28_through_the_gate() {
+    use rmcp::model::{CallToolRequestParams, ProtocolVersion};
+    use rmcp::transport::streamable_http_client::{
+        StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
+    };
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+
+    let dir = work("stateless-rmcp");
+    let gate = gate(&dir, &[]);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            let config = StreamableHttpClientTransportConfig::with_uri(gate.url.as_str());
+            let transport = StreamableHttpClientTransport::with_client(rmcp_http::HyperClient, config);
+            let lifecycle = ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            };
+            let client = ().serve_with_lifecycle(transport, lifecycle).await.unwrap();
+            let mut tools: Vec<String> = client
+                .list_all_tools()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|t| t.name.to_string())
+                .collect();
+            tools.sort();
+            let arguments = json!({"message": "from rmcp"}).as_object().unwrap().clone();
+            let echo = client
+                .call_tool(CallToolRequestParams::new("echo").with_arguments(arguments))
+                .await
+                .unwrap();
+            let secret = client
+                .call_tool(CallToolRequestParams::new("secret"))
+                .await
+                .unwrap();
+            let _ = client.cancel().await;
+            json!({"tools": tools, "echo": echo, "secret": secret})
+        })
+        .await
+        .expect("the rmcp client finished within 60 s")
+    });
+    assert_eq!(
+        report["tools"],
+        json!(["countdown", "echo", "slow_echo"]),
+        "{report}"
+    );
+    assert_eq!(
+        report["echo"]["content"][0]["text"], "Echo: from rmcp",
+        "{report}"
+    );
+    let verdict = "aml.action-boundary/verdict";
+    assert_eq!(report["echo"]["_meta"][verdict]["mcp_result_status"], "returned");
+    assert_eq!(report["secret"]["isError"], true);
+    assert_eq!(
+        report["secret"]["_meta"][verdict]["receipt"]["reason"],
+        "no_exact_rule"
+    );
+    let reached = read(&dir, "reached.log");
+    assert!(
+        reached.contains("\"server/discover\"") && !reached.contains("\"initialize\""),
+        "{reached}"
+    );
+    let audit = read(&dir, "audit.jsonl");
+    assert!(
+        audit.contains("from rmcp") && !audit.contains("secret"),
+        "{audit}"
+    );
 }

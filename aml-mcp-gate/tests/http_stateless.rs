@@ -32,7 +32,7 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The host's registry: three tools allowed, `secret` registered but allowed by no rule.
+/// The host's registry: four tools allowed, `secret` registered but allowed by no rule.
 fn write_config(dir: &Path) {
     let tools = [
         ("echo", json!({"message": {"type": "string"}}), vec!["message"]),
@@ -42,6 +42,7 @@ fn write_config(dir: &Path) {
             vec!["message", "seconds"],
         ),
         ("countdown", json!({"steps": {"type": "integer"}}), vec!["steps"]),
+        ("crash", json!({}), vec![]),
         ("secret", json!({}), vec![]),
     ];
     let registry: Vec<Value> = tools
@@ -54,7 +55,7 @@ fn write_config(dir: &Path) {
         })
         .collect();
     std::fs::write(dir.join("tools.json"), json!({"tools": registry}).to_string()).unwrap();
-    let rules: Vec<Value> = tools[..3]
+    let rules: Vec<Value> = tools[..4]
         .iter()
         .map(|(name, ..)| json!({"tool": name, "effect": "read", "resource": "fixture", "requires_approval": false}))
         .collect();
@@ -68,6 +69,12 @@ fn write_config(dir: &Path) {
 /// The gate in front of the fixture server; what reaches the server is in `dir/reached.log`,
 /// the calls it ran in `dir/audit.jsonl`.
 fn gate(dir: &Path, extra: &[&str]) -> Gate {
+    gate_with(dir, extra, true)
+}
+
+/// [`gate`], with the server behind `tee` or as the gate's own child (`exec`: its exit is
+/// the child's exit).
+fn gate_with(dir: &Path, extra: &[&str], tee: bool) -> Gate {
     write_config(dir);
     let mut args = gate_args(dir);
     args.extend(["--listen", "127.0.0.1:0"].map(String::from));
@@ -78,9 +85,13 @@ fn gate(dir: &Path, extra: &[&str]) -> Gate {
         "sh".into(),
         "-c".into(),
         format!(
-            "AML_STATELESS_AUDIT='{}' && export AML_STATELESS_AUDIT && tee -a '{}' | '{}' '{}'",
+            "AML_STATELESS_AUDIT='{}' && export AML_STATELESS_AUDIT && {} '{}' '{}'",
             dir.join("audit.jsonl").display(),
-            dir.join("reached.log").display(),
+            if tee {
+                format!("tee -a '{}' |", dir.join("reached.log").display())
+            } else {
+                "exec".into()
+            },
             python.display(),
             fixture("server.py").display()
         ),
@@ -156,7 +167,10 @@ fn the_python_sdk_client_speaks_2026_07_28_through_the_gate_and_the_handshake_er
     let modern = python_client(&gate.url, TOKEN, "auto");
     assert_eq!(modern["protocol_version"], MODERN, "{modern}");
     // The host lists what it registered and can allow.
-    assert_eq!(modern["tools"], json!(["countdown", "echo", "slow_echo"]));
+    assert_eq!(
+        modern["tools"],
+        json!(["countdown", "crash", "echo", "slow_echo"])
+    );
     assert_eq!(modern["echo"]["text"], json!(["Echo: héllo"]));
     assert_eq!(modern["echo"]["verdict"]["mcp_result_status"], "returned");
     assert_eq!(modern["countdown"]["text"], json!(["done"]));
@@ -505,7 +519,7 @@ fn http_to_http_the_gate_relays_2026_07_28_to_a_remote_server_without_a_session(
     let gate = Gate::start(&args);
     let gated = python_client(&gate.url, "", "auto");
     assert_eq!(gated["protocol_version"], MODERN, "{gated}");
-    assert_eq!(gated["tools"], json!(["countdown", "echo", "slow_echo"]));
+    assert_eq!(gated["tools"], json!(["countdown", "crash", "echo", "slow_echo"]));
     assert_eq!(gated["echo"]["text"], json!(["Echo: héllo"]));
     assert_eq!(gated["echo"]["verdict"]["mcp_result_status"], "returned");
     assert_eq!(gated["progress"].as_array().unwrap().len(), 3, "{gated}");
@@ -563,7 +577,7 @@ fn an_rmcp_client_speaks_2026_07_28_through_the_gate() {
     });
     assert_eq!(
         report["tools"],
-        json!(["countdown", "echo", "slow_echo"]),
+        json!(["countdown", "crash", "echo", "slow_echo"]),
         "{report}"
     );
     assert_eq!(
@@ -587,4 +601,81 @@ fn an_rmcp_client_speaks_2026_07_28_through_the_gate() {
         audit.contains("from rmcp") && !audit.contains("secret"),
         "{audit}"
     );
+}
+
+#[test]
+fn over_the_limit_429_and_after_the_server_dies_the_next_request_starts_a_new_one() {
+    let dir = work("stateless-limits");
+    let gate = gate_with(&dir, &["--max-stateless-calls", "1"], false);
+    let addr = gate.addr;
+    let slow = call(
+        json!(1),
+        "slow_echo",
+        json!({"message": "first", "seconds": 1.5}),
+        None,
+    );
+    let second = call(json!("two"), "echo", json!({"message": "over-the-limit"}), None);
+    std::thread::scope(|s| {
+        let first = s.spawn(|| request(addr, "POST", &call_headers("slow_echo", JSON_ONLY), &slow));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !read(&dir, "audit.jsonl").contains("first") {
+            assert!(
+                Instant::now() < deadline,
+                "the first call never reached the server"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // One request waits already: the limit is one, for all clients together.
+        let refused = request(addr, "POST", &call_headers("echo", JSON_ONLY), &second);
+        assert_eq!(refused.status, 429, "{}", refused.body);
+        assert_eq!(
+            (
+                refused.json()["id"].as_str(),
+                refused.json()["error"]["code"].as_i64()
+            ),
+            (Some("two"), Some(-32000))
+        );
+        assert_eq!(
+            first.join().unwrap().json()["result"]["content"][0]["text"],
+            "Echo: first"
+        );
+    });
+    assert!(
+        !read(&dir, "audit.jsonl").contains("over-the-limit"),
+        "the refused call was never sent"
+    );
+
+    // The server dies in a call: the call's answer says so (its receipt is unknown), and the
+    // next request is served by a new server.
+    let crash = call(json!(3), "crash", json!({}), None);
+    let reply = request(addr, "POST", &call_headers("crash", JSON_AND_SSE), &crash);
+    let answer = reply.json();
+    assert_eq!(answer["id"], 3, "{answer}");
+    assert!(
+        answer["result"]["isError"] == true || answer["error"].is_object(),
+        "{answer}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let echo = call(json!(4), "echo", json!({"message": "again"}), None);
+    loop {
+        let reply = request(addr, "POST", &call_headers("echo", JSON_ONLY), &echo);
+        if reply.status == 200 && reply.json()["result"]["content"][0]["text"] == "Echo: again" {
+            break;
+        }
+        // Until the old relay has ended (its grace period), requests are refused.
+        assert!(
+            Instant::now() < deadline,
+            "no new server: {} {}",
+            reply.status,
+            reply.body
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(gate);
+    let crashed = receipts(&dir)
+        .into_iter()
+        .filter(|r| r["tool"] == "crash")
+        .map(|r| r["receipt"]["execution_status"].clone())
+        .collect::<Vec<_>>();
+    assert_eq!(crashed, [json!("unknown")]);
 }

@@ -4,7 +4,8 @@ era, for the gate's stateless HTTP tests.
 
 Tools: `echo(message)`; `slow_echo(message, seconds)` (answers after a pause);
 `countdown(steps)` (one progress notification per step, then "done"); `secret()` (the host
-registers it but no rule allows it: a call must never arrive). Each call appends a JSON line
+registers it but no rule allows it: a call must never arrive); `crash()` (the process exits
+without answering). Each call appends a JSON line
 `{"tool": …, "arguments": …}` to the file named by AML_STATELESS_AUDIT.
 
 `server.py` serves stdio; `server.py http PORT` serves Streamable HTTP at
@@ -53,6 +54,12 @@ async def countdown(steps: int, ctx: Context) -> str:
 def secret() -> str:
     audit("secret", {})
     return "the secret"
+
+
+@app.tool()
+def crash() -> str:
+    audit("crash", {})
+    os._exit(3)
 
 
 if __name__ == "__main__":

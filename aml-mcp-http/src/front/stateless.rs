@@ -178,11 +178,45 @@ impl Link {
         })
     }
 
-    /// Passes a (rewritten) request to the relay. False if the relay has ended.
+    /// Passes a (rewritten) request to the relay. False if the relay has ended: the link is
+    /// then finished at once (the next request opens a new one), whether or not its relay's
+    /// messages have all come back yet.
     pub(crate) async fn send(&self, message: Bytes) -> bool {
-        match self.sender() {
+        let sent = match self.sender() {
             Some(tx) => tx.send(Inbound::Message(message)).await.is_ok(),
             None => false,
+        };
+        if !sent {
+            self.finish();
+        }
+        sent
+    }
+
+    /// No more requests: every one still waiting gets an error answer, and the front stops
+    /// handing this link out.
+    fn finish(&self) {
+        let left: Vec<Waiter> = {
+            let mut waiting = self.lock();
+            waiting.closed = true;
+            waiting.by_id.drain().map(|(_, w)| w).collect()
+        };
+        self.to_relay.lock().unwrap_or_else(|e| e.into_inner()).take();
+        for waiter in left {
+            let answer = message::error(
+                std::str::from_utf8(&waiter.client_id).ok(),
+                UPSTREAM_GONE,
+                "the gate's connection to the server ended before the server answered",
+            );
+            tokio::spawn(answer_to(waiter, answer));
+        }
+        if let Some(home) = self.home.upgrade() {
+            let mut current = home.link.lock().unwrap_or_else(|e| e.into_inner());
+            if current
+                .as_ref()
+                .is_some_and(|l| std::ptr::eq(Arc::as_ptr(l), self))
+            {
+                *current = None;
+            }
         }
     }
 
@@ -197,26 +231,7 @@ impl Link {
         while let Some(message) = from_relay.recv().await {
             self.deliver(&message).await;
         }
-        let left: Vec<Waiter> = {
-            let mut waiting = self.lock();
-            waiting.closed = true;
-            waiting.by_id.drain().map(|(_, w)| w).collect()
-        };
-        self.to_relay.lock().unwrap_or_else(|e| e.into_inner()).take();
-        for waiter in left {
-            let answer = message::error(
-                std::str::from_utf8(&waiter.client_id).ok(),
-                UPSTREAM_GONE,
-                "the gate's connection to the server ended before the server answered",
-            );
-            answer_to(waiter, answer).await;
-        }
-        if let Some(home) = self.home.upgrade() {
-            let mut current = home.link.lock().unwrap_or_else(|e| e.into_inner());
-            if current.as_ref().is_some_and(|l| Arc::ptr_eq(l, &self)) {
-                *current = None;
-            }
-        }
+        self.finish();
         tracing::info!(target: "aml_mcp_http", "stateless relay connection ended");
     }
 

@@ -299,3 +299,109 @@ async fn answer_to(waiter: Waiter, answer: Bytes) {
     // client that stopped reading has dropped its receiver and this fails at once.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), waiter.tx.send(chunk)).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn text(bytes: &Bytes) -> &str {
+        std::str::from_utf8(bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn answers_and_progress_get_the_clients_ids_back_and_the_rest_has_nowhere_to_go() {
+        let home = Arc::new(Stateless::default());
+        let peer = "127.0.0.1:1".parse().unwrap();
+        let (link, Some((mut relay, info))) = home.link(peer) else {
+            panic!("a new link")
+        };
+        assert!(info.stateless);
+        // The same link for the next request.
+        assert!(home.link(peer).1.is_none());
+        let (a, b) = (home.next_id(), home.next_id());
+        let mut sse = link.register(a, b"\"x\"", Some(b"7"), true, 2).ok().unwrap();
+        let mut json = link.register(b, b"\"x\"", Some(b"7"), false, 2).ok().unwrap();
+        assert!(matches!(
+            link.register(99, b"1", None, false, 2),
+            Err(Refused::Full)
+        ));
+
+        let to_front = relay.outgoing.clone();
+        let say = |m: String| {
+            let to_front = to_front.clone();
+            async move { to_front.send(Bytes::from(m)).await.unwrap() }
+        };
+        for id in [a, b] {
+            let token = Link::token_for(id);
+            say(format!(
+                r#"{{"method":"notifications/progress","params":{{"progressToken":{token},"progress":1}}}}"#
+            ))
+            .await;
+        }
+        say(r#"{"method":"notifications/message","params":{"data":"for nobody"}}"#.into()).await;
+        say(r#"{"jsonrpc":"2.0","id":"srv-1","method":"roots/list"}"#.into()).await;
+        say(format!(r#"{{"jsonrpc":"2.0","id":{a},"result":{{"n":1}}}}"#)).await;
+
+        // The SSE stream: its own progress, token restored, then its answer, id restored.
+        let progress = tokio::time::timeout(Duration::from_secs(5), sse.rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(text(&progress).contains(r#""progressToken":7,"#), "{progress:?}");
+        let answer = tokio::time::timeout(Duration::from_secs(5), sse.rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            text(&answer).contains(r#""id":"x","result":{"n":1}"#),
+            "{answer:?}"
+        );
+        // The server's request is answered at once, to the server.
+        let Some(Inbound::Message(refusal)) = relay.incoming.recv().await else {
+            panic!("an answer to the server")
+        };
+        assert!(
+            text(&refusal).contains(r#""id":"srv-1","error":{"code":-32601"#),
+            "{refusal:?}"
+        );
+        // A JSON body gets no progress; when the relay ends, its request is answered.
+        drop((to_front, relay));
+        let gone = tokio::time::timeout(Duration::from_secs(5), json.rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            text(&gone).contains(r#""id":"x","error":{"code":-32000"#),
+            "{gone:?}"
+        );
+        assert!(json.rx.recv().await.is_none());
+        // The next request opens a new link.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(home.link(peer).1.is_some());
+        drop((sse.guard, json.guard));
+    }
+
+    #[tokio::test]
+    async fn a_request_dropped_before_its_answer_is_cancelled_with_the_fronts_id() {
+        let home = Arc::new(Stateless::default());
+        let (link, Some((mut relay, _))) = home.link("127.0.0.1:1".parse().unwrap()) else {
+            panic!("a new link")
+        };
+        let id = home.next_id();
+        let registered = link.register(id, b"5", None, true, 4).ok().unwrap();
+        drop(registered);
+        let Some(Inbound::Message(note)) = relay.incoming.recv().await else {
+            panic!("a cancellation")
+        };
+        let expected = format!(r#""method":"notifications/cancelled","params":{{"requestId":{id},"#);
+        assert!(text(&note).contains(&expected), "{note:?}");
+        // An answer that comes anyway goes nowhere.
+        relay
+            .outgoing
+            .send(Bytes::from(format!(r#"{{"id":{id},"result":{{}}}}"#)))
+            .await
+            .unwrap();
+        assert!(link.lock().by_id.is_empty());
+    }
+}

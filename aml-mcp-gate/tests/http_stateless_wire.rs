@@ -108,6 +108,7 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
     let old_meta = echo.replace(MODERN, "2025-11-25");
     let huge = call(json!(3), "echo", json!({"message": "x".repeat(5000)}), None);
     let listen = modern(json!(4), "subscriptions/listen", json!({}));
+    let object_id = call(json!({"a": 1}), "echo", json!({"message": "hi"}), None);
     let initialize = modern(
         json!(5),
         "initialize",
@@ -175,6 +176,13 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
             &listen,
             404,
             -32601,
+        ),
+        (
+            "an id that is an object",
+            with(&[v, m, n]),
+            &object_id,
+            400,
+            -32600,
         ),
         (
             "initialize as 2026-07-28",

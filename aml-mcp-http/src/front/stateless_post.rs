@@ -125,6 +125,15 @@ pub(super) async fn post(
         return reply;
     };
     let id = &text[id_range.clone()];
+    let id_value: serde_json::Value = serde_json::from_str(id).unwrap_or_default();
+    if !(id_value.is_string() || id_value.is_i64() || id_value.is_u64()) {
+        // MCP ids are strings or integers; the front would otherwise hide a bad one behind its own.
+        return bad(
+            None,
+            INVALID_REQUEST,
+            "a request id must be a string or an integer",
+        );
+    }
     if let Err(reply) = check_envelope(&routing, &read, &method, id) {
         return *reply;
     }

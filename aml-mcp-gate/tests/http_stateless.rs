@@ -25,6 +25,19 @@ fn the_python_sdk_client_speaks_2026_07_28_through_the_gate_and_the_handshake_er
     let dir = work("stateless-python");
     let tokens = dir.join("tokens").display().to_string();
     let gate = gate(&dir, &["--tokens", &tokens]);
+    // Without the token a 2026-07-28 request is refused first, like any other, and reaches
+    // nothing (no server is even started for it).
+    let body = call(json!(1), "echo", json!({"message": "no token"}), None);
+    let reply = request(gate.addr, "POST", &call_headers("echo", JSON_AND_SSE), &body);
+    assert_eq!(reply.status, 401, "{}", reply.body);
+    let bearer = format!("Bearer {TOKEN}");
+    let mut foreign = call_headers("echo", JSON_AND_SSE);
+    foreign.extend([
+        ("authorization", bearer.as_str()),
+        ("origin", "http://evil.example"),
+    ]);
+    assert_eq!(request(gate.addr, "POST", &foreign, &body).status, 403);
+    assert_eq!(read(&dir, "reached.log"), "");
 
     let modern = python_client(&gate.url, TOKEN, "auto");
     assert_eq!(modern["protocol_version"], MODERN, "{modern}");

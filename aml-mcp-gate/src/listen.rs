@@ -1,7 +1,9 @@
 //! `--listen`: the gate as an MCP Streamable HTTP server. Each MCP session a client opens
 //! gets its own relay and its own upstream: a child process of its own (so `--max-sessions`
-//! caps the processes too), or its own session with the `--upstream` server. All sessions
-//! share the host's policy, grants and receipt log.
+//! caps the processes too), or its own session with the `--upstream` server. Protocol
+//! 2026-07-28 requests (no session) all share one more relay and upstream, started with the
+//! first of them and again after it ends; the server sees their messages as the clients sent
+//! them, so it speaks the era they carry. All share the host's policy, grants and receipt log.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,6 +44,10 @@ pub(crate) struct ListenArgs {
     /// How many requests of one session may wait for an answer at once; one more gets 429
     #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub(crate) max_calls_per_session: u64,
+    /// How many protocol 2026-07-28 (session-less) requests, from all clients together, may
+    /// wait for an answer at once; one more gets 429
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub(crate) max_stateless_calls: u64,
 }
 
 impl ListenArgs {
@@ -56,7 +62,8 @@ impl ListenArgs {
             .with_max_body_bytes(self.max_body_bytes as usize)
             .with_max_sessions(self.max_sessions as usize)
             .with_session_idle_timeout(Duration::from_secs(self.session_idle_timeout))
-            .with_max_calls_per_session(self.max_calls_per_session as usize);
+            .with_max_calls_per_session(self.max_calls_per_session as usize)
+            .with_max_stateless_calls(self.max_stateless_calls as usize);
         if let Some(path) = &self.tokens {
             let text =
                 std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -108,6 +115,12 @@ pub(crate) async fn serve(
         let (upstream, stopper) = started.split();
         let (tools, config, name) = (tools.clone(), config.clone(), server.name());
         sessions.spawn(async move {
+            if info.stateless {
+                tracing::info!(
+                    "{}: a relay for protocol 2026-07-28 requests (no sessions)",
+                    info.id
+                );
+            }
             let end = relay::run(tools, config, client, upstream, Vec::new()).await;
             match end {
                 RelayEnd::ClientClosed => tracing::info!("session {} ended", info.id),

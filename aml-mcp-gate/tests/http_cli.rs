@@ -94,6 +94,19 @@ fn http_usage_errors_exit_2_and_say_why() {
             ],
             "--max-sessions",
         ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--listen",
+                "127.0.0.1:0",
+                "--max-stateless-calls",
+                "0",
+                "--",
+                "s",
+            ],
+            "--max-stateless-calls",
+        ),
     ];
     for (args, why) in cases {
         let out = gate(&args);
@@ -120,6 +133,7 @@ fn help_lists_the_http_flags() {
         "--max-sessions",
         "--session-idle-timeout",
         "--max-calls-per-session",
+        "--max-stateless-calls",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
     }

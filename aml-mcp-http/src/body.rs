@@ -14,6 +14,12 @@ pub(crate) enum Body {
     Full(Option<Bytes>),
     /// Chunks as they are sent; ends when the sender is dropped.
     Stream(mpsc::Receiver<Bytes>),
+    /// A stream with something dropped when hyper drops the body (its end, or the client
+    /// gone): how the front notices a client that stopped waiting.
+    Watched {
+        rx: mpsc::Receiver<Bytes>,
+        _keep: Box<dyn std::any::Any + Send + Sync>,
+    },
 }
 
 impl Body {
@@ -38,7 +44,9 @@ impl hyper::body::Body for Body {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         match self.get_mut() {
             Body::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            Body::Stream(rx) => rx.poll_recv(cx).map(|chunk| chunk.map(|b| Ok(Frame::data(b)))),
+            Body::Stream(rx) | Body::Watched { rx, .. } => {
+                rx.poll_recv(cx).map(|chunk| chunk.map(|b| Ok(Frame::data(b))))
+            }
         }
     }
 
@@ -50,7 +58,7 @@ impl hyper::body::Body for Body {
         match self {
             Body::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             Body::Full(None) => SizeHint::with_exact(0),
-            Body::Stream(_) => SizeHint::default(),
+            Body::Stream(_) | Body::Watched { .. } => SizeHint::default(),
         }
     }
 }

@@ -6,7 +6,9 @@
 //!   SSE stream for server-initiated messages), `DELETE` (ends the session), the
 //!   `Mcp-Session-Id` and `MCP-Protocol-Version` headers, SSE event ids and `Last-Event-ID`
 //!   resumption; bearer tokens compared in constant time, an `Origin` allow-list, and limits
-//!   (body size, sessions, idle time, calls in flight per session).
+//!   (body size, sessions, idle time, calls in flight per session). Protocol 2026-07-28
+//!   requests (no session, a per-request `_meta` envelope) all come on one more
+//!   [`Connection`](aml_mcp::relay::Connection), with ids the front makes unique.
 //! - [`http_upstream`] connects to a remote Streamable HTTP server and gives an
 //!   [`Upstream`](aml_mcp::relay::Upstream) for the relay.
 //!
@@ -31,6 +33,7 @@
 
 mod auth;
 mod body;
+mod envelope;
 mod front;
 mod message;
 mod sse;
@@ -45,9 +48,20 @@ pub use upstream::{http_upstream, UpstreamConfig, UpstreamError};
 /// The path the front serves MCP at.
 pub const MCP_PATH: &str = "/mcp";
 
-/// The protocol revisions whose `MCP-Protocol-Version` header the front accepts (all that use
-/// the `initialize` handshake). A request that names another gets `400`.
-pub const PROTOCOL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// The protocol revisions whose `MCP-Protocol-Version` header the front accepts: those that
+/// use the `initialize` handshake, and [`STATELESS_PROTOCOL_VERSIONS`]. A request that names
+/// another gets `400`.
+pub const PROTOCOL_VERSIONS: &[&str] = &[
+    "2024-11-05",
+    "2025-03-26",
+    "2025-06-18",
+    "2025-11-25",
+    "2026-07-28",
+];
+
+/// The revisions served without a session (a per-request envelope, no `initialize`): a POST
+/// whose `MCP-Protocol-Version` names one goes to the front's stateless connection.
+pub const STATELESS_PROTOCOL_VERSIONS: &[&str] = &["2026-07-28"];
 
 /// The front's security settings and limits.
 #[derive(Debug, Clone)]
@@ -69,6 +83,9 @@ pub struct FrontConfig {
     pub session_idle_timeout: Duration,
     /// How many requests of one session may wait for an answer at once; one more gets `429`.
     pub max_calls_per_session: usize,
+    /// How many 2026-07-28 (stateless) requests, from all clients together, may wait for an
+    /// answer at once; one more gets `429`.
+    pub max_stateless_calls: usize,
     /// SSE events kept per stream for `Last-Event-ID` resumption.
     pub replay_events: usize,
 }
@@ -82,6 +99,7 @@ impl Default for FrontConfig {
             max_sessions: 64,
             session_idle_timeout: Duration::from_secs(600),
             max_calls_per_session: 32,
+            max_stateless_calls: 256,
             replay_events: 256,
         }
     }
@@ -111,6 +129,11 @@ impl FrontConfig {
     /// Sets [`session_idle_timeout`](Self::session_idle_timeout).
     pub fn with_session_idle_timeout(mut self, limit: Duration) -> Self {
         self.session_idle_timeout = limit;
+        self
+    }
+    /// Sets [`max_stateless_calls`](Self::max_stateless_calls).
+    pub fn with_max_stateless_calls(mut self, max: usize) -> Self {
+        self.max_stateless_calls = max;
         self
     }
     /// Sets [`max_calls_per_session`](Self::max_calls_per_session).

@@ -14,6 +14,15 @@ pub(crate) fn event(id: &str, data: &[u8]) -> Bytes {
     out.freeze()
 }
 
+/// One `message` event without an id, for a stream that cannot be resumed (2026-07-28).
+pub(crate) fn message_event(data: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(data.len() + 24);
+    out.extend_from_slice(b"event: message\ndata: ");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n\n");
+    out.freeze()
+}
+
 /// One event read from a stream.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Event {

@@ -1,6 +1,7 @@
 //! The HTTP upstream: the relay's server side as a Streamable HTTP client of a remote MCP
 //! server (plain `http://`; TLS is for a proxy in front, see the ADR).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +14,9 @@ use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::AbortHandle;
 
+use crate::envelope::{encode_header_value, ClientMessage};
 use crate::message::{self, Peek};
 use crate::sse::Decoder;
 
@@ -119,6 +122,7 @@ pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, Upst
         session: Mutex::new(None),
         version: Mutex::new(None),
         pool: Mutex::new(Vec::new()),
+        stateless_calls: Mutex::new(HashMap::new()),
         to_relay,
         gone: Mutex::new(Some(gone)),
         config,
@@ -137,6 +141,9 @@ struct Client {
     session: Mutex<Option<HeaderValue>>,
     version: Mutex<Option<HeaderValue>>,
     pool: Mutex<Vec<SendRequest<Full<Bytes>>>>,
+    /// 2026-07-28 requests waiting for their answer, by id (JSON text): cancelling one is
+    /// closing its response stream.
+    stateless_calls: Mutex<HashMap<String, AbortHandle>>,
     to_relay: mpsc::Sender<Inbound>,
     gone: Mutex<Option<oneshot::Sender<String>>>,
     config: UpstreamConfig,
@@ -152,12 +159,24 @@ impl Client {
         while let Some(message) = from_relay.recv().await {
             let peek = Peek::of(&message).unwrap_or_default();
             if peek.is_request() && peek.method.as_deref() != Some("initialize") {
-                tokio::spawn(self.clone().post(message, peek));
+                let headers = stateless_headers(&message);
+                let id = peek.id.clone().unwrap_or_default();
+                if headers.is_empty() {
+                    tokio::spawn(self.clone().post(message, peek, headers));
+                } else {
+                    // Held while spawning: the call removes itself when done, after this.
+                    let mut calls = lock(&self.stateless_calls);
+                    let task = tokio::spawn(self.clone().post(message, peek, headers));
+                    calls.insert(id, task.abort_handle());
+                }
+                continue;
+            }
+            if self.cancel_stateless(&message) {
                 continue;
             }
             // Notifications, answers and initialize go one at a time, in order.
             let initialized = peek.method.as_deref() == Some("notifications/initialized");
-            self.clone().post(message, peek).await;
+            self.clone().post(message, peek, Vec::new()).await;
             if initialized && !listening && lock(&self.session).is_some() {
                 listening = true;
                 tokio::spawn(self.clone().listen());
@@ -199,10 +218,51 @@ impl Client {
         }
     }
 
-    async fn post(self: Arc<Self>, message: Bytes, peek: Peek) {
-        let session = lock(&self.session).clone();
+    /// A `notifications/cancelled` for a 2026-07-28 request still waiting: its response
+    /// stream is closed instead (how that revision cancels over HTTP). True if it was.
+    fn cancel_stateless(&self, message: &[u8]) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Cancelled {
+            method: String,
+            params: CancelledParams,
+        }
+        #[derive(serde::Deserialize)]
+        struct CancelledParams {
+            #[serde(rename = "requestId")]
+            request_id: serde_json::Value,
+        }
+        let Ok(note) = serde_json::from_slice::<Cancelled>(message) else {
+            return false;
+        };
+        if note.method != "notifications/cancelled" {
+            return false;
+        }
+        match lock(&self.stateless_calls).remove(&note.params.request_id.to_string()) {
+            Some(call) => {
+                call.abort();
+                true
+            }
+            None => false,
+        }
+    }
+
+    async fn post(self: Arc<Self>, message: Bytes, peek: Peek, stateless: Vec<(HeaderName, HeaderValue)>) {
+        let id = peek.id.clone().unwrap_or_default();
+        self.post_one(message, peek, &stateless).await;
+        if !stateless.is_empty() {
+            lock(&self.stateless_calls).remove(&id);
+        }
+    }
+
+    async fn post_one(&self, message: Bytes, peek: Peek, stateless: &[(HeaderName, HeaderValue)]) {
+        // 2026-07-28 has no sessions: such a request never carries one.
+        let session = if stateless.is_empty() {
+            lock(&self.session).clone()
+        } else {
+            None
+        };
         let response = match self
-            .send(Method::POST, Some(message), session.clone(), None)
+            .send_with(Method::POST, Some(message), session.clone(), None, stateless)
             .await
         {
             Ok(response) => response,
@@ -227,6 +287,12 @@ impl Client {
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if !status.is_success() {
             let body = self.body(response).await.unwrap_or_default();
+            // The server's own JSON-RPC answer to this request (2026-07-28 servers send one
+            // with 400 and 404): passed on as it is.
+            let own = Peek::of(&body).is_some_and(|p| p.is_response() && p.id == peek.id);
+            if own {
+                return self.deliver(body.trim_ascii()).await;
+            }
             let text = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
             return self
                 .answer_error(&peek, &format!("the server answered HTTP {status}: {text}"))
@@ -360,6 +426,19 @@ impl Client {
         session: Option<HeaderValue>,
         last_event: Option<String>,
     ) -> Result<Response<Incoming>, String> {
+        self.send_with(method, body, session, last_event, &[]).await
+    }
+
+    /// [`send`](Self::send) with a 2026-07-28 request's own headers (its protocol version
+    /// replaces the session's).
+    async fn send_with(
+        &self,
+        method: Method,
+        body: Option<Bytes>,
+        session: Option<HeaderValue>,
+        last_event: Option<String>,
+        stateless: &[(HeaderName, HeaderValue)],
+    ) -> Result<Response<Incoming>, String> {
         let path = self.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
         let mut request = Request::builder().method(method.clone()).uri(path).header(
             header::HOST,
@@ -374,8 +453,13 @@ impl Client {
         if let Some(session) = session {
             request = request.header("mcp-session-id", session);
         }
-        if let Some(version) = lock(&self.version).clone() {
-            request = request.header("mcp-protocol-version", version);
+        if stateless.is_empty() {
+            if let Some(version) = lock(&self.version).clone() {
+                request = request.header("mcp-protocol-version", version);
+            }
+        }
+        for (name, value) in stateless {
+            request = request.header(name, value);
         }
         if let Some(last) = last_event {
             request = request.header("last-event-id", last);
@@ -431,6 +515,38 @@ impl Client {
             pool.push(sender);
         }
     }
+}
+
+/// The headers 2026-07-28 puts on a request (`MCP-Protocol-Version` from its `_meta`,
+/// `Mcp-Method`, and `Mcp-Name` for the methods that name something); none for a request
+/// of the handshake era (no version in `_meta`).
+fn stateless_headers(message: &[u8]) -> Vec<(HeaderName, HeaderValue)> {
+    let Some(read) = std::str::from_utf8(message)
+        .ok()
+        .and_then(|m| ClientMessage::read(m).ok())
+    else {
+        return Vec::new();
+    };
+    let Some(Some(version)) = read.meta_version.filter(|v| {
+        v.as_deref()
+            .is_some_and(|v| crate::STATELESS_PROTOCOL_VERSIONS.contains(&v))
+    }) else {
+        return Vec::new();
+    };
+    let mut headers = Vec::new();
+    let mut add = |name: &'static str, value: &str| {
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.push((HeaderName::from_static(name), value));
+        }
+    };
+    add("mcp-protocol-version", &version);
+    if let Some(method) = &read.method {
+        add("mcp-method", method);
+    }
+    if let Some(name) = &read.name {
+        add("mcp-name", &encode_header_value(name));
+    }
+    headers
 }
 
 /// Whether a pooled connection can take a request now (without waiting).

@@ -189,3 +189,97 @@ async fn an_upstream_that_cannot_be_reached_is_reported_gone() {
     let why = timeout(LIMIT, upstream.exited).await.unwrap().unwrap();
     assert!(why.contains("connect"), "{why}");
 }
+
+/// A 2026-07-28 request through the upstream client reaches a stateless front (which checks
+/// the request's headers against its envelope): with its own protocol version, `Mcp-Method`
+/// and `Mcp-Name` (encoded when not plain ASCII), no session; its progress and answer come
+/// back; the server's own JSON-RPC error passes as it is; and cancelling it closes its
+/// response stream, which the front passes on to its server as a cancellation.
+#[tokio::test]
+async fn a_2026_07_28_request_goes_without_a_session_with_its_headers_and_is_cancelled_by_closing_its_stream()
+{
+    let mut front = HttpFront::bind("127.0.0.1:0".parse().unwrap(), FrontConfig::default())
+        .await
+        .unwrap();
+    let url = format!("http://{}/mcp", front.local_addr());
+    let (seen_tx, mut seen) = tokio::sync::mpsc::channel::<Value>(16);
+    tokio::spawn(async move {
+        let (mut connection, info) = front.accept().await.unwrap();
+        assert!(info.stateless, "{info:?}");
+        while let Some(Inbound::Message(message)) = connection.incoming.recv().await {
+            let request: Value = serde_json::from_slice(&message).unwrap();
+            let _ = seen_tx.send(request.clone()).await;
+            if request["method"] == "slow" || request.get("id").is_none() {
+                continue;
+            }
+            if let Some(token) = request["params"]["_meta"].get("progressToken") {
+                let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": token, "progress": 1}});
+                let _ = connection.outgoing.send(Bytes::from(progress.to_string())).await;
+            }
+            let answer =
+                json!({"jsonrpc": "2.0", "id": request["id"], "result": {"name": request["params"]["name"]}});
+            let _ = connection.outgoing.send(Bytes::from(answer.to_string())).await;
+        }
+        drop(front);
+    });
+    let upstream = http_upstream(&url, UpstreamConfig::default()).unwrap();
+    let mut client = upstream.connection;
+    let outgoing = client.outgoing.clone();
+    let send = |id: u64, method: &str, mut params: Value| {
+        params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+        params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let outgoing = outgoing.clone();
+        async move { outgoing.send(Bytes::from(message.to_string())).await.unwrap() }
+    };
+
+    send(
+        1,
+        "tools/call",
+        json!({"name": "héllo wörld", "_meta": {"progressToken": "t"}}),
+    )
+    .await;
+    let progress = next_message(&mut client).await;
+    assert_eq!(progress["params"]["progressToken"], "t", "{progress}");
+    let answer = next_message(&mut client).await;
+    assert_eq!(
+        (&answer["id"], &answer["result"]["name"]),
+        (&json!(1), &json!("héllo wörld")),
+        "{answer}"
+    );
+
+    // The front refuses this one itself (404, -32601): the client gets that answer.
+    send(2, "subscriptions/listen", json!({})).await;
+    let refused = next_message(&mut client).await;
+    assert_eq!(
+        (&refused["id"], &refused["error"]["code"]),
+        (&json!(2), &json!(-32601)),
+        "{refused}"
+    );
+
+    send(3, "slow", json!({})).await;
+    let mut front_id = Value::Null;
+    while front_id.is_null() {
+        let m = timeout(LIMIT, seen.recv()).await.expect("in time").unwrap();
+        if m["method"] == "slow" {
+            front_id = m["id"].clone();
+        }
+    }
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}});
+    client
+        .outgoing
+        .send(Bytes::from(cancel.to_string()))
+        .await
+        .unwrap();
+    loop {
+        let m = timeout(LIMIT, seen.recv())
+            .await
+            .expect("a cancellation in time")
+            .unwrap();
+        if m["method"] == "notifications/cancelled" {
+            assert_eq!(m["params"]["requestId"], front_id, "{m}");
+            break;
+        }
+    }
+}

@@ -14,17 +14,21 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::mpsc;
 
 use super::session::{Refused, Session};
+use super::stateless_post::{self, Routing};
 use super::{SessionInfo, Shared};
 use crate::body::Body;
 use crate::message::{self, Peek};
-use crate::{auth, MCP_PATH, PROTOCOL_VERSIONS};
+use crate::{auth, MCP_PATH, PROTOCOL_VERSIONS, STATELESS_PROTOCOL_VERSIONS};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 /// JSON-RPC code for requests the transport refuses (limits, sessions, authentication).
 const TRANSPORT_ERROR: i64 = -32000;
+/// JSON-RPC code for a protocol revision the front does not speak (2026-07-28's
+/// `UnsupportedProtocolVersionError`, which names the ones it does).
+pub(super) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
-type Reply = Response<Body>;
+pub(super) type Reply = Response<Body>;
 
 pub(crate) async fn handle(
     shared: Arc<Shared>,
@@ -57,23 +61,32 @@ pub(crate) async fn handle(
             &format!("MCP is served at {MCP_PATH}"),
         ));
     }
+    let mut stateless = false;
     if let Some(version) = headers.get(VERSION_HEADER) {
         if !PROTOCOL_VERSIONS
             .iter()
             .any(|v| v.as_bytes() == version.as_bytes())
         {
-            return Ok(refuse(
-                StatusCode::BAD_REQUEST,
-                None,
-                &format!(
-                    "unsupported MCP-Protocol-Version {version:?}; this front speaks {}",
-                    PROTOCOL_VERSIONS.join(", ")
-                ),
-            ));
+            return Ok(unsupported_version(version));
         }
+        stateless = STATELESS_PROTOCOL_VERSIONS
+            .iter()
+            .any(|v| v.as_bytes() == version.as_bytes());
+    }
+    if stateless && request.method() != Method::POST {
+        // 2026-07-28 has no GET stream and no sessions to DELETE.
+        let mut reply = refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            None,
+            "protocol 2026-07-28 uses POST only",
+        );
+        reply
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return Ok(reply);
     }
     Ok(match *request.method() {
-        Method::POST => post(&shared, peer, request).await,
+        Method::POST => post(&shared, peer, request, stateless).await,
         Method::GET => get(&shared, &request),
         Method::DELETE => delete(&shared, &request),
         _ => {
@@ -87,15 +100,36 @@ pub(crate) async fn handle(
 }
 
 /// An HTTP error with a JSON-RPC error body.
-fn refuse(status: StatusCode, id: Option<&str>, why: &str) -> Reply {
+pub(super) fn refuse(status: StatusCode, id: Option<&str>, why: &str) -> Reply {
     let code = match status {
         StatusCode::BAD_REQUEST => INVALID_REQUEST,
         _ => TRANSPORT_ERROR,
     };
+    refuse_code(status, id, code, why)
+}
+
+/// An HTTP error with a JSON-RPC error body of the given code.
+pub(super) fn refuse_code(status: StatusCode, id: Option<&str>, code: i64, why: &str) -> Reply {
     json_reply(status, message::error(id, code, why))
 }
 
-fn json_reply(status: StatusCode, body: Bytes) -> Reply {
+/// `400` for a protocol revision the front does not speak, naming those it does (a
+/// 2026-07-28 client that supports an older one falls back to it).
+fn unsupported_version(version: &HeaderValue) -> Reply {
+    let requested = String::from_utf8_lossy(version.as_bytes());
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": UNSUPPORTED_PROTOCOL_VERSION,
+            "message": format!("unsupported MCP-Protocol-Version {requested:?}; this front speaks {}", PROTOCOL_VERSIONS.join(", ")),
+            "data": {"supported": PROTOCOL_VERSIONS, "requested": requested},
+        }
+    });
+    json_reply(StatusCode::BAD_REQUEST, Bytes::from(body.to_string()))
+}
+
+pub(super) fn json_reply(status: StatusCode, body: Bytes) -> Reply {
     let mut reply = Response::new(Body::from(body));
     *reply.status_mut() = status;
     reply
@@ -148,7 +182,7 @@ fn session_of(shared: &Shared, request: &Request<Incoming>) -> Result<Arc<Sessio
     })
 }
 
-async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>) -> Reply {
+async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>, stateless: bool) -> Reply {
     let max = shared.config.max_body_bytes;
     let declared = request
         .headers()
@@ -167,6 +201,14 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>) -> 
     }
     let wants_sse = accepts(&request, "text/event-stream");
     let wants_json = accepts(&request, "application/json") || !request.headers().contains_key(header::ACCEPT);
+    let routing = stateless.then(|| {
+        let version = request
+            .headers()
+            .get(VERSION_HEADER)
+            .map(HeaderValue::as_bytes)
+            .unwrap_or_default();
+        Routing::of(request.headers(), &String::from_utf8_lossy(version))
+    });
     let named = session_of(shared, &request);
     let body = match Limited::new(request.into_body(), max).collect().await {
         Ok(body) => body.to_bytes(),
@@ -179,6 +221,9 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>) -> 
             )
         }
     };
+    if let Some(routing) = routing {
+        return stateless_post::post(shared, peer, routing, body, wants_sse, wants_json).await;
+    }
     let messages = match message::split(&body) {
         Ok(messages) => messages,
         Err(why) => return json_reply(StatusCode::BAD_REQUEST, message::error(None, PARSE_ERROR, why)),
@@ -344,7 +389,11 @@ async fn open_session(
             .unwrap_or_else(|e| e.into_inner())
             .remove(&routed.id);
     });
-    let info = SessionInfo { id: session_id, peer };
+    let info = SessionInfo {
+        id: session_id,
+        peer,
+        stateless: false,
+    };
     if shared
         .new_sessions
         .send((Connection { incoming, outgoing }, info))

@@ -3,6 +3,8 @@
 
 mod handler;
 mod session;
+mod stateless;
+mod stateless_post;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,8 +26,12 @@ use session::Sessions;
 pub struct SessionInfo {
     /// The `Mcp-Session-Id` the front gave it.
     pub id: String,
-    /// Where its `initialize` came from.
+    /// Where its `initialize` came from (for the stateless connection: the first
+    /// 2026-07-28 request).
     pub peer: SocketAddr,
+    /// The connection for protocol 2026-07-28 requests (no session): every such request
+    /// from any client comes on it, until its relay ends; the next one then opens a new one.
+    pub stateless: bool,
 }
 
 /// An MCP Streamable HTTP server at [`crate::MCP_PATH`]: each session a client opens comes
@@ -37,6 +43,7 @@ pub struct HttpFront {
     local: SocketAddr,
     new_sessions: mpsc::Receiver<(Connection, SessionInfo)>,
     sessions: Sessions,
+    stateless: Arc<stateless::Stateless>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -46,6 +53,7 @@ pub(crate) struct Shared {
     pub(crate) config: FrontConfig,
     pub(crate) sessions: Sessions,
     pub(crate) new_sessions: mpsc::Sender<(Connection, SessionInfo)>,
+    pub(crate) stateless: Arc<stateless::Stateless>,
 }
 
 impl HttpFront {
@@ -57,10 +65,12 @@ impl HttpFront {
         let sessions: Sessions = Arc::new(Mutex::new(HashMap::new()));
         let (tx, new_sessions) = mpsc::channel(16);
         let idle = config.session_idle_timeout;
+        let stateless = Arc::new(stateless::Stateless::default());
         let shared = Arc::new(Shared {
             config,
             sessions: sessions.clone(),
             new_sessions: tx,
+            stateless: stateless.clone(),
         });
         let accept = tokio::spawn(accept_loop(listener, shared));
         let reaper = tokio::spawn(reap_idle(sessions.clone(), idle));
@@ -68,6 +78,7 @@ impl HttpFront {
             local,
             new_sessions,
             sessions,
+            stateless,
             tasks: vec![accept, reaper],
         })
     }
@@ -89,6 +100,7 @@ impl HttpFront {
             task.abort();
         }
         self.new_sessions.close();
+        self.stateless.close();
         let open: Vec<_> = self
             .sessions
             .lock()

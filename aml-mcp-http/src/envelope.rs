@@ -1,0 +1,337 @@
+//! Reading a 2026-07-28 message without re-encoding it: its members and where their values
+//! are in the bytes, so the front can check the per-request envelope against the headers and
+//! put its own id and progress token in place of the client's (and back) by splicing bytes.
+
+use std::fmt;
+use std::ops::Range;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// `_meta` key of the protocol revision a 2026-07-28 request was sent under.
+pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key of the client's capabilities (required with the version).
+pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// The members of one JSON object, in order, each value as its own text within the message.
+struct Members<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Collect;
+        impl<'de> Visitor<'de> for Collect {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut members: Vec<(String, &'de RawValue)> = Vec::new();
+                while let Some((key, value)) = map.next_entry::<String, &'de RawValue>()? {
+                    // Two readers could pick different copies of a duplicated member.
+                    if members.iter().any(|(k, _)| *k == key) {
+                        return Err(serde::de::Error::custom(format!("duplicate member {key:?}")));
+                    }
+                    members.push((key, value));
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(Collect)
+    }
+}
+
+impl<'a> Members<'a> {
+    /// The object `text` (a slice of the message), or `None` if it is not one.
+    fn of(text: &'a str) -> Result<Option<Members<'a>>, String> {
+        if text.trim_start().as_bytes().first() != Some(&b'{') {
+            return Ok(None);
+        }
+        serde_json::from_str(text).map(Some).map_err(|e| e.to_string())
+    }
+
+    fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+}
+
+/// Where `value` (borrowed from `message`) sits in it.
+fn range_in(message: &str, value: &RawValue) -> Range<usize> {
+    let start = value.get().as_ptr() as usize - message.as_ptr() as usize;
+    start..start + value.get().len()
+}
+
+fn as_string(value: &RawValue) -> Option<String> {
+    serde_json::from_str::<String>(value.get()).ok()
+}
+
+/// What the stateless path reads from a client's message.
+#[derive(Debug, Default)]
+pub(crate) struct ClientMessage {
+    pub(crate) method: Option<String>,
+    /// The id's bytes (a request has one that is not `null`).
+    pub(crate) id: Option<Range<usize>>,
+    /// `params._meta.progressToken`'s bytes.
+    pub(crate) progress_token: Option<Range<usize>>,
+    /// `params._meta["io.modelcontextprotocol/protocolVersion"]`: `Some(None)` if present but
+    /// not a string.
+    pub(crate) meta_version: Option<Option<String>>,
+    /// Whether `_meta` carries the client's capabilities.
+    pub(crate) has_capabilities: bool,
+    /// `params.name` (or `params.uri`), as `Mcp-Name` must repeat it, for the methods that
+    /// name something.
+    pub(crate) name: Option<String>,
+}
+
+impl ClientMessage {
+    /// Reads one message; `Err` says why it is not a JSON-RPC object the front can route
+    /// (not an object, a duplicated member where the front reads).
+    pub(crate) fn read(message: &str) -> Result<ClientMessage, String> {
+        let top = Members::of(message)?.ok_or("the body is not one JSON-RPC object")?;
+        let mut read = ClientMessage {
+            method: top.get("method").and_then(as_string),
+            id: top
+                .get("id")
+                .filter(|id| id.get() != "null")
+                .map(|id| range_in(message, id)),
+            ..ClientMessage::default()
+        };
+        let Some(params) = top.get("params") else {
+            return Ok(read);
+        };
+        let Some(params) = Members::of(params.get())? else {
+            return Ok(read);
+        };
+        let name_key = match read.method.as_deref() {
+            Some("tools/call" | "prompts/get") => Some("name"),
+            Some("resources/read") => Some("uri"),
+            _ => None,
+        };
+        read.name = name_key.and_then(|k| params.get(k)).and_then(as_string);
+        let Some(meta) = params.get("_meta") else {
+            return Ok(read);
+        };
+        let Some(meta) = Members::of(meta.get())? else {
+            return Ok(read);
+        };
+        read.progress_token = meta.get("progressToken").map(|t| range_in(message, t));
+        read.meta_version = meta.get(META_PROTOCOL_VERSION).map(as_string);
+        read.has_capabilities = meta.get(META_CLIENT_CAPABILITIES).is_some();
+        Ok(read)
+    }
+}
+
+/// Where the relay's message names a request of the front's: the id of an answer, or the
+/// `params.progressToken` of a progress notification.
+#[derive(Debug)]
+pub(crate) enum ServerMessage {
+    /// An answer (`id`, no `method`).
+    Answer { id: Range<usize> },
+    /// A notification with a progress token.
+    Progress { token: Range<usize> },
+    /// A request from the server (`method` and `id`).
+    Request { id: Range<usize> },
+    /// Anything else: a notification tied to no request the front can see.
+    Other,
+}
+
+impl ServerMessage {
+    /// Reads one message from the relay (which only sends JSON-RPC objects; anything else is
+    /// `Other`).
+    pub(crate) fn read(message: &str) -> ServerMessage {
+        let Ok(Some(top)) = Members::of(message) else {
+            return ServerMessage::Other;
+        };
+        let id = top.get("id").filter(|id| id.get() != "null");
+        match (top.get("method"), id) {
+            (None, Some(id)) => ServerMessage::Answer {
+                id: range_in(message, id),
+            },
+            (Some(_), Some(id)) => ServerMessage::Request {
+                id: range_in(message, id),
+            },
+            (Some(_), None) => top
+                .get("params")
+                .and_then(|p| Members::of(p.get()).ok().flatten())
+                .and_then(|p| p.get("progressToken"))
+                .map(|t| ServerMessage::Progress {
+                    token: range_in(message, t),
+                })
+                .unwrap_or(ServerMessage::Other),
+            (None, None) => ServerMessage::Other,
+        }
+    }
+}
+
+/// `message` with each range replaced (ranges must not overlap).
+pub(crate) fn splice(message: &[u8], replacements: &mut [(Range<usize>, &[u8])]) -> Vec<u8> {
+    replacements.sort_by_key(|(r, _)| r.start);
+    let mut out = Vec::with_capacity(message.len() + 32);
+    let mut at = 0;
+    for (range, with) in replacements.iter() {
+        out.extend_from_slice(&message[at..range.start]);
+        out.extend_from_slice(with);
+        at = range.end;
+    }
+    out.extend_from_slice(&message[at..]);
+    out
+}
+
+/// Decodes an `Mcp-Name` (or `Mcp-Param-*`) value: as sent, or the `=?base64?…?=` form.
+/// `None` for a malformed encoded value.
+pub(crate) fn decode_header_value(value: &str) -> Option<String> {
+    let Some(encoded) = value.strip_prefix("=?base64?").and_then(|v| v.strip_suffix("?=")) else {
+        return Some(value.to_owned());
+    };
+    String::from_utf8(base64_decode(encoded)?).ok()
+}
+
+/// Encodes a value for `Mcp-Name` (or `Mcp-Param-*`): as it is when it is printable ASCII
+/// without edge spaces and not itself in the encoded form, else `=?base64?…?=`.
+pub(crate) fn encode_header_value(value: &str) -> String {
+    let plain = value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && value.trim() == value
+        && !(value.starts_with("=?base64?") && value.ends_with("?="));
+    if plain {
+        return value.to_owned();
+    }
+    format!("=?base64?{}?=", base64_encode(value.as_bytes()))
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().fold(0u32, |n, b| (n << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Standard base64 with padding, canonical only (what the specification's clients send).
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let bytes = text.as_bytes();
+    if !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for (i, chunk) in bytes.chunks(4).enumerate() {
+        let last = i + 1 == bytes.len() / 4;
+        let pad = chunk.iter().rev().take_while(|c| **c == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return None;
+        }
+        let mut n = 0u32;
+        for c in &chunk[..4 - pad] {
+            n = (n << 6) | digit(*c)?;
+        }
+        n <<= 6 * pad as u32;
+        let decoded = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        // Bits left over in a padded group must be zero (one spelling per value).
+        if (pad == 1 && decoded[2] != 0) || (pad == 2 && decoded[1] != 0) {
+            return None;
+        }
+        out.extend_from_slice(&decoded[..3 - pad]);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CALL: &str = r#"{"jsonrpc":"2.0","id":"a\"1","method":"tools/call","params":{"name":"echo","arguments":{"id":9},"_meta":{"progressToken":7,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+
+    #[test]
+    fn reads_ranges_and_splices_without_touching_other_bytes() {
+        let read = ClientMessage::read(CALL).unwrap();
+        assert!(read.method.is_some());
+        let id = read.id.clone().unwrap();
+        assert_eq!(&CALL[id.clone()], r#""a\"1""#);
+        let token = read.progress_token.clone().unwrap();
+        assert_eq!(&CALL[token.clone()], "7");
+        assert_eq!(read.meta_version, Some(Some("2026-07-28".into())));
+        assert!(read.has_capabilities);
+        assert_eq!(read.name.as_deref(), Some("echo"));
+        let out = splice(CALL.as_bytes(), &mut [(token, b"\"t-5\""), (id, b"5")]);
+        let expected = CALL
+            .replace(r#""id":"a\"1""#, r#""id":5"#)
+            .replace(r#""progressToken":7"#, r#""progressToken":"t-5""#);
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+
+        let answer = r#"{"jsonrpc":"2.0","result":{"id":3},"id":5}"#;
+        let ServerMessage::Answer { id } = ServerMessage::read(answer) else {
+            panic!("an answer")
+        };
+        assert_eq!(&answer[id], "5");
+        let progress = r#"{"method":"notifications/progress","params":{"progressToken":"t-5","progress":1}}"#;
+        let ServerMessage::Progress { token } = ServerMessage::read(progress) else {
+            panic!("progress")
+        };
+        assert_eq!(&progress[token], "\"t-5\"");
+        assert!(matches!(
+            ServerMessage::read(r#"{"id":1,"method":"sampling/createMessage"}"#),
+            ServerMessage::Request { .. }
+        ));
+        assert!(matches!(
+            ServerMessage::read(r#"{"method":"notifications/message","params":{}}"#),
+            ServerMessage::Other
+        ));
+    }
+
+    #[test]
+    fn refuses_what_two_readers_could_read_differently() {
+        assert!(ClientMessage::read(r#"{"id":1,"id":2,"method":"ping"}"#).is_err());
+        assert!(ClientMessage::read(
+            r#"{"id":1,"method":"ping","params":{"_meta":{"progressToken":1,"progressToken":2}}}"#
+        )
+        .is_err());
+        assert!(ClientMessage::read("[1]").is_err());
+        assert!(ClientMessage::read(r#"{"id":1,"#).is_err());
+        // An escaped key is the same member.
+        let read = ClientMessage::read(r#"{"\u0069d":4,"method":"ping"}"#).unwrap();
+        assert!(read.id.is_some());
+    }
+
+    #[test]
+    fn header_values_decode_as_the_specification_encodes_them() {
+        assert_eq!(decode_header_value("us-west1").as_deref(), Some("us-west1"));
+        assert_eq!(
+            decode_header_value("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
+        assert_eq!(
+            decode_header_value("=?base64?IHBhZGRlZCA=?=").as_deref(),
+            Some(" padded ")
+        );
+        for bad in ["=?base64?SGVsbG8?=", "=?base64?SGVsbG9=?=", "=?base64?S*==?="] {
+            assert_eq!(decode_header_value(bad), None, "{bad}");
+        }
+        // The specification's examples, and a round trip of each.
+        for (value, encoded) in [
+            ("us-west1", "us-west1"),
+            ("Hello, 世界", "=?base64?SGVsbG8sIOS4lueVjA==?="),
+            (" padded ", "=?base64?IHBhZGRlZCA=?="),
+            ("line1\nline2", "=?base64?bGluZTEKbGluZTI=?="),
+            ("=?base64?literal?=", "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="),
+        ] {
+            assert_eq!(encode_header_value(value), encoded);
+            assert_eq!(decode_header_value(encoded).as_deref(), Some(value));
+        }
+    }
+}

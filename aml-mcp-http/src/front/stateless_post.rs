@@ -1,0 +1,305 @@
+//! One 2026-07-28 POST: the checks the transport specification asks of a server that reads
+//! the body (one message; the `_meta` envelope; `MCP-Protocol-Version`, `Mcp-Method` and
+//! `Mcp-Name` equal to what the body says), then the request goes to the shared stateless
+//! link with the front's own id and its answer comes back on this POST.
+
+use std::net::SocketAddr;
+
+use aml_mcp::relay::{INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
+use bytes::Bytes;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Response, StatusCode};
+use serde_json::value::RawValue;
+
+use super::handler::{json_reply, refuse, refuse_code, Reply, UNSUPPORTED_PROTOCOL_VERSION};
+use super::stateless::{Link, Refused};
+use super::Shared;
+use crate::body::Body;
+use crate::envelope::{decode_header_value, splice, ClientMessage, META_PROTOCOL_VERSION};
+
+/// JSON-RPC code for headers that disagree with the body (2026-07-28).
+pub(crate) const HEADER_MISMATCH: i64 = -32020;
+const METHOD_NOT_FOUND: i64 = -32601;
+/// 2026-07-28's code for a request that needs a client capability it did not declare.
+const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+
+/// What the stateless path needs from the request's headers (read before the body).
+#[derive(Debug)]
+pub(super) struct Routing {
+    version: String,
+    session: bool,
+    method: Option<String>,
+    name: Option<String>,
+    /// A routing header sent more than once (readers could take different copies).
+    duplicated: Option<&'static str>,
+}
+
+impl Routing {
+    /// The routing headers of a request whose `MCP-Protocol-Version` is `version`.
+    pub(super) fn of(headers: &HeaderMap, version: &str) -> Routing {
+        let one = |name: &'static str| {
+            let mut values = headers.get_all(name).iter();
+            let first = values
+                .next()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            (first, values.next().is_some())
+        };
+        let (_, version_twice) = one("mcp-protocol-version");
+        let (method, method_twice) = one("mcp-method");
+        let (name, name_twice) = one("mcp-name");
+        let duplicated = [
+            ("MCP-Protocol-Version", version_twice),
+            ("Mcp-Method", method_twice),
+            ("Mcp-Name", name_twice),
+        ]
+        .into_iter()
+        .find(|(_, twice)| *twice)
+        .map(|(n, _)| n);
+        Routing {
+            version: version.to_owned(),
+            session: headers.contains_key("mcp-session-id"),
+            method,
+            name,
+            duplicated,
+        }
+    }
+}
+
+fn bad(id: Option<&str>, code: i64, why: &str) -> Reply {
+    refuse_code(StatusCode::BAD_REQUEST, id, code, why)
+}
+
+/// Serves one stateless POST whose body has been read (and fits the size limit).
+pub(super) async fn post(
+    shared: &Shared,
+    peer: SocketAddr,
+    routing: Routing,
+    body: Bytes,
+    wants_sse: bool,
+    wants_json: bool,
+) -> Reply {
+    if routing.session {
+        return bad(
+            None,
+            INVALID_REQUEST,
+            "Mcp-Session-Id is not part of protocol 2026-07-28: sessions belong to the initialize handshake; send 2026-07-28 requests without one",
+        );
+    }
+    if let Some(header) = routing.duplicated {
+        return bad(
+            None,
+            HEADER_MISMATCH,
+            &format!("the {header} header appears more than once"),
+        );
+    }
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return bad(None, PARSE_ERROR, "the body is not UTF-8");
+    };
+    if text.trim_start().starts_with('[') {
+        return bad(
+            None,
+            INVALID_REQUEST,
+            "a 2026-07-28 POST carries one JSON-RPC request or notification, not a batch",
+        );
+    }
+    if serde_json::from_str::<&RawValue>(text).is_err() {
+        return bad(None, PARSE_ERROR, "the body is not JSON");
+    }
+    let read = match ClientMessage::read(text) {
+        Ok(read) => read,
+        Err(why) => return bad(None, INVALID_REQUEST, &format!("not a JSON-RPC message: {why}")),
+    };
+    let Some(method) = read.method.clone() else {
+        return bad(
+            None,
+            INVALID_REQUEST,
+            "a 2026-07-28 client sends requests and notifications only, never responses",
+        );
+    };
+    let Some(id_range) = read.id.clone() else {
+        // 2026-07-28 defines no client notifications over HTTP (closing the stream cancels):
+        // acknowledged, as the specification allows, and not passed on.
+        tracing::debug!(target: "aml_mcp_http", %peer, %method, "a stateless notification; acknowledged and dropped");
+        let mut reply = Response::new(Body::empty());
+        *reply.status_mut() = StatusCode::ACCEPTED;
+        return reply;
+    };
+    let id = &text[id_range.clone()];
+    let id_value: serde_json::Value = serde_json::from_str(id).unwrap_or_default();
+    if !(id_value.is_string() || id_value.is_i64() || id_value.is_u64()) {
+        // MCP ids are strings or integers; the front would otherwise hide a bad one behind its own.
+        return bad(
+            None,
+            INVALID_REQUEST,
+            "a request id must be a string or an integer",
+        );
+    }
+    if let Err(reply) = check_envelope(&routing, &read, &method, id) {
+        return *reply;
+    }
+    if method == "initialize" {
+        // The handshake would fix the shared server's era for every stateless client.
+        return bad(
+            Some(id),
+            INVALID_REQUEST,
+            "initialize belongs to the handshake era: send it without the 2026-07-28 MCP-Protocol-Version header to open a session",
+        );
+    }
+    if method == "subscriptions/listen" {
+        return refuse_code(
+            StatusCode::NOT_FOUND,
+            Some(id),
+            METHOD_NOT_FOUND,
+            "subscriptions/listen is not relayed by this gate over HTTP: its notifications could not be tied back to the stream",
+        );
+    }
+    if !wants_sse && !wants_json {
+        return refuse(
+            StatusCode::NOT_ACCEPTABLE,
+            Some(id),
+            "Accept must list application/json or text/event-stream",
+        );
+    }
+    let (link, announce) = shared.stateless.link(peer);
+    if let Some(new) = announce {
+        if shared.new_sessions.send(new).await.is_err() {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(id),
+                "the gate is shutting down",
+            );
+        }
+    }
+    let ours = shared.stateless.next_id();
+    let token = read.progress_token.clone().map(|r| (r.clone(), &body[r]));
+    let registered = match link.register(
+        ours,
+        id.as_bytes(),
+        token.as_ref().map(|(_, t)| *t),
+        wants_sse,
+        shared.config.max_stateless_calls,
+    ) {
+        Ok(registered) => registered,
+        Err(Refused::Full) => {
+            return refuse(
+                StatusCode::TOO_MANY_REQUESTS,
+                Some(id),
+                &format!(
+                    "{} stateless requests are already waiting for an answer (the limit): try again later",
+                    shared.config.max_stateless_calls
+                ),
+            )
+        }
+        Err(Refused::Closed) => {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(id),
+                "the gate's connection to the server has ended: try again",
+            )
+        }
+    };
+    let our_id = ours.to_string();
+    let our_token = Link::token_for(ours);
+    let mut replacements = vec![(id_range, our_id.as_bytes())];
+    if let Some((range, _)) = token {
+        replacements.push((range, our_token.as_bytes()));
+    }
+    let rewritten = crate::message::one_line(&splice(&body, &mut replacements));
+    if !link.send(rewritten).await {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(id),
+            "the gate's connection to the server has ended: try again",
+        );
+    }
+    let mut rx = registered.rx;
+    if wants_sse {
+        let mut reply = Response::new(Body::Watched {
+            rx,
+            _keep: Box::new(registered.guard),
+        });
+        let headers = reply.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        return reply;
+    }
+    // The guard lives as long as this future: hyper drops it if the client goes away.
+    let _guard = registered.guard;
+    match rx.recv().await {
+        Some(answer) => json_reply(status_of(&answer), answer),
+        None => refuse(StatusCode::SERVICE_UNAVAILABLE, Some(id), "no answer"),
+    }
+}
+
+/// The HTTP status of a JSON answer, by its JSON-RPC error code as 2026-07-28 asks (`404`
+/// for an unknown method, `400` for a request the server found malformed); `200` otherwise.
+fn status_of(answer: &[u8]) -> StatusCode {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        error: Option<Error>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Error {
+        code: i64,
+    }
+    let code = serde_json::from_slice::<Answer>(answer)
+        .ok()
+        .and_then(|a| a.error)
+        .map(|e| e.code);
+    match code {
+        Some(METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+        Some(PARSE_ERROR | INVALID_REQUEST | INVALID_PARAMS | HEADER_MISMATCH) => StatusCode::BAD_REQUEST,
+        Some(MISSING_CLIENT_CAPABILITY | UNSUPPORTED_PROTOCOL_VERSION) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    }
+}
+
+/// The per-request envelope and the headers that must repeat it; `Err` is the `400`.
+fn check_envelope(routing: &Routing, read: &ClientMessage, method: &str, id: &str) -> Result<(), Box<Reply>> {
+    let fail = |code, why: String| Err(Box::new(bad(Some(id), code, &why)));
+    match &read.meta_version {
+        None => {
+            return fail(
+                INVALID_PARAMS,
+                format!("params._meta must carry {META_PROTOCOL_VERSION:?} and the client's capabilities"),
+            )
+        }
+        Some(None) => return fail(INVALID_PARAMS, format!("{META_PROTOCOL_VERSION:?} must be a string")),
+        Some(Some(v)) if *v != routing.version => {
+            return fail(
+                HEADER_MISMATCH,
+                format!(
+                    "the MCP-Protocol-Version header {:?} does not match the request's {META_PROTOCOL_VERSION:?} {v:?}",
+                    routing.version
+                ),
+            )
+        }
+        Some(Some(_)) => {}
+    }
+    if !read.has_capabilities {
+        return fail(
+            INVALID_PARAMS,
+            "params._meta must carry the client's capabilities".into(),
+        );
+    }
+    if routing.method.as_deref() != Some(method) {
+        return fail(
+            HEADER_MISMATCH,
+            format!("the Mcp-Method header must be present and equal the request's method {method:?}"),
+        );
+    }
+    if let Some(name) = &read.name {
+        let sent = routing.name.as_deref().map(decode_header_value);
+        if sent != Some(Some(name.clone())) {
+            return fail(
+                HEADER_MISMATCH,
+                format!("the Mcp-Name header must be present and equal the request's name {name:?}"),
+            );
+        }
+    }
+    Ok(())
+}

@@ -188,7 +188,10 @@ mod tests {
                     };
                     let mut out = Vec::new();
                     plan.write_json(&mut out);
-                    assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&plan).unwrap());
+                    assert_eq!(
+                        String::from_utf8(out).unwrap(),
+                        serde_json::to_string(&plan).unwrap()
+                    );
                 }
             }
         }

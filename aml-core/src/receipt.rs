@@ -143,7 +143,10 @@ mod tests {
                     let receipt = Receipt::new(digest, decision, *reason);
                     let mut out = Vec::new();
                     receipt.write_json(&mut out);
-                    assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&receipt).unwrap());
+                    assert_eq!(
+                        String::from_utf8(out).unwrap(),
+                        serde_json::to_string(&receipt).unwrap()
+                    );
                 }
             }
         }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use sha2::Digest as _;
 use serde_json::Value;
+use sha2::Digest as _;
 
 use crate::{Plan, Receipt, Refusal, Sha256Digest};
 

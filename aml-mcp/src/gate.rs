@@ -350,12 +350,24 @@ mod tests {
         let schema = json!({"type": "object", "properties": {"to": {"type": ["string", "number"]}},
                             "required": ["to"]});
         let catalog = ToolCatalog::new()
-            .with(ToolRegistration::new("send", Effect::Send, "p", ResourceRule::Argument("to".into()), schema).unwrap())
+            .with(
+                ToolRegistration::new(
+                    "send",
+                    Effect::Send,
+                    "p",
+                    ResourceRule::Argument("to".into()),
+                    schema,
+                )
+                .unwrap(),
+            )
             .unwrap();
         let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
             {"tool": "send", "effect": "send", "resource": "ok", "requires_approval": false},
             {"tool": "send", "effect": "send", "resource": "fails", "requires_approval": false}]}));
-        ToolGate::new(catalog, ActionBoundary::builder(std::sync::Arc::new(policy)).build())
+        ToolGate::new(
+            catalog,
+            ActionBoundary::builder(std::sync::Arc::new(policy)).build(),
+        )
     }
 
     #[tokio::test]
@@ -368,12 +380,12 @@ mod tests {
             }
         });
         let calls = [
-            ("send", json!({"to": "ok"})),            // dispatched, with a result digest
-            ("send", json!({"to": "fails"})),         // unknown
-            ("send", json!({"to": "elsewhere"})),     // denied: blocked
-            ("send", json!({"to": 7})),               // host error ("argument \"to\" …")
-            ("send", json!({})),                      // refused by the schema
-            ("nothing", json!({})),                   // refused: unregistered
+            ("send", json!({"to": "ok"})),        // dispatched, with a result digest
+            ("send", json!({"to": "fails"})),     // unknown
+            ("send", json!({"to": "elsewhere"})), // denied: blocked
+            ("send", json!({"to": 7})),           // host error ("argument \"to\" …")
+            ("send", json!({})),                  // refused by the schema
+            ("nothing", json!({})),               // refused: unregistered
         ];
         let mut statuses = Vec::new();
         for (name, arguments) in calls {
@@ -381,12 +393,22 @@ mod tests {
             let verdict = McpVerdict::from_outcome(outcome);
             statuses.push(verdict.status());
             assert_eq!(verdict.to_json(), serde_json::to_string(&verdict.view()).unwrap());
-            assert_eq!(serde_json::from_str::<Value>(&verdict.to_json()).unwrap(), verdict.to_value());
+            assert_eq!(
+                serde_json::from_str::<Value>(&verdict.to_json()).unwrap(),
+                verdict.to_value()
+            );
         }
         let not_called = ResultStatus::NotCalled;
         assert_eq!(
             statuses,
-            [ResultStatus::Returned, ResultStatus::Unknown, not_called, not_called, not_called, not_called]
+            [
+                ResultStatus::Returned,
+                ResultStatus::Unknown,
+                not_called,
+                not_called,
+                not_called,
+                not_called
+            ]
         );
     }
 }

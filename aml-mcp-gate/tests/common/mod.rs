@@ -310,37 +310,47 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// server-everything in its Streamable HTTP mode on `port`; killed when dropped.
-pub struct EverythingHttp(pub Child, pub u16);
+/// A child process serving HTTP on a loopback port; killed when dropped.
+pub struct ListeningChild(pub Child, pub u16);
 
-impl EverythingHttp {
-    pub fn start() -> EverythingHttp {
-        let port = free_port();
-        let mut child = Command::new(everything())
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+impl ListeningChild {
+    /// Starts `command` and waits (up to 10 s) until `port` accepts connections.
+    pub fn start(mut command: Command, port: u16, what: &str) -> ListeningChild {
+        let mut child = command.spawn().unwrap();
         for _ in 0..200 {
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return EverythingHttp(child, port);
+                return ListeningChild(child, port);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = child.kill();
         let _ = child.wait();
-        panic!("server-everything did not listen on {port} within 10 s");
+        panic!("{what} did not listen on {port} within 10 s");
     }
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.1)
     }
 }
 
-impl Drop for EverythingHttp {
+impl Drop for ListeningChild {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// server-everything in its Streamable HTTP mode; killed when dropped.
+pub struct EverythingHttp;
+
+impl EverythingHttp {
+    pub fn start() -> ListeningChild {
+        let port = free_port();
+        let mut command = Command::new(everything());
+        command
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        ListeningChild::start(command, port, "server-everything")
     }
 }

@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -146,37 +145,18 @@ pub fn events(body: &str) -> Vec<Value> {
 }
 
 /// The fixture server in its Streamable HTTP mode; killed when dropped.
-pub struct HttpServer(std::process::Child, u16);
+pub struct HttpServer;
 
 impl HttpServer {
-    pub fn start(audit: &Path) -> HttpServer {
+    pub fn start(audit: &Path) -> ListeningChild {
         let port = free_port();
-        let mut child = Command::new(peers().join("venv/bin/python"))
+        let mut command = Command::new(peers().join("venv/bin/python"));
+        command
             .arg(fixture("server.py"))
             .args(["http", &port.to_string()])
             .env("AML_STATELESS_AUDIT", audit)
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return HttpServer(child, port);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("the fixture server did not listen on {port} within 10 s");
-    }
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.1)
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+            .stderr(std::process::Stdio::null());
+        ListeningChild::start(command, port, "the fixture server")
     }
 }

@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use super::call::{refuse_call, start_call};
 use super::frame::Inbound;
 use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
-use super::session::{Flight, Pending, Relay};
+use super::session::{Flight, Pending, Relay, Timer};
 use crate::ForwardError;
 
 fn strict_limits(relay: &Relay) -> Limits {
@@ -97,8 +97,10 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
                     .await;
             }
             let limit = match method {
-                "initialize" | "server/discover" => relay.config.handshake_timeout,
-                _ => relay.config.upstream_timeout,
+                "initialize" | "server/discover" => Some(relay.config.handshake_timeout),
+                // The server answers it when the subscription ends, not before (2026-07-28).
+                SUBSCRIPTIONS_LISTEN => None,
+                _ => Some(relay.config.upstream_timeout),
             };
             let id_range = range_in(&bytes, id);
             forward(relay, client_id, &bytes, id_range, method, limit).await;
@@ -148,20 +150,26 @@ pub(crate) fn flight_key(raw: &[u8]) -> String {
         .unwrap_or_else(|_| String::from_utf8_lossy(raw).into_owned())
 }
 
-/// Relays a client request with the relay's own id, answering it with a timeout.
+/// The 2026-07-28 request that opens a stream of notifications; they carry its id.
+pub(crate) const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
+
+/// Relays a client request with the relay's own id, answering it with a timeout (when it has
+/// a time limit).
 async fn forward(
     relay: &Arc<Relay>,
     client_id: Bytes,
     message: &[u8],
     id_range: std::ops::Range<usize>,
     method: &str,
-    limit: Duration,
+    limit: Option<Duration>,
 ) {
     let key = flight_key(&client_id);
     let upstream_id = {
         let mut state = relay.state();
         let id = state.next_id();
-        let timer = tokio::spawn(expire(Arc::clone(relay), id, method.to_owned(), limit)).abort_handle();
+        let timer = Timer(limit.map(|limit| {
+            tokio::spawn(expire(Arc::clone(relay), id, method.to_owned(), limit)).abort_handle()
+        }));
         state.pending.insert(
             id,
             Pending::Relayed {

@@ -3,14 +3,18 @@
 //! that sends the client's own requests back.
 
 use bytes::Bytes;
+use serde_json::value::RawValue;
 
 use super::answer::{filter_tools_list, relay_reply};
 use super::frame::Inbound;
-use super::jsonrpc::{self, error_response, range_in, scan_id, Envelope, Kind};
+use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
 use super::pins::{observe_answer, visible};
 use super::session::{Pending, Relay, Reply};
 use super::ServerRequestPolicy;
 use crate::ForwardError;
+
+/// Where a 2026-07-28 subscription's notifications carry the id of the request that opened it.
+const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 use aml_core::Refusal;
 
 pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
@@ -73,13 +77,31 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
                 // Pinned tools are unknown until the next list (ADR 016).
                 relay.state().seen.forget();
             }
-            relay.answer(bytes.clone()).await
+            match subscription_for_client(relay, &bytes, env.params) {
+                Some(renamed) => relay.answer(Bytes::from(renamed)).await,
+                None => relay.answer(bytes.clone()).await,
+            }
         }
         Err(why) => {
             let id = env.id.map(|id| Bytes::copy_from_slice(id.get().as_bytes()));
             unreadable(relay, id, format!("not a valid JSON-RPC message ({why})")).await
         }
     }
+}
+
+/// A notification of a 2026-07-28 subscription names it by the id of the
+/// `subscriptions/listen` request that opened it: the relay's id, which the client never saw.
+/// Returns the notification with the client's id in its place, when it names a request the
+/// relay has in flight for this client.
+fn subscription_for_client(relay: &Relay, message: &[u8], params: Option<&RawValue>) -> Option<Vec<u8>> {
+    let meta = Members::parse(params?).ok()?.get("_meta")?;
+    let id = Members::parse(meta).ok()?.get(SUBSCRIPTION_ID_META)?;
+    let upstream_id: u64 = id.get().parse().ok()?;
+    let client_id = match relay.state().pending.get(&upstream_id) {
+        Some(Pending::Relayed { client_id, .. }) => client_id.clone(),
+        _ => return None,
+    };
+    Some(splice(message, &mut [(range_in(message, id), &client_id[..])]))
 }
 
 /// The upstream repeats what it is sent: it is not an MCP server. Whoever waits is told.

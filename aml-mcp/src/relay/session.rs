@@ -94,7 +94,7 @@ pub(crate) enum Pending {
         client_id: Bytes,
         flight: String,
         tools_list: bool,
-        timer: AbortHandle,
+        timer: Timer,
     },
     /// A gated `tools/call`: its task takes the answer.
     Call {
@@ -102,6 +102,18 @@ pub(crate) enum Pending {
     },
     /// Cancelled or timed out: a late answer is dropped.
     Cancelled,
+}
+
+/// A relayed request's time limit: the task that answers it when the limit passes (none
+/// for a request that stays open by design, a 2026-07-28 `subscriptions/listen`).
+pub(crate) struct Timer(pub(crate) Option<AbortHandle>);
+
+impl Timer {
+    pub(crate) fn abort(&self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// The server's answer to a forwarded call, with where its members are.

@@ -323,3 +323,60 @@ async fn server_messages_that_are_not_utf8_never_reach_the_client() {
         "the notification was not relayed"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_subscription_has_no_time_limit_and_its_notifications_carry_the_clients_id() {
+    let mut ends = start(RelayConfig::default().with_upstream_timeout(Duration::from_secs(5)));
+    let listen = json!({"jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen",
+                        "params": {"notifications": {"toolsListChanged": true},
+                                   "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+    ends.to_relay.send(message(listen)).await.unwrap();
+    let forwarded = parse(ends.server_out.recv().await.unwrap());
+    let upstream_id = forwarded["id"].clone();
+    assert_ne!(upstream_id, json!("sub-1"));
+    // Long past the request time limit: no timeout answer, no cancellation sent.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(ends.from_relay.try_recv().is_err());
+    assert!(ends.server_out.try_recv().is_err());
+    let note = |method: &str, id: &Value| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"{method}","params":{{"_meta":{{"io.modelcontextprotocol/subscriptionId":{id},"k":1.50}}}}}}"#
+        )
+    };
+    for method in [
+        "notifications/subscriptions/acknowledged",
+        "notifications/tools/list_changed",
+    ] {
+        let sent = note(method, &upstream_id);
+        ends.server_in
+            .send(Inbound::Message(Bytes::from(sent.clone())))
+            .await
+            .unwrap();
+        let received = ends.from_relay.recv().await.unwrap();
+        // Only the id changes; every other byte is the server's.
+        assert_eq!(
+            std::str::from_utf8(&received).unwrap(),
+            sent.replace(&format!(":{upstream_id},"), r#":"sub-1","#)
+        );
+    }
+    // A subscription id the relay never sent passes unchanged.
+    let stranger = note("notifications/tools/list_changed", &json!(987));
+    ends.server_in
+        .send(Inbound::Message(Bytes::from(stranger.clone())))
+        .await
+        .unwrap();
+    assert_eq!(&ends.from_relay.recv().await.unwrap()[..], stranger.as_bytes());
+    // The client ends the subscription: the server is told, with its id.
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": "sub-1"}});
+    ends.to_relay.send(message(cancel)).await.unwrap();
+    let passed = parse(ends.server_out.recv().await.unwrap());
+    assert_eq!(passed["params"]["requestId"], upstream_id);
+    // Its notifications after that are the server's to explain: passed on unchanged.
+    let late = note("notifications/tools/list_changed", &upstream_id);
+    ends.server_in
+        .send(Inbound::Message(Bytes::from(late.clone())))
+        .await
+        .unwrap();
+    assert_eq!(&ends.from_relay.recv().await.unwrap()[..], late.as_bytes());
+}

@@ -44,7 +44,7 @@ fn the_python_sdk_client_speaks_2026_07_28_through_the_gate_and_the_handshake_er
     // The host lists what it registered and can allow.
     assert_eq!(
         modern["tools"],
-        json!(["countdown", "crash", "echo", "slow_echo"])
+        json!(["announce", "countdown", "crash", "echo", "slow_echo"])
     );
     assert_eq!(modern["echo"]["text"], json!(["Echo: héllo"]));
     assert_eq!(modern["echo"]["verdict"]["mcp_result_status"], "returned");
@@ -94,6 +94,24 @@ fn the_python_sdk_client_speaks_2026_07_28_through_the_gate_and_the_handshake_er
 }
 
 #[test]
+fn a_2026_07_28_subscription_through_the_gate_brings_the_servers_list_changed() {
+    let dir = work("stateless-listen");
+    let gate = gate(&dir, &[]);
+    let report = python_client(&gate.url, "", "listen");
+    assert_eq!(report["protocol_version"], MODERN, "{report}");
+    assert_eq!(report["honored"]["toolsListChanged"], true, "{report}");
+    assert_eq!(
+        report["announce"]["verdict"]["mcp_result_status"], "returned",
+        "{report}"
+    );
+    // The notification came on the subscription's stream, named by the client's own id
+    // (the SDK drops one it cannot match to its subscription).
+    assert_eq!(report["event"], "ToolsListChanged", "{report}");
+    let reached = read(&dir, "reached.log");
+    assert!(reached.contains("\"subscriptions/listen\""), "{reached}");
+}
+
+#[test]
 fn http_to_http_the_gate_relays_2026_07_28_to_a_remote_server_without_a_session() {
     let dir = work("stateless-http-http");
     write_config(&dir);
@@ -108,7 +126,10 @@ fn http_to_http_the_gate_relays_2026_07_28_to_a_remote_server_without_a_session(
     let gate = Gate::start(&args);
     let gated = python_client(&gate.url, "", "auto");
     assert_eq!(gated["protocol_version"], MODERN, "{gated}");
-    assert_eq!(gated["tools"], json!(["countdown", "crash", "echo", "slow_echo"]));
+    assert_eq!(
+        gated["tools"],
+        json!(["announce", "countdown", "crash", "echo", "slow_echo"])
+    );
     assert_eq!(gated["echo"]["text"], json!(["Echo: héllo"]));
     assert_eq!(gated["echo"]["verdict"]["mcp_result_status"], "returned");
     assert_eq!(gated["progress"].as_array().unwrap().len(), 3, "{gated}");
@@ -166,7 +187,7 @@ fn an_rmcp_client_speaks_2026_07_28_through_the_gate() {
     });
     assert_eq!(
         report["tools"],
-        json!(["countdown", "crash", "echo", "slow_echo"]),
+        json!(["announce", "countdown", "crash", "echo", "slow_echo"]),
         "{report}"
     );
     assert_eq!(

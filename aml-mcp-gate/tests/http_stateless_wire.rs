@@ -171,11 +171,11 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
             -32600,
         ),
         (
-            "subscriptions/listen",
-            with(&[v, ("mcp-method", "subscriptions/listen")]),
+            "subscriptions/listen without an event stream",
+            vec![JSON_ONLY, CONTENT_JSON, v, ("mcp-method", "subscriptions/listen")],
             &listen,
-            404,
-            -32601,
+            406,
+            -32000,
         ),
         (
             "an id that is an object",

@@ -120,14 +120,20 @@ impl ClientMessage {
     }
 }
 
-/// Where the relay's message names a request of the front's: the id of an answer, or the
-/// `params.progressToken` of a progress notification.
+/// Where a 2026-07-28 subscription's notifications name the request that opened it.
+pub(crate) const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// Where the relay's message names a request of the front's: the id of an answer, the
+/// `params.progressToken` of a progress notification, or the subscription of a notification.
 #[derive(Debug)]
 pub(crate) enum ServerMessage {
     /// An answer (`id`, no `method`).
     Answer { id: Range<usize> },
     /// A notification with a progress token.
     Progress { token: Range<usize> },
+    /// A notification of a 2026-07-28 subscription: `id` is the range of the
+    /// `subscriptions/listen` request's id in its `_meta`.
+    Subscription { id: Range<usize> },
     /// A request from the server (`method` and `id`).
     Request { id: Range<usize> },
     /// Anything else: a notification tied to no request the front can see.
@@ -149,14 +155,29 @@ impl ServerMessage {
             (Some(_), Some(id)) => ServerMessage::Request {
                 id: range_in(message, id),
             },
-            (Some(_), None) => top
-                .get("params")
-                .and_then(|p| Members::of(p.get()).ok().flatten())
-                .and_then(|p| p.get("progressToken"))
-                .map(|t| ServerMessage::Progress {
-                    token: range_in(message, t),
-                })
-                .unwrap_or(ServerMessage::Other),
+            (Some(_), None) => {
+                let Some(params) = top
+                    .get("params")
+                    .and_then(|p| Members::of(p.get()).ok().flatten())
+                else {
+                    return ServerMessage::Other;
+                };
+                let subscription = params
+                    .get("_meta")
+                    .and_then(|m| Members::of(m.get()).ok().flatten())
+                    .and_then(|m| m.get(SUBSCRIPTION_ID_META));
+                if let Some(id) = subscription {
+                    return ServerMessage::Subscription {
+                        id: range_in(message, id),
+                    };
+                }
+                params
+                    .get("progressToken")
+                    .map(|t| ServerMessage::Progress {
+                        token: range_in(message, t),
+                    })
+                    .unwrap_or(ServerMessage::Other)
+            }
             (None, None) => ServerMessage::Other,
         }
     }

@@ -212,6 +212,11 @@ async fn a_2026_07_28_request_goes_without_a_session_with_its_headers_and_is_can
             if request["method"] == "slow" || request.get("id").is_none() {
                 continue;
             }
+            if request["method"] == "subscriptions/listen" {
+                let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+                    "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": request["id"]}}});
+                let _ = connection.outgoing.send(Bytes::from(note.to_string())).await;
+            }
             if let Some(token) = request["params"]["_meta"].get("progressToken") {
                 let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
                     "params": {"progressToken": token, "progress": 1}});
@@ -249,14 +254,22 @@ async fn a_2026_07_28_request_goes_without_a_session_with_its_headers_and_is_can
         "{answer}"
     );
 
-    // The front refuses this one itself (404, -32601): the client gets that answer.
-    send(2, "subscriptions/listen", json!({})).await;
-    let refused = next_message(&mut client).await;
+    // A subscription: its notification comes on its stream, named by the client's id, then
+    // its answer ends it.
+    send(
+        2,
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    )
+    .await;
+    let note = next_message(&mut client).await;
     assert_eq!(
-        (&refused["id"], &refused["error"]["code"]),
-        (&json!(2), &json!(-32601)),
-        "{refused}"
+        note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        json!(2),
+        "{note}"
     );
+    let ended = next_message(&mut client).await;
+    assert_eq!(ended["id"], json!(2), "{ended}");
 
     send(3, "slow", json!({})).await;
     let mut front_id = Value::Null;

@@ -2,9 +2,11 @@
 gate's stateless HTTP tests; prints a JSON report.
 
 Usage: client.py URL TOKEN MODE
-MODE: "auto" (probe server/discover, fall back to initialize) or "legacy" (initialize only).
-The scenario: the negotiated protocol version, tools/list, echo, countdown (its progress
-notifications), and secret (denied by the host).
+MODE: "auto" (probe server/discover, fall back to initialize) or "legacy" (initialize only):
+the negotiated protocol version, tools/list, echo, countdown (its progress notifications),
+and secret (denied by the host). MODE "listen": a 2026-07-28 `subscriptions/listen` for tool
+list changes, then `announce`; reports what the subscription honoured and the event that
+came.
 """
 import asyncio
 import json
@@ -37,6 +39,16 @@ async def main():
 
     async with create_mcp_http_client(headers=headers) as http:
         transport = streamable_http_client(url, http_client=http)
+        if mode == "listen":
+            async with Client(transport, mode="auto", cache=None) as client:
+                report = {"protocol_version": client.protocol_version}
+                async with client.listen(tools_list_changed=True) as sub:
+                    report["honored"] = sub.honored.model_dump(by_alias=True, exclude_none=True)
+                    report["announce"] = call_report(await client.call_tool("announce", {}))
+                    event = await asyncio.wait_for(sub.__anext__(), 20)
+                    report["event"] = type(event).__name__
+            print(json.dumps(report))
+            return
         async with Client(transport, mode=mode, cache=None) as client:
             report = {"protocol_version": client.protocol_version}
             listed = await client.list_tools()

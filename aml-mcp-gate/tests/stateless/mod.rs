@@ -18,7 +18,7 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The host's registry: four tools allowed, `secret` registered but allowed by no rule.
+/// The host's registry: five tools allowed, `secret` registered but allowed by no rule.
 pub fn write_config(dir: &Path) {
     let tools = [
         ("echo", json!({"message": {"type": "string"}}), vec!["message"]),
@@ -29,6 +29,7 @@ pub fn write_config(dir: &Path) {
         ),
         ("countdown", json!({"steps": {"type": "integer"}}), vec!["steps"]),
         ("crash", json!({}), vec![]),
+        ("announce", json!({}), vec![]),
         ("secret", json!({}), vec![]),
     ];
     let registry: Vec<Value> = tools
@@ -41,7 +42,7 @@ pub fn write_config(dir: &Path) {
         })
         .collect();
     std::fs::write(dir.join("tools.json"), json!({"tools": registry}).to_string()).unwrap();
-    let rules: Vec<Value> = tools[..4]
+    let rules: Vec<Value> = tools[..5]
         .iter()
         .map(|(name, ..)| json!({"tool": name, "effect": "read", "resource": "fixture", "requires_approval": false}))
         .collect();

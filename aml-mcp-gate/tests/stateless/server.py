@@ -5,7 +5,7 @@ era, for the gate's stateless HTTP tests.
 Tools: `echo(message)`; `slow_echo(message, seconds)` (answers after a pause);
 `countdown(steps)` (one progress notification per step, then "done"); `secret()` (the host
 registers it but no rule allows it: a call must never arrive); `crash()` (the process exits
-without answering). Each call appends a JSON line
+without answering); `announce()` (tells 2026-07-28 subscribers that the tool list changed). Each call appends a JSON line
 `{"tool": …, "arguments": …}` to the file named by AML_STATELESS_AUDIT.
 
 `server.py` serves stdio; `server.py http PORT` serves Streamable HTTP at
@@ -54,6 +54,13 @@ async def countdown(steps: int, ctx: Context) -> str:
 def secret() -> str:
     audit("secret", {})
     return "the secret"
+
+
+@app.tool()
+async def announce(ctx: Context) -> str:
+    audit("announce", {})
+    await ctx.notify_tools_changed()
+    return "announced"
 
 
 @app.tool()

@@ -269,6 +269,22 @@ impl Link {
                 // A client too slow to read its progress loses some, never its answer.
                 let _ = waiter.tx.try_send(sse::message_event(&restored));
             }
+            ServerMessage::Subscription { id } => {
+                let waiting = self.lock();
+                let waiter = text[id.clone()]
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|n| waiting.by_id.get(&n))
+                    .filter(|w| w.sse);
+                let Some(waiter) = waiter else {
+                    tracing::debug!(target: "aml_mcp_http", "a notification for no open stateless subscription; dropped");
+                    return;
+                };
+                let restored = splice(message, &mut [(id, &waiter.client_id[..])]);
+                if waiter.tx.try_send(sse::message_event(&restored)).is_err() {
+                    tracing::warn!(target: "aml_mcp_http", "a stateless subscriber is not reading its stream; a notification was dropped");
+                }
+            }
             ServerMessage::Request { id } => {
                 // 2026-07-28 has no server-to-client requests over HTTP: say so at once
                 // rather than let the server wait.
@@ -380,6 +396,42 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(home.link(peer).1.is_some());
         drop((sse.guard, json.guard));
+    }
+
+    #[tokio::test]
+    async fn a_subscriptions_notifications_reach_its_stream_with_the_clients_id() {
+        let home = Arc::new(Stateless::default());
+        let (link, Some((relay, _))) = home.link("127.0.0.1:1".parse().unwrap()) else {
+            panic!("a new link")
+        };
+        let (listen, plain) = (home.next_id(), home.next_id());
+        let mut stream = link.register(listen, b"\"sub\"", None, true, 4).ok().unwrap();
+        let mut json = link.register(plain, b"2", None, false, 4).ok().unwrap();
+        let note = |id: u64| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{{"_meta":{{"io.modelcontextprotocol/subscriptionId":{id}}}}}}}"#
+            )
+        };
+        for id in [listen, plain, 999] {
+            relay.outgoing.send(Bytes::from(note(id))).await.unwrap();
+        }
+        let event = tokio::time::timeout(Duration::from_secs(5), stream.rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let expected = note(listen).replace(&format!(":{listen}}}"), r#":"sub"}"#);
+        assert!(text(&event).contains(&expected), "{event:?}");
+        // The subscription's answer ends it, on the same stream.
+        let end = format!(r#"{{"jsonrpc":"2.0","id":{listen},"result":{{}}}}"#);
+        relay.outgoing.send(Bytes::from(end)).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), stream.rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(text(&answer).contains(r#""id":"sub","result""#), "{answer:?}");
+        // A JSON request has no stream: nothing of another id's subscription reached it.
+        assert!(json.rx.try_recv().is_err());
+        drop((stream.guard, json.guard));
     }
 
     #[tokio::test]

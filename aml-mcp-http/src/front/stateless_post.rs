@@ -145,12 +145,12 @@ pub(super) async fn post(
             "initialize belongs to the handshake era: send it without the 2026-07-28 MCP-Protocol-Version header to open a session",
         );
     }
-    if method == "subscriptions/listen" {
-        return refuse_code(
-            StatusCode::NOT_FOUND,
+    if method == "subscriptions/listen" && !wants_sse {
+        // Its notifications come on the request's stream: a JSON body has none.
+        return refuse(
+            StatusCode::NOT_ACCEPTABLE,
             Some(id),
-            METHOD_NOT_FOUND,
-            "subscriptions/listen is not relayed by this gate over HTTP: its notifications could not be tied back to the stream",
+            "subscriptions/listen answers with a stream: Accept must list text/event-stream",
         );
     }
     if !wants_sse && !wants_json {

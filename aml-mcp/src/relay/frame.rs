@@ -118,10 +118,18 @@ pub async fn read_messages<R: AsyncRead + Unpin>(
         match reader.read_buf(framer.buffer()).await {
             Ok(0) => return None,
             Ok(_) => {
+                let mut delivered = false;
                 while let Some(frame) = framer.next_frame() {
                     if sink.send(frame).await.is_err() {
                         return None;
                     }
+                    delivered = true;
+                }
+                if delivered {
+                    // Let the message be handled (and whatever it causes be written) before
+                    // the next read, which usually finds nothing: that empty read is then
+                    // not on the message's path.
+                    tokio::task::yield_now().await;
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,

@@ -176,6 +176,7 @@ async fn forward(
                 client_id,
                 flight: key.clone(),
                 tools_list: method == "tools/list",
+                subscription: method == SUBSCRIPTIONS_LISTEN,
                 timer,
             },
         );

@@ -91,14 +91,18 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
 
 /// A notification of a 2026-07-28 subscription names it by the id of the
 /// `subscriptions/listen` request that opened it: the relay's id, which the client never saw.
-/// Returns the notification with the client's id in its place, when it names a request the
-/// relay has in flight for this client.
+/// Returns the notification with the client's id in its place, when it names a subscription
+/// the relay has open for this client (never another kind of request).
 fn subscription_for_client(relay: &Relay, message: &[u8], params: Option<&RawValue>) -> Option<Vec<u8>> {
     let meta = Members::parse(params?).ok()?.get("_meta")?;
     let id = Members::parse(meta).ok()?.get(SUBSCRIPTION_ID_META)?;
     let upstream_id: u64 = id.get().parse().ok()?;
     let client_id = match relay.state().pending.get(&upstream_id) {
-        Some(Pending::Relayed { client_id, .. }) => client_id.clone(),
+        Some(Pending::Relayed {
+            client_id,
+            subscription: true,
+            ..
+        }) => client_id.clone(),
         _ => return None,
     };
     Some(splice(message, &mut [(range_in(message, id), &client_id[..])]))

@@ -94,6 +94,8 @@ pub(crate) enum Pending {
         client_id: Bytes,
         flight: String,
         tools_list: bool,
+        /// A 2026-07-28 `subscriptions/listen`: its notifications name it.
+        subscription: bool,
         timer: Timer,
     },
     /// A gated `tools/call`: its task takes the answer.

@@ -359,7 +359,20 @@ async fn a_subscription_has_no_time_limit_and_its_notifications_carry_the_client
             sent.replace(&format!(":{upstream_id},"), r#":"sub-1","#)
         );
     }
-    // A subscription id the relay never sent passes unchanged.
+    // A subscription id the relay never sent passes unchanged, and so does one that names a
+    // request that is not a subscription.
+    let list = json!({"jsonrpc": "2.0", "id": "l-1", "method": "tools/list"});
+    ends.to_relay.send(message(list)).await.unwrap();
+    let list_id = parse(ends.server_out.recv().await.unwrap())["id"].clone();
+    let not_a_subscription = note("notifications/tools/list_changed", &list_id);
+    ends.server_in
+        .send(Inbound::Message(Bytes::from(not_a_subscription.clone())))
+        .await
+        .unwrap();
+    assert_eq!(
+        &ends.from_relay.recv().await.unwrap()[..],
+        not_a_subscription.as_bytes()
+    );
     let stranger = note("notifications/tools/list_changed", &json!(987));
     ends.server_in
         .send(Inbound::Message(Bytes::from(stranger.clone())))

@@ -279,10 +279,17 @@ pub fn open_session(addr: SocketAddr, extra: &[(&str, &str)]) -> String {
 
 /// Runs `scripts/interop/mcp_http_client.py TARGET SCENARIO ARGS`: its JSON report.
 pub fn python(target: &Value, scenario: &[&str]) -> Value {
+    let script = repo().join("scripts/interop/mcp_http_client.py");
+    let mut args = vec![target.to_string()];
+    args.extend(scenario.iter().map(|a| a.to_string()));
+    python_report(&script, &args)
+}
+
+/// Runs a Python script of the interop venv with `args`; its stdout as a JSON report.
+pub fn python_report(script: &Path, args: &[String]) -> Value {
     let out = Command::new(peers().join("venv/bin/python"))
-        .arg(repo().join("scripts/interop/mcp_http_client.py"))
-        .arg(target.to_string())
-        .args(scenario)
+        .arg(script)
+        .args(args)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -92,18 +92,7 @@ pub fn read(dir: &Path, file: &str) -> String {
 
 /// Runs `tests/stateless/client.py URL TOKEN MODE`: its JSON report.
 pub fn python_client(url: &str, token: &str, mode: &str) -> Value {
-    let out = Command::new(peers().join("venv/bin/python"))
-        .arg(fixture("client.py"))
-        .args([url, token, mode])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "python client failed ({}): {stderr}",
-        out.status
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+    python_report(&fixture("client.py"), &[url.into(), token.into(), mode.into()])
 }
 
 /// A 2026-07-28 request body: `params` plus the per-request envelope.

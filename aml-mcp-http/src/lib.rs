@@ -88,6 +88,11 @@ pub struct FrontConfig {
     pub max_stateless_calls: usize,
     /// SSE events kept per stream for `Last-Event-ID` resumption.
     pub replay_events: usize,
+    /// While an SSE stream has had nothing to send for this long (a slow tool call, a quiet
+    /// `GET` stream), the front sends an SSE comment (`: keep-alive`), which clients ignore,
+    /// so that proxies and clients that close idle connections keep it open; `None` sends
+    /// none.
+    pub sse_keep_alive: Option<Duration>,
 }
 
 impl Default for FrontConfig {
@@ -101,6 +106,7 @@ impl Default for FrontConfig {
             max_calls_per_session: 32,
             max_stateless_calls: 256,
             replay_events: 256,
+            sse_keep_alive: Some(Duration::from_secs(15)),
         }
     }
 }
@@ -134,6 +140,11 @@ impl FrontConfig {
     /// Sets [`max_stateless_calls`](Self::max_stateless_calls).
     pub fn with_max_stateless_calls(mut self, max: usize) -> Self {
         self.max_stateless_calls = max;
+        self
+    }
+    /// Sets [`sse_keep_alive`](Self::sse_keep_alive).
+    pub fn with_sse_keep_alive(mut self, every: Option<Duration>) -> Self {
+        self.sse_keep_alive = every;
         self
     }
     /// Sets [`max_calls_per_session`](Self::max_calls_per_session).

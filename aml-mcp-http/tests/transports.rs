@@ -296,3 +296,63 @@ async fn a_2026_07_28_request_goes_without_a_session_with_its_headers_and_is_can
         }
     }
 }
+
+/// A front whose server answers every request after `delay`, with SSE keep-alives every
+/// `keep_alive`.
+async fn slow_front(delay: Duration, keep_alive: Option<Duration>) -> String {
+    let config = FrontConfig::default().with_sse_keep_alive(keep_alive);
+    let mut front = HttpFront::bind("127.0.0.1:0".parse().unwrap(), config)
+        .await
+        .unwrap();
+    let addr = front.local_addr().to_string();
+    tokio::spawn(async move {
+        while let Some((mut connection, _)) = front.accept().await {
+            tokio::spawn(async move {
+                while let Some(Inbound::Message(message)) = connection.incoming.recv().await {
+                    let request: Value = serde_json::from_slice(&message).unwrap();
+                    let Some(id) = request.get("id").cloned() else {
+                        continue;
+                    };
+                    if request["method"] != "initialize" {
+                        tokio::time::sleep(delay).await;
+                    }
+                    let answer = json!({"jsonrpc": "2.0", "id": id,
+                        "result": {"protocolVersion": "2025-06-18", "done": request["method"]}});
+                    let _ = connection.outgoing.send(Bytes::from(answer.to_string())).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A slow call over SSE: with keep-alives the quiet stream gets `: keep-alive` comments
+/// before its answer; without, only the answer.
+#[tokio::test]
+async fn a_quiet_sse_stream_gets_keep_alive_comments_until_its_answer() {
+    for keep_alive in [Some(Duration::from_millis(100)), None] {
+        let addr = slow_front(Duration::from_millis(700), keep_alive).await;
+        let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+        let reply = raw(&addr, post(&addr, None, "application/json", init)).await;
+        let session = reply
+            .lines()
+            .find_map(|l| l.strip_prefix("mcp-session-id: "))
+            .unwrap()
+            .to_string();
+        let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow"}}"#;
+        let accept = "application/json, text/event-stream";
+        let reply = raw(&addr, post(&addr, Some(&session), accept, call)).await;
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        assert!(reply.contains("text/event-stream"), "{reply}");
+        let comments = reply.matches(": keep-alive\n\n").count();
+        let answer = reply.find(r#""done":"tools/call""#).expect("the answer");
+        match keep_alive {
+            // 700 ms of quiet at 100 ms: several, all before the answer.
+            Some(_) => {
+                assert!(comments >= 3, "{comments} keep-alives: {reply}");
+                assert!(reply.rfind(": keep-alive").unwrap() < answer, "{reply}");
+            }
+            None => assert_eq!(comments, 0, "{reply}"),
+        }
+    }
+}

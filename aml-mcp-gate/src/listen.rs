@@ -48,6 +48,11 @@ pub(crate) struct ListenArgs {
     /// wait for an answer at once; one more gets 429
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub(crate) max_stateless_calls: u64,
+    /// While an SSE stream has had nothing to send for this long, send it a `: keep-alive`
+    /// comment (clients ignore it; proxies that close idle connections see traffic); 0 sends
+    /// none
+    #[arg(long, value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub(crate) sse_keep_alive: u64,
 }
 
 impl ListenArgs {
@@ -63,7 +68,8 @@ impl ListenArgs {
             .with_max_sessions(self.max_sessions as usize)
             .with_session_idle_timeout(Duration::from_secs(self.session_idle_timeout))
             .with_max_calls_per_session(self.max_calls_per_session as usize)
-            .with_max_stateless_calls(self.max_stateless_calls as usize);
+            .with_max_stateless_calls(self.max_stateless_calls as usize)
+            .with_sse_keep_alive((self.sse_keep_alive > 0).then(|| Duration::from_secs(self.sse_keep_alive)));
         if let Some(path) = &self.tokens {
             let text =
                 std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;

@@ -134,6 +134,7 @@ fn help_lists_the_http_flags() {
         "--session-idle-timeout",
         "--max-calls-per-session",
         "--max-stateless-calls",
+        "--sse-keep-alive",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
     }

@@ -267,3 +267,26 @@ fn a_cancel_from_the_client_reaches_the_server_on_both_fronts() {
     let report = python(&json!({"command": command}), &["cancel"]);
     assert_cancelled(&report, &dir);
 }
+
+/// A call whose SSE stream stays quiet past `--sse-keep-alive` (2.5 s with one progress step
+/// at its end, keep-alives every second): the Python SDK client reads through the
+/// `: keep-alive` comments to its progress and its answer.
+#[test]
+fn the_python_client_reads_a_quiet_stream_through_its_keep_alive_comments() {
+    let dir = work("keep-alive");
+    write_everything_config(&dir);
+    let mut args = gate_args(&dir);
+    args.extend(["--listen", "127.0.0.1:0", "--sse-keep-alive", "1", "--"].map(String::from));
+    args.push(everything().display().to_string());
+    let mut gate = Gate::start(&args);
+    let report = python(&json!({"url": gate.url}), &["quiet"]);
+    assert!(gate.stop().success());
+    assert_eq!(
+        report["call"]["verdict"]["mcp_result_status"], "returned",
+        "{report}"
+    );
+    assert_eq!(report["progress"], json!([1.0]), "{report}");
+    let log = receipts(&dir);
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0]["receipt"]["execution_status"], "dispatched");
+}

@@ -132,6 +132,19 @@ async def cancel(session):
     return {"progress_before_cancel": progress[:1], "finished": outcome["finished"]}
 
 
+async def quiet(session):
+    # One step of 2.5 s: the call's stream carries nothing for that long but keep-alives.
+    progress = []
+
+    async def on_progress(value, total, message):
+        progress.append(value)
+
+    result = await session.call_tool(
+        "trigger-long-running-operation", {"duration": 2.5, "steps": 1}, progress_callback=on_progress
+    )
+    return {"call": call_report(result), "progress": progress}
+
+
 async def main():
     target = json.loads(sys.argv[1])
     scenario = sys.argv[2]
@@ -161,6 +174,8 @@ async def main():
                 report = {"call": call_report(result), "sampling_requests_seen": asked}
             elif scenario == "cancel":
                 report = await cancel(session)
+            elif scenario == "quiet":
+                report = await quiet(session)
             elif scenario == "calls":
                 report = await calls(session, int(sys.argv[3]))
             else:

@@ -119,6 +119,17 @@ async fn raw(addr: &str, request: String) -> String {
     String::from_utf8(reply).unwrap()
 }
 
+/// Opens a session with a raw `initialize`; its id.
+async fn initialize(addr: &str) -> String {
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+    let reply = raw(addr, post(addr, None, "application/json", init)).await;
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id: "))
+        .unwrap_or_else(|| panic!("no session id: {reply}"))
+        .to_string()
+}
+
 fn post(addr: &str, session: Option<&str>, accept: &str, body: &str) -> String {
     let session = session
         .map(|s| format!("mcp-session-id: {s}\r\n"))
@@ -136,13 +147,7 @@ async fn a_batch_answered_as_json_is_an_array_in_order() {
         .trim_start_matches("http://")
         .trim_end_matches("/mcp")
         .to_string();
-    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
-    let reply = raw(&addr, post(&addr, None, "application/json", init)).await;
-    let session = reply
-        .lines()
-        .find_map(|l| l.strip_prefix("mcp-session-id: "))
-        .unwrap()
-        .to_string();
+    let session = initialize(&addr).await;
     let batch = r#"[{"jsonrpc":"2.0","method":"notifications/initialized"},
         {"jsonrpc":"2.0","id":7,"method":"a"},{"jsonrpc":"2.0","id":8,"method":"b"}]"#;
     let reply = raw(&addr, post(&addr, Some(&session), "application/json", batch)).await;
@@ -332,13 +337,7 @@ async fn slow_front(delay: Duration, keep_alive: Option<Duration>) -> String {
 async fn a_quiet_sse_stream_gets_keep_alive_comments_until_its_answer() {
     for keep_alive in [Some(Duration::from_millis(100)), None] {
         let addr = slow_front(Duration::from_millis(700), keep_alive).await;
-        let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
-        let reply = raw(&addr, post(&addr, None, "application/json", init)).await;
-        let session = reply
-            .lines()
-            .find_map(|l| l.strip_prefix("mcp-session-id: "))
-            .unwrap()
-            .to_string();
+        let session = initialize(&addr).await;
         let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow"}}"#;
         let accept = "application/json, text/event-stream";
         let reply = raw(&addr, post(&addr, Some(&session), accept, call)).await;

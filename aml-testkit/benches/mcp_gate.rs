@@ -1,8 +1,8 @@
 //! Latency of one MCP `tools/call` to the fixture server (child-process stdio): direct,
 //! through a bare forwarding process (C, compiled here with the machine's `cc`: it copies
 //! bytes both ways and does nothing else), through `aml-mcp-gate`, and through the in-process
-//! `GatedClient`; p50 and p99 of each, measured in the same run, and the gate's added latency
-//! against the bare forwarder's.
+//! `GatedClient`; p50 and p99 of each, measured in the same run, the gate's added latency
+//! against the bare forwarder's, and the CPU per call of the forwarder and gate processes.
 //!
 //! Needs the release `aml-mcp-gate`: `cargo build --release -p aml-mcp-gate` first.
 #![allow(missing_docs)]
@@ -83,12 +83,24 @@ fn gate_binary() -> PathBuf {
         .expect("aml-mcp-gate (release): cargo build --release -p aml-mcp-gate")
 }
 
-async fn connect(program: &Path, args: &[String], audit: &Path) -> Client {
+async fn connect(program: &Path, args: &[String], audit: &Path) -> (Client, Option<u32>) {
     let mut command = tokio::process::Command::new(program);
     command.args(args).env("AML_NOTICE_AUDIT", audit);
-    ().serve(TokioChildProcess::new(command).expect("spawn"))
-        .await
-        .expect("initialize")
+    let transport = TokioChildProcess::new(command).expect("spawn");
+    let pid = transport.id();
+    (().serve(transport).await.expect("initialize"), pid)
+}
+
+/// The CPU time a process's threads have used so far (Linux `schedstat`, ns); `None` where
+/// it cannot be read.
+fn cpu_ns(pid: Option<u32>) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", pid?)).ok()?;
+    let mut total = 0;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
 }
 
 fn params() -> CallToolRequestParams {
@@ -131,9 +143,9 @@ fn bench(c: &mut Criterion) {
     .unwrap();
     let fixture = PathBuf::from(env!("CARGO_BIN_EXE_aml-testkit"));
     let serve = vec!["serve-notice-fixture".to_owned()];
-    let direct = rt.block_on(connect(&fixture, &serve, &dir.join("direct.jsonl")));
+    let (direct, _) = rt.block_on(connect(&fixture, &serve, &dir.join("direct.jsonl")));
     let forwarder = build_forwarder(&dir);
-    let forwarded = rt.block_on(connect(
+    let (forwarded, forwarder_pid) = rt.block_on(connect(
         &forwarder,
         &[fixture.display().to_string(), serve[0].clone()],
         &dir.join("forwarded.jsonl"),
@@ -152,7 +164,7 @@ fn bench(c: &mut Criterion) {
         fixture.display().to_string(),
         serve[0].clone(),
     ];
-    let gated = rt.block_on(connect(&gate_binary(), &gate_args, &dir.join("gated.jsonl")));
+    let (gated, gate_pid) = rt.block_on(connect(&gate_binary(), &gate_args, &dir.join("gated.jsonl")));
 
     let catalog = ToolCatalog::new()
         .with(
@@ -194,6 +206,7 @@ fn bench(c: &mut Criterion) {
     // all of them alike.
     const N: usize = 2000;
     let mut samples: [Vec<Duration>; 4] = Default::default();
+    let cpu_before = [forwarder_pid, gate_pid].map(cpu_ns);
     for _ in 0..N {
         for (i, client) in [&direct, &forwarded, &gated].into_iter().enumerate() {
             let start = Instant::now();
@@ -204,6 +217,7 @@ fn bench(c: &mut Criterion) {
         drop(rt.block_on(gated_client.call_tool(params())));
         samples[3].push(start.elapsed());
     }
+    let cpu_after = [forwarder_pid, gate_pid].map(cpu_ns);
     let [d, f, g, c] = samples.map(percentiles);
     let added = |(p50, p99): (Duration, Duration)| (p50.saturating_sub(d.0), p99.saturating_sub(d.1));
     let (f_add, g_add, c_add) = (added(f), added(g), added(c));
@@ -228,6 +242,15 @@ fn bench(c: &mut Criterion) {
         g_add.0.as_secs_f64() / f_add.0.as_secs_f64().max(1e-9),
         g_add.1.as_secs_f64() / f_add.1.as_secs_f64().max(1e-9)
     );
+    // The processes' own CPU per call, whatever the machine's load did to their latency.
+    if let ([Some(f0), Some(g0)], [Some(f1), Some(g1)]) = (cpu_before, cpu_after) {
+        let per_call = |ns: u64| Duration::from_nanos(ns / N as u64);
+        println!(
+            "  CPU per call (the process's threads): bare forwarder {:?}, aml-mcp-gate {:?}",
+            per_call(f1 - f0),
+            per_call(g1 - g0)
+        );
+    }
     drop((direct, forwarded, gated));
     let _ = std::fs::remove_dir_all(&dir);
 }

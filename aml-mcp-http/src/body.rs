@@ -22,17 +22,18 @@ pub(crate) struct KeepAlive {
 }
 
 impl KeepAlive {
-    /// A timer for a stream (made on the runtime); `None` when keep-alives are off.
-    pub(crate) fn new(every: Option<Duration>) -> Option<KeepAlive> {
-        every.map(|every| KeepAlive {
-            every,
-            quiet: Box::pin(tokio::time::sleep(every)),
-        })
-    }
-
     fn restart(&mut self) {
         let next = Instant::now() + self.every;
         self.quiet.as_mut().reset(next);
+    }
+
+    /// Whether the stream has been quiet for the period (the timer then starts again).
+    fn fired(&mut self, cx: &mut Context<'_>) -> bool {
+        let fired = self.quiet.as_mut().poll(cx).is_ready();
+        if fired {
+            self.restart();
+        }
+        fired
     }
 }
 
@@ -42,22 +43,49 @@ pub(crate) enum Body {
     /// All of it at once (or nothing).
     Full(Option<Bytes>),
     /// SSE chunks as they are sent; ends when the sender is dropped.
-    Stream {
+    Sse {
         rx: mpsc::Receiver<Bytes>,
         keep_alive: Option<KeepAlive>,
-    },
-    /// An SSE stream with something dropped when hyper drops the body (its end, or the
-    /// client gone): how the front notices a client that stopped waiting.
-    Watched {
-        rx: mpsc::Receiver<Bytes>,
-        keep_alive: Option<KeepAlive>,
-        _keep: Box<dyn std::any::Any + Send + Sync>,
+        /// Dropped when hyper drops the body (its end, or the client gone): how the front
+        /// notices a client that stopped waiting.
+        _guard: Option<Box<dyn std::any::Any + Send + Sync>>,
     },
 }
 
 impl Body {
     pub(crate) fn empty() -> Body {
         Body::Full(None)
+    }
+
+    /// An SSE stream of what `rx` receives, with a keep-alive comment after each
+    /// `keep_alive` of quiet (none when `None`); made on the runtime.
+    pub(crate) fn sse(rx: mpsc::Receiver<Bytes>, keep_alive: Option<Duration>) -> Body {
+        Body::sse_holding(rx, keep_alive, None)
+    }
+
+    /// [`Body::sse`], holding `guard` until hyper drops the body.
+    pub(crate) fn watched_sse(
+        rx: mpsc::Receiver<Bytes>,
+        keep_alive: Option<Duration>,
+        guard: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Body {
+        Body::sse_holding(rx, keep_alive, Some(guard))
+    }
+
+    fn sse_holding(
+        rx: mpsc::Receiver<Bytes>,
+        keep_alive: Option<Duration>,
+        _guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+    ) -> Body {
+        let keep_alive = keep_alive.map(|every| KeepAlive {
+            every,
+            quiet: Box::pin(tokio::time::sleep(every)),
+        });
+        Body::Sse {
+            rx,
+            keep_alive,
+            _guard,
+        }
     }
 }
 
@@ -77,26 +105,18 @@ impl hyper::body::Body for Body {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         match self.get_mut() {
             Body::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            Body::Stream { rx, keep_alive } | Body::Watched { rx, keep_alive, .. } => {
-                match rx.poll_recv(cx) {
-                    Poll::Ready(chunk) => {
-                        if let Some(timer) = keep_alive {
-                            timer.restart();
-                        }
-                        Poll::Ready(chunk.map(|b| Ok(Frame::data(b))))
+            Body::Sse { rx, keep_alive, .. } => match rx.poll_recv(cx) {
+                Poll::Ready(chunk) => {
+                    if let Some(timer) = keep_alive {
+                        timer.restart();
                     }
-                    Poll::Pending => match keep_alive {
-                        Some(timer) => match timer.quiet.as_mut().poll(cx) {
-                            Poll::Ready(()) => {
-                                timer.restart();
-                                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEP_ALIVE)))))
-                            }
-                            Poll::Pending => Poll::Pending,
-                        },
-                        None => Poll::Pending,
-                    },
+                    Poll::Ready(chunk.map(|b| Ok(Frame::data(b))))
                 }
-            }
+                Poll::Pending if keep_alive.as_mut().is_some_and(|t| t.fired(cx)) => {
+                    Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEP_ALIVE)))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
         }
     }
 
@@ -108,7 +128,7 @@ impl hyper::body::Body for Body {
         match self {
             Body::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             Body::Full(None) => SizeHint::with_exact(0),
-            Body::Stream { .. } | Body::Watched { .. } => SizeHint::default(),
+            Body::Sse { .. } => SizeHint::default(),
         }
     }
 }

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::session::{Refused, Session};
 use super::stateless_post::{self, Routing};
 use super::{SessionInfo, Shared};
-use crate::body::{Body, KeepAlive};
+use crate::body::Body;
 use crate::message::{self, Peek};
 use crate::{auth, MCP_PATH, PROTOCOL_VERSIONS, STATELESS_PROTOCOL_VERSIONS};
 
@@ -303,10 +303,7 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>, sta
         return refuse(StatusCode::NOT_FOUND, first.as_deref(), "the session has ended");
     }
     let mut reply = if wants_sse {
-        let mut reply = Response::new(Body::Stream {
-            rx: stream.rx,
-            keep_alive: KeepAlive::new(shared.config.sse_keep_alive),
-        });
+        let mut reply = Response::new(Body::sse(stream.rx, shared.config.sse_keep_alive));
         reply.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/event-stream"),
@@ -436,10 +433,7 @@ fn get(shared: &Shared, request: &Request<Incoming>) -> Reply {
             "no stream to resume after that event id",
         );
     };
-    let mut reply = Response::new(Body::Stream {
-        rx,
-        keep_alive: KeepAlive::new(shared.config.sse_keep_alive),
-    });
+    let mut reply = Response::new(Body::sse(rx, shared.config.sse_keep_alive));
     reply.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),

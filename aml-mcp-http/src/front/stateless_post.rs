@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use super::handler::{json_reply, refuse, refuse_code, Reply, UNSUPPORTED_PROTOCOL_VERSION};
 use super::stateless::{Link, Refused};
 use super::Shared;
-use crate::body::{Body, KeepAlive};
+use crate::body::Body;
 use crate::envelope::{decode_header_value, splice, ClientMessage, META_PROTOCOL_VERSION};
 
 /// JSON-RPC code for headers that disagree with the body (2026-07-28).
@@ -214,11 +214,11 @@ pub(super) async fn post(
     }
     let mut rx = registered.rx;
     if wants_sse {
-        let mut reply = Response::new(Body::Watched {
+        let mut reply = Response::new(Body::watched_sse(
             rx,
-            keep_alive: KeepAlive::new(shared.config.sse_keep_alive),
-            _keep: Box::new(registered.guard),
-        });
+            shared.config.sse_keep_alive,
+            Box::new(registered.guard),
+        ));
         let headers = reply.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,

@@ -107,6 +107,32 @@ fn http_usage_errors_exit_2_and_say_why() {
             ],
             "--max-stateless-calls",
         ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--listen",
+                "127.0.0.1:0",
+                "--sse-keep-alive",
+                "86401",
+                "--",
+                "s",
+            ],
+            "--sse-keep-alive",
+        ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--listen",
+                "127.0.0.1:0",
+                "--sse-keep-alive",
+                "soon",
+                "--",
+                "s",
+            ],
+            "--sse-keep-alive",
+        ),
     ];
     for (args, why) in cases {
         let out = gate(&args);

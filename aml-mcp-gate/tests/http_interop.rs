@@ -95,6 +95,20 @@ fn assert_receipts(dir: &std::path::Path) {
     );
 }
 
+/// A gate listening on loopback, with `flags`, in front of a stdio server-everything; its
+/// directory (config, receipts) named by `tag`.
+fn http_gate_to_everything(tag: &str, flags: &[String]) -> (std::path::PathBuf, Gate) {
+    let dir = work(tag);
+    write_everything_config(&dir);
+    let mut args = gate_args(&dir);
+    args.extend(["--listen", "127.0.0.1:0"].map(String::from));
+    args.extend(flags.iter().cloned());
+    args.push("--".into());
+    args.push(everything().display().to_string());
+    let gate = Gate::start(&args);
+    (dir, gate)
+}
+
 #[test]
 fn python_client_over_http_through_the_gate_to_a_stdio_server_everything() {
     let dir = work("http-stdio");
@@ -157,12 +171,7 @@ fn python_client_over_http_through_the_gate_to_server_everything_over_http() {
 
 #[test]
 fn a_sampling_request_from_the_server_reaches_the_http_client_and_its_answer_comes_back() {
-    let dir = work("http-sampling");
-    write_everything_config(&dir);
-    let mut args = gate_args(&dir);
-    args.extend(["--listen", "127.0.0.1:0", "--sampling", "relay", "--"].map(String::from));
-    args.push(everything().display().to_string());
-    let gate = Gate::start(&args);
+    let (_dir, gate) = http_gate_to_everything("http-sampling", &["--sampling".into(), "relay".into()]);
     let report = python(&json!({"url": gate.url}), &["sampling"]);
     assert_eq!(
         report["sampling_requests_seen"].as_array().unwrap().len(),
@@ -248,12 +257,7 @@ fn assert_cancelled(report: &Value, dir: &std::path::Path) {
 
 #[test]
 fn a_cancel_from_the_client_reaches_the_server_on_both_fronts() {
-    let dir = work("cancel-http");
-    write_everything_config(&dir);
-    let mut args = gate_args(&dir);
-    args.extend(["--listen", "127.0.0.1:0", "--"].map(String::from));
-    args.push(everything().display().to_string());
-    let mut gate = Gate::start(&args);
+    let (dir, mut gate) = http_gate_to_everything("cancel-http", &[]);
     let report = python(&json!({"url": gate.url}), &["cancel"]);
     assert!(gate.stop().success());
     assert_cancelled(&report, &dir);
@@ -273,12 +277,7 @@ fn a_cancel_from_the_client_reaches_the_server_on_both_fronts() {
 /// `: keep-alive` comments to its progress and its answer.
 #[test]
 fn the_python_client_reads_a_quiet_stream_through_its_keep_alive_comments() {
-    let dir = work("keep-alive");
-    write_everything_config(&dir);
-    let mut args = gate_args(&dir);
-    args.extend(["--listen", "127.0.0.1:0", "--sse-keep-alive", "1", "--"].map(String::from));
-    args.push(everything().display().to_string());
-    let mut gate = Gate::start(&args);
+    let (dir, mut gate) = http_gate_to_everything("keep-alive", &["--sse-keep-alive".into(), "1".into()]);
     let report = python(&json!({"url": gate.url}), &["quiet"]);
     assert!(gate.stop().success());
     assert_eq!(

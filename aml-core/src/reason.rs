@@ -132,9 +132,9 @@ wire_enum! {
         /// `"duplicate_call"`: the request reused a call id the adapter already took up;
         /// nothing ran again.
         DuplicateCall = "duplicate_call",
-        /// `"inexact_number"`: a number literal in the call has no exact double (an integer
-        /// beyond ±2^53, or more digits than a double keeps): the canonical form would change
-        /// its value, so the call is refused rather than rounded on its way to the tool.
+        /// `"inexact_number"`: a number literal in the call is not kept exactly by the
+        /// canonical form (an integer beyond ±2^53, or more digits than a double keeps), so
+        /// the call is refused rather than changed on its way to the tool.
         InexactNumber = "inexact_number",
         /// `"upstream_gone"`: the server a gateway forwards to has exited; nothing was sent.
         UpstreamGone = "upstream_gone",

@@ -116,14 +116,17 @@ pub fn parse_slice_with(bytes: &[u8], limits: Limits) -> Result<Value, ParseErro
     Ok(value)
 }
 
-/// A number literal whose value no double holds exactly: the canonical form (and any
-/// `JSON.parse`) would change it.
+/// A number literal the canonical form would not carry as written: its nearest double renders
+/// as another decimal value, or it is an integer beyond ±2^53, where doubles stop holding every
+/// integer (so `100000000000000000000000` would reach a tool as `1e+23`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the number {literal} at byte {offset} has no exact double value (it would become {nearest})")]
+#[error("the number {literal} at byte {offset} is not kept exactly by the canonical form ({})", self.why())]
 pub struct InexactNumber {
     offset: usize,
     literal: String,
     nearest: String,
+    /// An integer beyond ±2^53 (whether or not its rendering keeps its decimal value).
+    large_integer: bool,
 }
 
 impl InexactNumber {
@@ -138,6 +141,16 @@ impl InexactNumber {
     /// What it would become: the ECMAScript rendering of the nearest double.
     pub fn nearest(&self) -> &str {
         &self.nearest
+    }
+    fn why(&self) -> String {
+        if self.large_integer {
+            format!(
+                "an integer beyond ±2^53, which it writes as the double {}",
+                self.nearest
+            )
+        } else {
+            format!("it would become {}", self.nearest)
+        }
     }
 }
 
@@ -156,8 +169,12 @@ pub fn is_exact_number(text: &str) -> bool {
     nearest_if_inexact(text).is_none()
 }
 
-/// The first number literal in `json` that is not [exact](is_exact_number), scanning the text
-/// as written (strings are skipped). Meant for text the strict parser accepts.
+/// The first number literal in `json` that is not [exact](is_exact_number) or is an integer
+/// beyond ±2^53 (9007199254740992), scanning the text as written (strings are skipped). Meant
+/// for text the strict parser accepts, by gateways that must not forward a number other than
+/// the one they were sent: past 2^53 a double no longer holds every integer, so even an
+/// integer whose rendering keeps its decimal value (`100000000000000000000000` as `1e+23`)
+/// would reach a tool as a double.
 ///
 /// ```
 /// use aml_core::strict::first_inexact_number;
@@ -165,6 +182,9 @@ pub fn is_exact_number(text: &str) -> bool {
 /// assert_eq!(inexact.literal(), "12345678901234567891");
 /// assert_eq!(inexact.nearest(), "12345678901234567000");
 /// assert!(first_inexact_number(br#"{"id": "12345678901234567891", "n": 1.5}"#).is_none());
+/// let large = first_inexact_number(b"[100000000000000000000000]").unwrap();
+/// assert_eq!(large.nearest(), "1e+23");
+/// assert!(first_inexact_number(b"[9007199254740992, 1e23, -0.5]").is_none());
 /// ```
 pub fn first_inexact_number(json: &[u8]) -> Option<InexactNumber> {
     let mut i = 0;
@@ -183,11 +203,18 @@ pub fn first_inexact_number(json: &[u8]) -> Option<InexactNumber> {
                     i += 1;
                 }
                 let literal = core::str::from_utf8(&json[start..i]).unwrap_or_default();
-                if let Some(nearest) = nearest_if_inexact(literal) {
+                let large_integer = is_integer_beyond_2_53(literal);
+                let nearest = match nearest_if_inexact(literal) {
+                    Some(nearest) => Some(nearest),
+                    None if large_integer => Some(rendered(literal)),
+                    None => None,
+                };
+                if let Some(nearest) = nearest {
                     return Some(InexactNumber {
                         offset: start,
                         literal: literal.to_owned(),
                         nearest,
+                        large_integer,
                     });
                 }
             }
@@ -195,6 +222,23 @@ pub fn first_inexact_number(json: &[u8]) -> Option<InexactNumber> {
         }
     }
     None
+}
+
+/// Whether `text` is an integer literal (digits, an optional minus) of magnitude over 2^53.
+fn is_integer_beyond_2_53(text: &str) -> bool {
+    const TWO_53: &str = "9007199254740992";
+    let digits = text.strip_prefix('-').unwrap_or(text).trim_start_matches('0');
+    digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits.len() > TWO_53.len() || (digits.len() == TWO_53.len() && digits > TWO_53))
+}
+
+/// The ECMAScript rendering of `text`'s nearest double.
+fn rendered(text: &str) -> String {
+    let mut out = String::new();
+    match text.parse::<f64>() {
+        Ok(x) if crate::canonical::write_f64(x, &mut out).is_ok() => out,
+        _ => "a value JSON cannot carry".to_owned(),
+    }
 }
 
 /// The ECMAScript rendering of `text`'s nearest double, when it denotes another value.

@@ -181,6 +181,25 @@ fn the_first_inexact_number_is_found_outside_strings() {
     assert_eq!(&text[found.offset()..found.offset() + 17], b"-9007199254740993");
     assert!(found.to_string().contains("-9007199254740993"));
     assert!(first_inexact_number(br#"{"s": "a\"9007199254740993", "n": [1e2, -0.5]}"#).is_none());
+    // Integers past 2^53 are refused even where the rendering keeps the decimal value (10^23
+    // as 1e+23) or the double holds them exactly (2^60, rendered 1152921504606847000).
+    for (literal, nearest) in [
+        ("100000000000000000000000", "1e+23"),
+        ("-100000000000000000000000", "-1e+23"),
+        ("1152921504606846976", "1152921504606847000"),
+        ("9007199254740994", "9007199254740994"),
+    ] {
+        let text = format!("[{literal}]");
+        let found = first_inexact_number(text.as_bytes()).unwrap();
+        assert_eq!((found.literal(), found.nearest()), (literal, nearest));
+        assert!(found.to_string().contains("beyond ±2^53"), "{found}");
+    }
+    for exact in ["9007199254740992", "-9007199254740992", "1e23", "1.5e300", "0.1"] {
+        assert!(
+            first_inexact_number(format!("[{exact}]").as_bytes()).is_none(),
+            "{exact}"
+        );
+    }
     // What the parser (like JSON.parse) keeps is unchanged: it still reads the rounded value.
     assert_eq!(parse_str("9007199254740993").unwrap(), json!(9007199254740993u64));
 }

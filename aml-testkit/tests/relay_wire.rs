@@ -151,6 +151,8 @@ async fn numbers_meta_and_ids_reach_the_server_as_sent_and_inexact_numbers_are_r
         (1, r#"{"id":9007199254740993}"#),
         (2, r#"{"id":12345678901234567891}"#),
         (3, r#"{"x":[0.1000000000000000055511]}"#),
+        // Its rendering 1e+23 keeps the decimal value, but it would reach the server a float.
+        (4, r#"{"id":100000000000000000000000}"#),
     ] {
         gate.send(
             format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{arguments}}}}}"#)
@@ -173,7 +175,7 @@ async fn numbers_meta_and_ids_reach_the_server_as_sent_and_inexact_numbers_are_r
         .iter()
         .filter(|r| r["refusal"] == "inexact_number")
         .collect();
-    assert_eq!(refused.len(), 3);
+    assert_eq!(refused.len(), 4);
     assert!(
         !refused[0]["detail"]
             .as_str()

@@ -204,7 +204,7 @@ pub(crate) async fn refuse_call(
 async fn refuse_named(relay: &Relay, client_id: &[u8], tool: &str, refusal: Refusal, detail: &str) {
     // The record names the reason, never argument values.
     let recorded = match refusal {
-        Refusal::InexactNumber => "a number in the call has no exact double value".to_owned(),
+        Refusal::InexactNumber => "a number in the call is not kept exactly by the canonical form".to_owned(),
         _ => detail.to_owned(),
     };
     let verdict = McpVerdict::from_outcome(relay.record_refusal(tool, refusal, recorded));

@@ -13,6 +13,7 @@
 //! | `die` | exits at once (status 3) |
 //! | `error` | answers with a JSON-RPC error |
 //! | `sample` | asks the client for `sampling/createMessage` and answers with what it got back |
+//! | `verbatim` | answers with `arguments.result` (else `arguments.error`), a string, written as the result's (error's) JSON text |
 //!
 //! Every `tools/call` params text and every `notifications/cancelled` it receives is appended
 //! to the file named by `AML_RELAY_AUDIT` (one JSON line each).
@@ -147,7 +148,7 @@ fn request(
         ),
         "tools/list" => {
             let names = [
-                "echo", "slow", "garbage", "garbage_with_id", "silent", "huge", "die", "error", "sample", "secret",
+                "echo", "slow", "garbage", "garbage_with_id", "silent", "huge", "die", "error", "sample", "verbatim", "secret",
             ];
             shared.result(id, &json!({"tools": names.iter().map(|n| tool(n)).collect::<Vec<_>>()}));
         }
@@ -217,6 +218,15 @@ fn call(
             shared.write(&format!(
                 "{{\"jsonrpc\":\"2.0\",\"id\":{request_id},\"method\":\"sampling/createMessage\",\"params\":{{\"messages\":[{{\"role\":\"user\",\"content\":{{\"type\":\"text\",\"text\":\"hi\"}}}}],\"maxTokens\":5}}}}"
             ));
+        }
+        "verbatim" => {
+            // Text the test wrote, so that it can hold what no `Value` can (duplicate members).
+            let (member, text) = match (arguments["result"].as_str(), arguments["error"].as_str()) {
+                (Some(result), _) => ("result", result),
+                (None, Some(error)) => ("error", error),
+                (None, None) => ("result", "{}"),
+            };
+            shared.write(&format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"{member}\":{text}}}"));
         }
         other => shared.write(&format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{{\"code\":-32602,\"message\":\"no tool {other}\"}}}}"

@@ -42,6 +42,7 @@ pub fn fixture_tools() -> Value {
         "die",
         "error",
         "sample",
+        "verbatim",
         "unlisted",
     ];
     json!({"tools": names.iter().map(|n| json!({"name": n, "effect": "read", "purpose": format!("fixture {n}"),
@@ -60,6 +61,7 @@ pub fn fixture_policy(approval: bool) -> Value {
         "die",
         "error",
         "sample",
+        "verbatim",
     ];
     json!({"protocol": "aml-action-policy/1", "rules": names.iter().map(|n| json!({"tool": n, "effect": "read",
         "resource": "fixture", "requires_approval": approval && *n == "slow"})).collect::<Vec<_>>()})

@@ -32,6 +32,32 @@ pub(crate) fn relay_reply(reply: &Reply, client_id: &[u8], verdict: Option<&str>
     splice(message, &mut edits)
 }
 
+/// Why the verdict cannot be added to the server's answer without guessing what the client
+/// will read, if it cannot: the result (an error) must be a JSON object with each member once,
+/// and its `_meta` (`data`) absent or such an object too. Otherwise a server could hide the
+/// verdict or put its own beside it (`{"_meta":{},"_meta":{…forged…}}`, which most parsers
+/// read as the last one), or change what the client reads (`"isError"` twice).
+pub(crate) fn unsplicable(reply: &Reply) -> Option<String> {
+    let (range, what, member) = match &reply.body {
+        Ok(result) => (result, "result", "_meta"),
+        Err(error) => (error, "error", "data"),
+    };
+    let body: &RawValue = match serde_json::from_slice(&reply.message[range.clone()]) {
+        Ok(body) => body,
+        Err(e) => return Some(format!("its {what} is not JSON ({e})")),
+    };
+    let members = match Members::parse(body) {
+        Ok(members) => members,
+        Err(e) => return Some(format!("its {what} is not an object with each member once ({e})")),
+    };
+    match members.get(member).map(Members::parse) {
+        Some(Err(e)) => Some(format!(
+            "its {what}'s {member:?} is not an object with each member once ({e})"
+        )),
+        _ => None,
+    }
+}
+
 /// The edit that puts the verdict into `object[member]` (an object; created when absent). A
 /// verdict the server wrote itself is dropped: only the gate's counts.
 fn add_verdict(

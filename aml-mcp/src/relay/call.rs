@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
-use super::answer::{error_result, relay_reply};
+use super::answer::{error_result, relay_reply, unsplicable};
 use super::from_client::flight_key;
 use super::jsonrpc::{self, json_string, Envelope, Members};
 use super::pins::{self, PinCheck};
@@ -404,6 +404,9 @@ impl Forward {
                 return Err(ForwardError::Timeout(limit));
             }
         };
+        if let Some(why) = unsplicable(&reply) {
+            return Err(ForwardError::Unreadable(why));
+        }
         let outcome = match &reply.body {
             Ok(result) => serde_json::from_slice::<Value>(&reply.message[result.clone()]).map_err(|e| {
                 ForwardError::Unreadable(format!("its result is not JSON the gate can read ({e})"))

@@ -307,8 +307,11 @@ pub async fn run(
     }
     let left: Vec<(u64, Pending)> = relay.state().pending.drain().collect();
     for (id, waiting) in left {
-        if let Pending::Relayed { timer, .. } = waiting {
-            timer.abort();
+        match waiting {
+            Pending::Relayed { timer, .. } => timer.abort(),
+            // The server was told when it was cancelled (or timed out).
+            Pending::Cancelled => continue,
+            Pending::Call { .. } => {}
         }
         relay.cancel_upstream(id, "the client went away").await;
     }

@@ -84,6 +84,14 @@ impl LineFramer {
         }
     }
 
+    /// At the end of the stream: what is left after the last newline, as a last message (a
+    /// peer may end its final line with the stream instead of a newline; it is not dropped).
+    pub fn finish(&mut self) -> Option<Inbound> {
+        self.buffer.extend_from_slice(b"\n");
+        self.scanned = self.buffer.len() - 1;
+        self.next_frame()
+    }
+
     /// Keeps the first bytes of an overlong message and drops the rest as it arrives.
     fn start_discarding(&mut self) {
         let len = self.buffer.len();
@@ -116,7 +124,12 @@ pub async fn read_messages<R: AsyncRead + Unpin>(
     let mut framer = LineFramer::new(max);
     loop {
         match reader.read_buf(framer.buffer()).await {
-            Ok(0) => return None,
+            Ok(0) => {
+                if let Some(last) = framer.finish() {
+                    let _ = sink.send(last).await;
+                }
+                return None;
+            }
             Ok(_) => {
                 let mut delivered = false;
                 while let Some(frame) = framer.next_frame() {
@@ -187,6 +200,24 @@ mod tests {
             feed(&mut framer, b":2}\n\n  \n"),
             [Inbound::Message(Bytes::from_static(b"{\"b\":2}"))]
         );
+    }
+
+    #[test]
+    fn an_unterminated_last_line_is_a_message_at_the_end_of_the_stream() {
+        let mut framer = LineFramer::new(10);
+        assert!(feed(&mut framer, b"{\"a\":1}").is_empty());
+        assert_eq!(
+            framer.finish(),
+            Some(Inbound::Message(Bytes::from_static(b"{\"a\":1}")))
+        );
+        assert_eq!(framer.finish(), None);
+        assert!(feed(&mut framer, b"  ").is_empty());
+        assert_eq!(framer.finish(), None, "blank: nothing");
+        assert!(feed(&mut framer, &[b'y'; 30]).is_empty());
+        assert!(matches!(
+            framer.finish(),
+            Some(Inbound::Oversized { len: 30, .. })
+        ));
     }
 
     #[test]

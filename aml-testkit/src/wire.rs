@@ -21,7 +21,8 @@ pub const LINE_WAIT: Duration = Duration::from_secs(20);
 pub struct WireGate {
     child: Child,
     stdin: Option<ChildStdin>,
-    lines: Lines<BufReader<ChildStdout>>,
+    /// The gate's output; `None` once the test closed it.
+    lines: Option<Lines<BufReader<ChildStdout>>>,
     dir: PathBuf,
 }
 
@@ -93,7 +94,7 @@ impl WireGate {
         Ok(WireGate {
             child,
             stdin,
-            lines: BufReader::new(stdout).lines(),
+            lines: Some(BufReader::new(stdout).lines()),
             dir: dir.to_owned(),
         })
     }
@@ -114,7 +115,11 @@ impl WireGate {
 
     /// The next line the gate writes, raw.
     pub async fn recv_raw(&mut self) -> Result<String, HarnessError> {
-        match tokio::time::timeout(LINE_WAIT, self.lines.next_line()).await {
+        let lines = self
+            .lines
+            .as_mut()
+            .ok_or_else(|| err("this test closed the gate's output"))?;
+        match tokio::time::timeout(LINE_WAIT, lines.next_line()).await {
             Ok(Ok(Some(line))) => Ok(line),
             Ok(Ok(None)) => Err(err("the gate closed its output")),
             Ok(Err(e)) => Err(err(e)),
@@ -148,6 +153,11 @@ impl WireGate {
                                "params": {"name": name, "arguments": arguments}}))
             .await;
         self.recv().await
+    }
+
+    /// Closes this end of the gate's stdout: a client that stops reading.
+    pub fn stop_reading(&mut self) {
+        self.lines = None;
     }
 
     /// Closes the gate's stdin (the client goes away).

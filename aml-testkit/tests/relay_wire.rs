@@ -518,3 +518,27 @@ async fn an_answer_the_verdict_cannot_be_added_to_safely_is_unknown_and_not_rela
         assert_eq!(r["receipt"]["execution_status"], "unknown", "{r}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_cannot_be_answered_has_gone_and_its_later_calls_do_not_run() {
+    let mut gate = start("deaf", &[]);
+    gate.initialize().await.unwrap();
+    gate.stop_reading();
+    for n in 0..5 {
+        gate.send_json(&json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                               "params": {"name": "echo", "arguments": {"n": n}}}))
+            .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Its input is still open, but the session has ended.
+    let status = gate.wait(Duration::from_secs(15)).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    let ran = gate.audit().len();
+    assert!(ran <= 1, "{ran} calls ran with nobody to answer");
+    assert_eq!(
+        read(&dir_of("deaf")).len(),
+        ran,
+        "each call that ran has its receipt"
+    );
+    assert!(gate.stderr().contains("cannot be answered"), "{}", gate.stderr());
+}

@@ -265,6 +265,9 @@ pub async fn run(
                 }
             },
             next = from_client.recv() => match next {
+                // Its answers cannot be written (it closed its end): it has gone, and what
+                // it sent after that is not taken up to run unanswered.
+                Some(_) if relay.to_client.is_closed() => break,
                 Some(inbound) => on_client(&relay, inbound, &mut calls).await,
                 None => break,
             },

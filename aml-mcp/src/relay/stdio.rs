@@ -20,16 +20,32 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    connect(reader, writer, max, false)
+}
+
+/// With `writes_end_it`, a failed write ends the reading too (the peer that cannot be
+/// answered has gone: its requests are not taken up to run unanswered).
+fn connect<R, W>(reader: R, writer: W, max: usize, writes_end_it: bool) -> Connection
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let (in_tx, incoming) = mpsc::channel(QUEUE);
     let (outgoing, out_rx) = mpsc::channel(QUEUE);
-    tokio::spawn(async move {
+    let reading = tokio::spawn(async move {
         if let Some(e) = read_messages(reader, max, in_tx).await {
             tracing::warn!(target: "aml_mcp::relay", "reading failed: {e}");
         }
     });
     tokio::spawn(async move {
         if let Err(e) = write_messages(writer, out_rx).await {
-            tracing::debug!(target: "aml_mcp::relay", "writing failed: {e}");
+            if writes_end_it {
+                tracing::warn!(target: "aml_mcp::relay",
+                               "the client cannot be answered ({e}): the session ends as if it had gone");
+                reading.abort();
+            } else {
+                tracing::warn!(target: "aml_mcp::relay", "writing failed: {e}");
+            }
         }
     });
     Connection { incoming, outgoing }
@@ -63,10 +79,10 @@ pub fn stdio_connection(max: usize) -> Connection {
                 Ok((input, output))
             });
         if let Ok((input, output)) = pipes {
-            return connection(input, output, max);
+            return connect(input, output, max, true);
         }
     }
-    connection(tokio::io::stdin(), tokio::io::stdout(), max)
+    connect(tokio::io::stdin(), tokio::io::stdout(), max, true)
 }
 
 /// A server started as a child process: its stdin and stdout carry MCP, its stderr is this

@@ -66,6 +66,28 @@ pub(crate) fn load(settings: &Settings) -> Result<Loaded, String> {
     Ok(Loaded { policy, tools })
 }
 
+/// Waits for the relay, or for SIGTERM or SIGINT: MCP clients close the gate's input, wait
+/// about two seconds, then send SIGTERM, sooner than the relay's drain limit. The relay is
+/// then dropped, which records each call still in flight as abandoned, so that its receipt is
+/// written before the gate exits.
+async fn until_stopped(mut relay: tokio::task::JoinHandle<RelayEnd>) -> Result<RelayEnd, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (mut terminate, mut interrupt) =
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(terminate), Ok(interrupt)) => (terminate, interrupt),
+            (Err(e), _) | (_, Err(e)) => return Err(format!("cannot watch SIGTERM and SIGINT: {e}")),
+        };
+    let name = tokio::select! {
+        end = &mut relay => return end.map_err(|e| format!("the relay failed: {e}")),
+        _ = terminate.recv() => "SIGTERM",
+        _ = interrupt.recv() => "SIGINT",
+    };
+    relay.abort();
+    let _ = relay.await;
+    tracing::info!("stopped by {name}; calls still in flight were recorded as abandoned");
+    Ok(RelayEnd::ClientClosed)
+}
+
 /// Why the gate stopped, when it was not the client closing the session.
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -173,9 +195,8 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
             let client = stdio::stdio_connection(config.max_message_bytes);
             // A task of the runtime, not the `block_on` future: waking a task from another
             // task on this thread is a queue push; waking `block_on` writes to an eventfd.
-            tokio::spawn(relay::run(tools, config, client, upstream, early))
-                .await
-                .map_err(|e| format!("the relay failed: {e}"))
+            let relay = tokio::spawn(relay::run(tools, config, client, upstream, early));
+            until_stopped(relay).await
         }
         Err(e) => {
             // Closes the server's input, so a server that reads until the end can exit.

@@ -155,6 +155,11 @@ impl WireGate {
         self.recv().await
     }
 
+    /// The gate's process id (`None` once it has been waited for).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Closes this end of the gate's stdout: a client that stops reading.
     pub fn stop_reading(&mut self) {
         self.lines = None;

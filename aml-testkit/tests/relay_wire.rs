@@ -542,3 +542,32 @@ async fn a_client_that_cannot_be_answered_has_gone_and_its_later_calls_do_not_ru
     );
     assert!(gate.stderr().contains("cannot be answered"), "{}", gate.stderr());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_after_the_client_leaves_records_the_call_in_flight_before_the_gate_exits() {
+    // What MCP clients do on shutdown: close the gate's input, wait about 2 s, send SIGTERM.
+    let mut gate = start("sigterm", &[]);
+    gate.initialize().await.unwrap();
+    gate.send_json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                           "params": {"name": "slow", "arguments": {"ms": 30000}}}))
+        .await;
+    gate.audit_reaches(1).await.unwrap();
+    gate.close();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = gate.pid().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = gate.wait(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(status.code(), Some(0), "{}", gate.stderr());
+    let receipts = read(&dir_of("sigterm"));
+    assert_eq!(receipts.len(), 1, "{}", gate.stderr());
+    assert_eq!(
+        receipts[0]["receipt"]["execution_status"], "unknown",
+        "{}",
+        receipts[0]
+    );
+    assert!(gate.stderr().contains("stopped by SIGTERM"), "{}", gate.stderr());
+}

@@ -86,6 +86,10 @@ pub struct RelayConfig {
     /// After the server exits, how long the relay keeps answering (refusing) the client
     /// before it ends.
     pub gone_grace: Duration,
+    /// The most requests of one client that may be in flight at once; at the limit the relay
+    /// reads nothing more from that client until one is answered, so a client that sends
+    /// faster than the server answers (or than it reads its answers) holds memory bounded.
+    pub max_in_flight: usize,
 }
 
 impl Default for RelayConfig {
@@ -98,6 +102,7 @@ impl Default for RelayConfig {
             max_message_bytes: 16 << 20,
             drain_timeout: Duration::from_secs(10),
             gone_grace: Duration::from_secs(3),
+            max_in_flight: 1024,
         }
     }
 }
@@ -136,6 +141,11 @@ impl RelayConfig {
     /// Sets [`gone_grace`](Self::gone_grace).
     pub fn with_gone_grace(mut self, grace: Duration) -> Self {
         self.gone_grace = grace;
+        self
+    }
+    /// Sets [`max_in_flight`](Self::max_in_flight) (at least 1).
+    pub fn with_max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = max.max(1);
         self
     }
 }

@@ -20,6 +20,10 @@ use crate::ForwardError;
 
 const PROBE_ID: &str = "\"aml-mcp-gate:probe\"";
 
+/// How often a session at its in-flight limit looks again (a request that ran out of time
+/// makes room without a message to wake the session).
+const FULL_RECHECK: Duration = Duration::from_millis(20);
+
 /// How a relay session ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -250,6 +254,7 @@ pub async fn run(
     let fatal = relay.fatal_signal.notified();
     tokio::pin!(fatal);
     loop {
+        let full = relay.state().flights.len() >= relay.config.max_in_flight;
         tokio::select! {
             status = &mut exited, if exit_pending => {
                 exit_pending = false;
@@ -264,7 +269,7 @@ pub async fn run(
                     upstream_gone(&relay, "it closed its output".into()).await;
                 }
             },
-            next = from_client.recv() => match next {
+            next = from_client.recv(), if !full => match next {
                 // Its answers cannot be written (it closed its end): it has gone, and what
                 // it sent after that is not taken up to run unanswered.
                 Some(_) if relay.to_client.is_closed() => break,
@@ -272,6 +277,7 @@ pub async fn run(
                 None => break,
             },
             Some(_) = calls.join_next(), if !calls.is_empty() => {}
+            _ = tokio::time::sleep(FULL_RECHECK), if full => {}
             _ = sleep_until(gone_at.map(|at| at + grace)), if gone_at.is_some() => break,
             _ = &mut fatal => {
                 // Calls in flight still answer their clients and leave their receipts.

@@ -393,3 +393,27 @@ async fn a_subscription_has_no_time_limit_and_its_notifications_carry_the_client
         .unwrap();
     assert_eq!(&ends.from_relay.recv().await.unwrap()[..], late.as_bytes());
 }
+
+#[tokio::test(start_paused = true)]
+async fn at_its_in_flight_limit_a_client_is_not_read_until_a_request_is_answered() {
+    let mut ends = start(RelayConfig::default().with_max_in_flight(2));
+    for n in 0..4 {
+        let ping = json!({"jsonrpc": "2.0", "id": n, "method": "ping"});
+        ends.to_relay.send(message(ping)).await.unwrap();
+    }
+    let first = parse(ends.server_out.recv().await.unwrap());
+    parse(ends.server_out.recv().await.unwrap());
+    // Two in flight: the third waits, however long, until one is answered.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        ends.server_out.try_recv().is_err(),
+        "a third request was forwarded"
+    );
+    let answer = json!({"jsonrpc": "2.0", "id": first["id"], "result": {}});
+    ends.server_in.send(message(answer)).await.unwrap();
+    assert_eq!(parse(ends.from_relay.recv().await.unwrap())["id"], 0);
+    let third = parse(ends.server_out.recv().await.unwrap());
+    assert_eq!(third["method"], "ping");
+    assert!(ends.server_out.try_recv().is_err(), "the fourth waits too");
+    drop(ends.exit);
+}

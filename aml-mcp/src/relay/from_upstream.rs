@@ -185,9 +185,12 @@ async fn reply(relay: &Relay, id: &str, answer: Reply) {
 }
 
 /// A message from the server that cannot be read: if its id names a request in flight,
-/// that request fails now; otherwise it is dropped (the request's time limit still holds).
+/// that request fails now; if it names none, it may be a request of the server's, which is
+/// answered with an error rather than left waiting; without an id it is dropped (logged).
 async fn unreadable(relay: &Relay, id: Option<Bytes>, why: String) {
-    let upstream_id = id.and_then(|id| std::str::from_utf8(&id).ok()?.parse::<u64>().ok());
+    let upstream_id = id
+        .as_ref()
+        .and_then(|id| std::str::from_utf8(id).ok()?.parse::<u64>().ok());
     let waiting = upstream_id.and_then(|id| {
         let mut state = relay.state();
         let waiting = state.pending.remove(&id)?;
@@ -206,7 +209,17 @@ async fn unreadable(relay: &Relay, id: Option<Bytes>, why: String) {
         Some(Pending::Call { reply }) => {
             let _ = reply.send(Err(ForwardError::Unreadable(why)));
         }
-        _ => tracing::warn!(target: "aml_mcp::relay", "dropped a message from the server: {why}"),
+        Some(Pending::Cancelled) => {
+            tracing::info!(target: "aml_mcp::relay", "dropped a late answer from the server that cannot be read: {why}")
+        }
+        None => {
+            tracing::warn!(target: "aml_mcp::relay", "dropped a message from the server: {why}");
+            if let Some(id) = id {
+                let message = format!("aml-mcp-gate could not read this message: {why}");
+                let answer = error_response(Some(&id), jsonrpc::INVALID_REQUEST, &message, None);
+                let _ = relay.to_upstream.send(answer).await;
+            }
+        }
     }
 }
 

@@ -417,3 +417,28 @@ async fn at_its_in_flight_limit_a_client_is_not_read_until_a_request_is_answered
     assert!(ends.server_out.try_recv().is_err(), "the fourth waits too");
     drop(ends.exit);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_server_request_the_relay_cannot_read_is_answered_not_left_waiting() {
+    let mut ends = start(RelayConfig::default());
+    for (id, text) in [
+        (
+            "\"s3\"",
+            r#"{"jsonrpc":"2.0","id":"s3","method":"sampling/createMessage","method":"x"}"#.as_bytes(),
+        ),
+        (
+            "7",
+            b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"roots/list\",\"params\":{\"x\":\"\xff\"}}",
+        ),
+    ] {
+        ends.server_in
+            .send(Inbound::Message(Bytes::copy_from_slice(text)))
+            .await
+            .unwrap();
+        let answer = parse(ends.server_out.recv().await.unwrap());
+        assert_eq!(answer["id"].to_string(), id, "{answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    }
+    assert!(ends.from_relay.try_recv().is_err(), "the client saw neither");
+    drop(ends.exit);
+}

@@ -77,6 +77,8 @@ async fn every_malformed_line_is_answered_and_the_next_call_works() {
         (br#"{"jsonrpc":"2.0","id":7.5,"method":"ping"}"#.to_vec(), -32600, Value::Null),
         (br#"{"jsonrpc":"1.0","id":8,"method":"ping"}"#.to_vec(), -32600, json!(8)),
         (br#"{"jsonrpc":"2.0","id":9}"#.to_vec(), -32600, json!(9)),
+        (br#"{"jsonrpc":"2.0","id":29,"method":5}"#.to_vec(), -32600, json!(29)),
+        (br#"{"jsonrpc":"2.0","id":true,"method":5}"#.to_vec(), -32600, Value::Null),
         (br#"[1,2]"#.to_vec(), -32600, Value::Null),
         (br#""a string""#.to_vec(), -32600, Value::Null),
         (br#"{"jsonrpc":"2.0","id":10,"method":"tools/call"}"#.to_vec(), -32602, json!(10)),

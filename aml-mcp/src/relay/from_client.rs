@@ -57,6 +57,13 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
     let (mut message, env) = match (value, env) {
         (Value::Array(items), _) => return answer_batch(relay, &items).await,
         (Value::Object(message), Ok(env)) => (message, env),
+        (Value::Object(_), Err(e)) => {
+            let id = scan_id(&bytes);
+            let message = format!("invalid request: not a JSON-RPC message ({e})");
+            return relay
+                .answer_error(id.as_deref(), jsonrpc::INVALID_REQUEST, &message)
+                .await;
+        }
         (_, env) => {
             let id = readable_id(&env);
             let message = "invalid request: a message must be a JSON object";

@@ -123,9 +123,19 @@ fn through_the_gate_the_python_client_sees_what_it_sees_directly_plus_the_verdic
     let (direct, _) = client(&json!([everything()]), "everything", &[]);
     let (gated, _) = client(&gate_command(&dir, &[], &[everything()]), "everything", &[]);
 
-    // Relayed as the server sent it: handshake, resources, prompts, completion, ping.
+    // The handshake as the server sent it, less the capability to take task-augmented
+    // tools/call, which the gate refuses (documented in ADR 007).
+    let mut expected = direct["initialize"].clone();
+    let task_calls = expected["capabilities"]["tasks"]["requests"]["tools"]
+        .as_object_mut()
+        .and_then(|tools| tools.remove("call"));
+    assert!(
+        task_calls.is_some(),
+        "server-everything offers task-augmented calls: {expected}"
+    );
+    assert_eq!(gated["initialize"], expected);
+    // Relayed as the server sent it: resources, prompts, completion, ping.
     for key in [
-        "initialize",
         "resources",
         "resource_read",
         "resource_templates",

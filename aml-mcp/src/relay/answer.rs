@@ -106,6 +106,40 @@ fn add_verdict(
     }
 }
 
+/// The server's answer to `initialize` (or `server/discover`) with the client's id, less the
+/// capability to take task-augmented `tools/call` (`capabilities.tasks.requests.tools.call`):
+/// the gate refuses those (it cannot gate a task's later result), so a client should not be
+/// told it may send one. Everything else keeps its bytes.
+pub(crate) fn without_task_calls(reply: &Reply, client_id: &[u8]) -> Vec<u8> {
+    let message = &reply.message[..];
+    let task_calls = || {
+        let result: &RawValue = serde_json::from_slice(&message[reply.body.clone().ok()?]).ok()?;
+        let mut object = result;
+        for member in ["capabilities", "tasks", "requests", "tools"] {
+            object = Members::parse(object).ok()?.get(member)?;
+        }
+        let members = Members::parse(object).ok()?;
+        members.get("call")?;
+        Some((object, members))
+    };
+    let mut edits = vec![(reply.id.clone(), client_id.to_vec())];
+    if let Some((tools, members)) = task_calls() {
+        let mut out = vec![b'{'];
+        for (key, value) in members.0.iter().filter(|(k, _)| k != "call") {
+            if out.len() > 1 {
+                out.push(b',');
+            }
+            out.extend_from_slice(json_string(key).as_bytes());
+            out.push(b':');
+            out.extend_from_slice(value.get().as_bytes());
+        }
+        out.push(b'}');
+        edits.push((range_in(message, tools), out));
+    }
+    let mut edits: Vec<_> = edits.iter().map(|(r, b)| (r.clone(), b.as_slice())).collect();
+    splice(message, &mut edits)
+}
+
 /// The relay's own answer to a call that has no server result: an `isError` result that says
 /// why, with the verdict.
 pub(crate) fn error_result(client_id: &[u8], explanation: &str, verdict: &str) -> bytes::Bytes {
@@ -212,6 +246,22 @@ mod tests {
             json!({"mcp_result_status": "returned"})
         );
         assert_eq!(v["error"]["code"], -32602);
+    }
+
+    #[test]
+    fn the_task_call_capability_is_taken_out_of_the_handshake_and_nothing_else() {
+        let reply = br#"{"jsonrpc":"2.0","id":3,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true},"tasks":{"list":{},"requests":{"tools":{"call":{},"x.example":1.50}}}},"serverInfo":{"name":"s","version":"1"}}}"#;
+        let out = without_task_calls(&parsed(reply), b"\"c\"");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"jsonrpc":"2.0","id":"c","result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true},"tasks":{"list":{},"requests":{"tools":{"x.example":1.50}}}},"serverInfo":{"name":"s","version":"1"}}}"#
+        );
+        let plain = br#"{"jsonrpc":"2.0","id":3,"result":{"capabilities":{"tools":{}}}}"#;
+        let out = without_task_calls(&parsed(plain), b"9");
+        assert_eq!(
+            &out[..],
+            &br#"{"jsonrpc":"2.0","id":9,"result":{"capabilities":{"tools":{}}}}"#[..]
+        );
     }
 
     #[test]

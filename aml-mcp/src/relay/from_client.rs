@@ -183,6 +183,7 @@ async fn forward(
                 client_id,
                 flight: key.clone(),
                 tools_list: method == "tools/list",
+                handshake: matches!(method, "initialize" | "server/discover"),
                 subscription: method == SUBSCRIPTIONS_LISTEN,
                 timer,
             },

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use super::answer::{filter_tools_list, relay_reply};
+use super::answer::{filter_tools_list, relay_reply, without_task_calls};
 use super::frame::Inbound;
 use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
 use super::pins::{observe_answer, visible};
@@ -152,6 +152,7 @@ async fn reply(relay: &Relay, id: &str, answer: Reply) {
         Some(Pending::Relayed {
             client_id,
             tools_list,
+            handshake,
             timer,
             ..
         }) => {
@@ -160,6 +161,8 @@ async fn reply(relay: &Relay, id: &str, answer: Reply) {
                 observe_answer(relay, &answer.message);
                 let visible = |tool: &str| visible(&relay.tools, relay, tool);
                 filter_tools_list(&answer.message, &client_id, &relay.tools, &visible)
+            } else if handshake {
+                Some(without_task_calls(&answer, &client_id))
             } else {
                 Some(relay_reply(&answer, &client_id, None))
             };

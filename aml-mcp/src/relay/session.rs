@@ -98,6 +98,8 @@ pub(crate) enum Pending {
         client_id: Bytes,
         flight: String,
         tools_list: bool,
+        /// `initialize` or `server/discover`: the server's capabilities.
+        handshake: bool,
         /// A 2026-07-28 `subscriptions/listen`: its notifications name it.
         subscription: bool,
         timer: Timer,

@@ -17,11 +17,19 @@ pub(crate) struct Peek {
     pub(crate) progress_token: Option<String>,
     /// `result.protocolVersion` (an `initialize` answer).
     pub(crate) protocol_version: Option<String>,
+    /// An `id` member that MCP does not allow (not a string or an integer: `null`, `true`,
+    /// `1.5`, an object); `id` is then `None`.
+    pub(crate) bad_id: bool,
+}
+
+/// A member that is present, `null` included (`Option<Value>` alone reads `null` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize)]
 struct Shape {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     id: Option<Value>,
     #[serde(default)]
     method: Option<String>,
@@ -65,8 +73,10 @@ impl Peek {
             .and_then(|p| p.meta.as_ref().and_then(|m| m.progress_token.as_ref()))
             .or_else(|| params.and_then(|p| p.progress_token.as_ref()))
             .map(text);
+        let valid = |v: &&Value| v.is_string() || v.is_i64() || v.is_u64();
         Some(Peek {
-            id: shape.id.as_ref().filter(|v| !v.is_null()).map(text),
+            id: shape.id.as_ref().filter(valid).map(text),
+            bad_id: shape.id.as_ref().is_some_and(|v| !valid(&v)),
             method: shape.method,
             progress_token,
             protocol_version: shape

@@ -355,3 +355,30 @@ async fn a_quiet_sse_stream_gets_keep_alive_comments_until_its_answer() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_request_whose_id_is_not_a_string_or_an_integer_is_refused_at_once() {
+    let url = front().await;
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let session = initialize(&addr).await;
+    // More than the session's 32 waiting requests: none of them may hold a slot.
+    for round in 0..12 {
+        for id in ["true", "null", "1.5", r#"{"a":1}"#, "[1]"] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+            for accept in ["application/json", "text/event-stream"] {
+                let reply = raw(&addr, post(&addr, Some(&session), accept, &body)).await;
+                assert!(
+                    reply.starts_with("HTTP/1.1 400"),
+                    "{round} {id} {accept}: {reply}"
+                );
+                assert!(reply.contains("-32600"), "{reply}");
+            }
+        }
+    }
+    let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+    let reply = raw(&addr, post(&addr, Some(&session), "application/json", ping)).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}

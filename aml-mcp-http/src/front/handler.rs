@@ -232,6 +232,14 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>, sta
     let mut peeks = Vec::with_capacity(messages.len());
     for m in &messages {
         match Peek::of(m) {
+            // Answered here: the relay's answer to it could name no request of this POST.
+            Some(p) if p.bad_id && p.method.is_some() => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    "a request id must be a string or an integer",
+                )
+            }
             Some(p) if p.method.is_some() || p.id.is_some() => peeks.push(p),
             _ => {
                 return refuse(

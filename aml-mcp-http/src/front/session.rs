@@ -380,6 +380,7 @@ mod tests {
             method: Some("tools/call".into()),
             progress_token: token.map(str::to_owned),
             protocol_version: None,
+            bad_id: false,
         }
     }
 

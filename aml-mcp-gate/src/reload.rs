@@ -59,7 +59,7 @@ impl Reloader {
     }
 
     async fn watch(self: Arc<Self>, mut hangup: Signal) {
-        let mut seen = self.fingerprint();
+        let mut seen = self.fingerprint().unwrap_or_default();
         let mut changed: Option<Fingerprint> = None;
         let mut tick = tokio::time::interval(POLL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -70,11 +70,14 @@ impl Reloader {
                         return;
                     }
                     self.reload("SIGHUP");
-                    seen = self.fingerprint();
+                    seen = self.fingerprint().unwrap_or_default();
                     changed = None;
                 }
                 _ = tick.tick() => {
-                    let now = self.fingerprint();
+                    let Some(now) = self.fingerprint() else {
+                        // This look failed, not the files: try again on the next tick.
+                        continue;
+                    };
                     if now == seen {
                         changed = None;
                     } else if changed.as_ref() == Some(&now) {
@@ -89,9 +92,26 @@ impl Reloader {
         }
     }
 
-    fn fingerprint(&self) -> Fingerprint {
-        let of = |path: &Path| std::fs::read(path).ok().map(|bytes| Sha256Digest::of(&bytes));
-        (of(&self.policy_path), self.tools_path.as_deref().and_then(of))
+    /// What the files hold now; `None` when a read failed for a reason that says nothing
+    /// about the files (out of file descriptors, say): that is not a change to reload for.
+    fn fingerprint(&self) -> Option<Fingerprint> {
+        use std::io::ErrorKind;
+        let of = |path: &Path| match std::fs::read(path) {
+            Ok(bytes) => Some(Some(Sha256Digest::of(&bytes))),
+            Err(e) => matches!(
+                e.kind(),
+                ErrorKind::NotFound
+                    | ErrorKind::PermissionDenied
+                    | ErrorKind::IsADirectory
+                    | ErrorKind::NotADirectory
+            )
+            .then_some(None),
+        };
+        let tools = match self.tools_path.as_deref() {
+            Some(path) => of(path)?,
+            None => None,
+        };
+        Some((of(&self.policy_path)?, tools))
     }
 
     /// Loads both files and puts them in force, or fails closed; logs either way.

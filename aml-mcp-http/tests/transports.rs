@@ -29,6 +29,9 @@ async fn serve(mut connection: Connection) {
                 "params": {"progressToken": token, "progress": 1}});
             let _ = connection.outgoing.send(Bytes::from(progress.to_string())).await;
         }
+        if request["method"] == "hold" {
+            continue;
+        }
         if request["method"] == "ping" {
             let note = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "unprompted"}});
             let _ = connection.outgoing.send(Bytes::from(note.to_string())).await;
@@ -381,4 +384,40 @@ async fn a_request_whose_id_is_not_a_string_or_an_integer_is_refused_at_once() {
     let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
     let reply = raw(&addr, post(&addr, Some(&session), "application/json", ping)).await;
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}
+
+#[tokio::test]
+async fn a_request_waiting_when_the_client_deletes_its_session_gets_an_error_answer() {
+    let url = front().await;
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let session = initialize(&addr).await;
+    for accept in ["application/json", "text/event-stream"] {
+        let session = if accept == "application/json" {
+            session.clone()
+        } else {
+            initialize(&addr).await
+        };
+        let held = r#"{"jsonrpc":"2.0","id":"h","method":"hold"}"#;
+        let waiting = tokio::spawn(raw_owned(addr.clone(), post(&addr, Some(&session), accept, held)));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let delete = format!(
+            "DELETE /mcp HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\nmcp-session-id: {session}\r\n\r\n"
+        );
+        let deleted = raw(&addr, delete).await;
+        assert!(deleted.starts_with("HTTP/1.1 204"), "{deleted}");
+        let reply = waiting.await.unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        assert!(
+            reply.contains(r#""id":"h""#) && reply.contains("-32000"),
+            "{accept}: {reply}"
+        );
+        assert!(reply.contains("DELETE"), "{reply}");
+    }
+}
+
+async fn raw_owned(addr: String, request: String) -> String {
+    raw(&addr, request).await
 }

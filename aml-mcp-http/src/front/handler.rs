@@ -462,7 +462,10 @@ fn delete(shared: &Shared, request: &Request<Incoming>) -> Reply {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .remove(&session.id);
-    session.close();
+    session.end(
+        TRANSPORT_ERROR,
+        "the client ended the session (DELETE) before the server answered; a call already sent may still run, and is recorded",
+    );
     tracing::info!(target: "aml_mcp_http", session = %session.id, "session ended by the client");
     let mut reply = Response::new(Body::empty());
     *reply.status_mut() = StatusCode::NO_CONTENT;

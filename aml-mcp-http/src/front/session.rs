@@ -348,15 +348,19 @@ impl Session {
 
     /// The relay ended: every request still waiting gets an error answer, then the streams end.
     pub(crate) fn relay_ended(&self) {
+        self.end(
+            aml_mcp::relay::UPSTREAM_GONE,
+            "the gate's session with the server ended before the server answered",
+        );
+    }
+
+    /// Ends the session with an error answer (`code`, `why`) to every request still waiting,
+    /// so that no POST's stream ends without the answer it waits for.
+    pub(crate) fn end(&self, code: i64, why: &str) {
         self.to_relay.lock().unwrap_or_else(|e| e.into_inner()).take();
         let waiting: Vec<String> = self.state().waiting.keys().cloned().collect();
         for id in waiting {
-            let answer = message::error(
-                Some(&id),
-                aml_mcp::relay::UPSTREAM_GONE,
-                "the gate's session with the server ended before the server answered",
-            );
-            self.route(&answer);
+            self.route(&message::error(Some(&id), code, why));
         }
         self.close();
     }

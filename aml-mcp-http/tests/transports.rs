@@ -56,6 +56,14 @@ async fn front() -> String {
     url
 }
 
+/// [`front`]'s address (`host:port`), for raw HTTP.
+async fn front_addr() -> String {
+    let url = front().await;
+    url.trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string()
+}
+
 async fn next_message(connection: &mut Connection) -> Value {
     match timeout(LIMIT, connection.incoming.recv()).await.expect("in time") {
         Some(Inbound::Message(bytes)) => serde_json::from_slice(&bytes).unwrap(),
@@ -145,11 +153,7 @@ fn post(addr: &str, session: Option<&str>, accept: &str, body: &str) -> String {
 
 #[tokio::test]
 async fn a_batch_answered_as_json_is_an_array_in_order() {
-    let url = front().await;
-    let addr = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_string();
+    let addr = front_addr().await;
     let session = initialize(&addr).await;
     let batch = r#"[{"jsonrpc":"2.0","method":"notifications/initialized"},
         {"jsonrpc":"2.0","id":7,"method":"a"},{"jsonrpc":"2.0","id":8,"method":"b"}]"#;
@@ -361,11 +365,7 @@ async fn a_quiet_sse_stream_gets_keep_alive_comments_until_its_answer() {
 
 #[tokio::test]
 async fn a_request_whose_id_is_not_a_string_or_an_integer_is_refused_at_once() {
-    let url = front().await;
-    let addr = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_string();
+    let addr = front_addr().await;
     let session = initialize(&addr).await;
     // More than the session's 32 waiting requests: none of them may hold a slot.
     for round in 0..12 {
@@ -388,11 +388,7 @@ async fn a_request_whose_id_is_not_a_string_or_an_integer_is_refused_at_once() {
 
 #[tokio::test]
 async fn a_request_waiting_when_the_client_deletes_its_session_gets_an_error_answer() {
-    let url = front().await;
-    let addr = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_string();
+    let addr = front_addr().await;
     let session = initialize(&addr).await;
     for accept in ["application/json", "text/event-stream"] {
         let session = if accept == "application/json" {

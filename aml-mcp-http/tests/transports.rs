@@ -32,6 +32,12 @@ async fn serve(mut connection: Connection) {
         if request["method"] == "hold" {
             continue;
         }
+        if request["method"] == "initialize" && request["params"]["refuse"] == true {
+            let refused =
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": "refused"}});
+            let _ = connection.outgoing.send(Bytes::from(refused.to_string())).await;
+            continue;
+        }
         if request["method"] == "ping" {
             let note = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "unprompted"}});
             let _ = connection.outgoing.send(Bytes::from(note.to_string())).await;
@@ -416,4 +422,34 @@ async fn a_request_waiting_when_the_client_deletes_its_session_gets_an_error_ans
 
 async fn raw_owned(addr: String, request: String) -> String {
     raw(&addr, request).await
+}
+
+#[tokio::test]
+async fn an_initialize_the_server_refuses_opens_no_session_and_a_batch_cannot_hold_one() {
+    let addr = front_addr().await;
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"refuse":true}}"#;
+    let reply = raw(&addr, post(&addr, None, "application/json", init)).await;
+    assert!(
+        reply.starts_with("HTTP/1.1 200") && reply.contains("-32602"),
+        "{reply}"
+    );
+    let session = reply
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id: "))
+        .unwrap_or("none")
+        .to_string();
+    let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+    let mut gone = String::new();
+    for _ in 0..50 {
+        gone = raw(&addr, post(&addr, Some(&session), "application/json", ping)).await;
+        if gone.starts_with("HTTP/1.1 404") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone.starts_with("HTTP/1.1 404"), "{gone}");
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}]"#;
+    let reply = raw(&addr, post(&addr, None, "application/json", batch)).await;
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    assert!(!reply.contains("mcp-session-id"), "{reply}");
 }

@@ -254,8 +254,12 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>, sta
         .iter()
         .any(|p| p.is_request() && p.method.as_deref() == Some("initialize"));
     let session = if initialize {
-        if messages.len() > 1 {
-            return refuse(StatusCode::BAD_REQUEST, None, "initialize must be sent alone");
+        if batch {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                None,
+                "initialize must be sent alone, not in a batch",
+            );
         }
         match open_session(shared, peer, peeks[0].id.as_deref()).await {
             Ok(session) => session,
@@ -352,6 +356,17 @@ async fn collect(mut rx: mpsc::Receiver<Bytes>, batch: bool) -> Bytes {
 }
 
 /// Starts a session for an `initialize`: `Err` is the reply when the front is full.
+/// Whether `message` answers the `initialize` with id `init` with an error; `None` when it
+/// is not that answer.
+fn handshake_failed(message: &[u8], init: &str) -> Option<bool> {
+    let peek = Peek::of(message)?;
+    if !peek.is_response() || peek.id.as_deref() != Some(init) {
+        return None;
+    }
+    let answer: serde_json::Value = serde_json::from_slice(message).ok()?;
+    Some(answer.get("error").is_some())
+}
+
 async fn open_session(
     shared: &Shared,
     peer: SocketAddr,
@@ -387,9 +402,22 @@ async fn open_session(
     }
     let routed = session.clone();
     let sessions = shared.sessions.clone();
+    let mut handshake = id.map(str::to_owned);
     tokio::spawn(async move {
         while let Some(message) = from_relay.recv().await {
             routed.route(&message);
+            let Some(failed) = handshake
+                .as_deref()
+                .and_then(|init| handshake_failed(&message, init))
+            else {
+                continue;
+            };
+            handshake = None;
+            if failed {
+                // The server refused the initialize: no session to keep (nor its server).
+                tracing::info!(target: "aml_mcp_http", session = %routed.id, "the server refused initialize; the session ends");
+                break;
+            }
         }
         routed.relay_ended();
         sessions

@@ -109,6 +109,7 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
     let huge = call(json!(3), "echo", json!({"message": "x".repeat(5000)}), None);
     let listen = modern(json!(4), "subscriptions/listen", json!({}));
     let object_id = call(json!({"a": 1}), "echo", json!({"message": "hi"}), None);
+    let null_id = call(Value::Null, "echo", json!({"message": "hi"}), None);
     let initialize = modern(
         json!(5),
         "initialize",
@@ -184,6 +185,8 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
             400,
             -32600,
         ),
+        // Not a notification: 2026-07-28 clients send none over HTTP, and null is no id.
+        ("an id that is null", with(&[v, m, n]), &null_id, 400, -32600),
         (
             "initialize as 2026-07-28",
             with(&[v, ("mcp-method", "initialize")]),

@@ -68,7 +68,8 @@ fn as_string(value: &RawValue) -> Option<String> {
 #[derive(Debug, Default)]
 pub(crate) struct ClientMessage {
     pub(crate) method: Option<String>,
-    /// The id's bytes (a request has one that is not `null`).
+    /// The id's bytes, `null` included (the front refuses a request whose id is not a string
+    /// or an integer).
     pub(crate) id: Option<Range<usize>>,
     /// `params._meta.progressToken`'s bytes.
     pub(crate) progress_token: Option<Range<usize>>,
@@ -89,10 +90,7 @@ impl ClientMessage {
         let top = Members::of(message)?.ok_or("the body is not one JSON-RPC object")?;
         let mut read = ClientMessage {
             method: top.get("method").and_then(as_string),
-            id: top
-                .get("id")
-                .filter(|id| id.get() != "null")
-                .map(|id| range_in(message, id)),
+            id: top.get("id").map(|id| range_in(message, id)),
             ..ClientMessage::default()
         };
         let Some(params) = top.get("params") else {

@@ -16,7 +16,6 @@ use super::stateless::{Link, Refused};
 use super::Shared;
 use crate::body::Body;
 use crate::envelope::{decode_header_value, splice, ClientMessage, META_PROTOCOL_VERSION};
-use crate::message::Peek;
 
 /// JSON-RPC code for headers that disagree with the body (2026-07-28).
 pub(crate) const HEADER_MISMATCH: i64 = -32020;
@@ -117,13 +116,6 @@ pub(super) async fn post(
             "a 2026-07-28 client sends requests and notifications only, never responses",
         );
     };
-    if Peek::of(text.as_bytes()).is_some_and(|p| p.bad_id) {
-        return bad(
-            None,
-            INVALID_REQUEST,
-            "a request id must be a string or an integer",
-        );
-    }
     let Some(id_range) = read.id.clone() else {
         // 2026-07-28 defines no client notifications over HTTP (closing the stream cancels):
         // acknowledged, as the specification allows, and not passed on.

@@ -206,7 +206,7 @@ pub fn first_inexact_number(json: &[u8]) -> Option<InexactNumber> {
                 let large_integer = is_integer_beyond_2_53(literal);
                 let nearest = match nearest_if_inexact(literal) {
                     Some(nearest) => Some(nearest),
-                    None if large_integer => Some(rendered(literal)),
+                    None if large_integer => Some(rendered(literal).unwrap_or_else(no_double)),
                     None => None,
                 };
                 if let Some(nearest) = nearest {
@@ -232,13 +232,17 @@ fn is_integer_beyond_2_53(text: &str) -> bool {
         && (digits.len() > TWO_53.len() || (digits.len() == TWO_53.len() && digits > TWO_53))
 }
 
-/// The ECMAScript rendering of `text`'s nearest double.
-fn rendered(text: &str) -> String {
+/// The ECMAScript rendering of `text`'s nearest double; `None` when no double holds it.
+fn rendered(text: &str) -> Option<String> {
     let mut out = String::new();
-    match text.parse::<f64>() {
-        Ok(x) if crate::canonical::write_f64(x, &mut out).is_ok() => out,
-        _ => "a value JSON cannot carry".to_owned(),
-    }
+    let x = text.parse::<f64>().ok()?;
+    crate::canonical::write_f64(x, &mut out).ok()?;
+    Some(out)
+}
+
+/// What [`InexactNumber::nearest`] says of a number no double holds (beyond ±1.8e308).
+fn no_double() -> String {
+    "a value JSON cannot carry".to_owned()
 }
 
 /// The ECMAScript rendering of `text`'s nearest double, when it denotes another value.
@@ -248,14 +252,9 @@ fn nearest_if_inexact(text: &str) -> Option<String> {
     if digits.len() <= 15 && digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let mut nearest = String::new();
-    let rendered = match text.parse::<f64>() {
-        Ok(x) => crate::canonical::write_f64(x, &mut nearest).is_ok(),
-        Err(_) => false,
+    let Some(nearest) = rendered(text) else {
+        return Some(no_double());
     };
-    if !rendered {
-        return Some("a value JSON cannot carry".to_owned());
-    }
     (decimal_value(text) != decimal_value(&nearest)).then_some(nearest)
 }
 

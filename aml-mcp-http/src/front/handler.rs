@@ -355,7 +355,6 @@ async fn collect(mut rx: mpsc::Receiver<Bytes>, batch: bool) -> Bytes {
     body.into()
 }
 
-/// Starts a session for an `initialize`: `Err` is the reply when the front is full.
 /// Whether `message` answers the `initialize` with id `init` with an error; `None` when it
 /// is not that answer.
 fn handshake_failed(message: &[u8], init: &str) -> Option<bool> {
@@ -367,6 +366,7 @@ fn handshake_failed(message: &[u8], init: &str) -> Option<bool> {
     Some(answer.get("error").is_some())
 }
 
+/// Starts a session for an `initialize`: `Err` is the reply when the front is full.
 async fn open_session(
     shared: &Shared,
     peer: SocketAddr,

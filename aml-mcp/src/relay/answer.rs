@@ -77,10 +77,7 @@ fn add_verdict(
             let mut out = Vec::with_capacity(existing.get().len() + entry.len() + 2);
             out.push(b'{');
             if let Ok(inner) = Members::parse(existing) {
-                for (key, value) in inner.0.iter().filter(|(k, _)| k != VERDICT_META_KEY) {
-                    out.extend_from_slice(json_string(key).as_bytes());
-                    out.push(b':');
-                    out.extend_from_slice(value.get().as_bytes());
+                if push_members(&mut out, &inner, VERDICT_META_KEY) {
                     out.push(b',');
                 }
             } else if member == "data" {
@@ -106,6 +103,22 @@ fn add_verdict(
     }
 }
 
+/// Writes each of `members` but `except` as `"key":value`, comma-separated, values as their
+/// bytes; whether it wrote any.
+fn push_members(out: &mut Vec<u8>, members: &Members<'_>, except: &str) -> bool {
+    let mut wrote = false;
+    for (key, value) in members.0.iter().filter(|(k, _)| k != except) {
+        if wrote {
+            out.push(b',');
+        }
+        wrote = true;
+        out.extend_from_slice(json_string(key).as_bytes());
+        out.push(b':');
+        out.extend_from_slice(value.get().as_bytes());
+    }
+    wrote
+}
+
 /// The server's answer to `initialize` (or `server/discover`) with the client's id, less the
 /// capability to take task-augmented `tools/call` (`capabilities.tasks.requests.tools.call`):
 /// the gate refuses those (it cannot gate a task's later result), so a client should not be
@@ -125,14 +138,7 @@ pub(crate) fn without_task_calls(reply: &Reply, client_id: &[u8]) -> Vec<u8> {
     let mut edits = vec![(reply.id.clone(), client_id.to_vec())];
     if let Some((tools, members)) = task_calls() {
         let mut out = vec![b'{'];
-        for (key, value) in members.0.iter().filter(|(k, _)| k != "call") {
-            if out.len() > 1 {
-                out.push(b',');
-            }
-            out.extend_from_slice(json_string(key).as_bytes());
-            out.push(b':');
-            out.extend_from_slice(value.get().as_bytes());
-        }
+        push_members(&mut out, &members, "call");
         out.push(b'}');
         edits.push((range_in(message, tools), out));
     }
@@ -176,17 +182,7 @@ pub(crate) fn filter_tools_list(
                 out.push(b',');
             }
             out.push(b'{');
-            let mut first = true;
-            for (key, value) in members.0.iter().filter(|(k, _)| k != "inputSchema") {
-                if !first {
-                    out.push(b',');
-                }
-                first = false;
-                out.extend_from_slice(json_string(key).as_bytes());
-                out.push(b':');
-                out.extend_from_slice(value.get().as_bytes());
-            }
-            if !first {
+            if push_members(&mut out, &members, "inputSchema") {
                 out.push(b',');
             }
             out.extend_from_slice(b"\"inputSchema\":");

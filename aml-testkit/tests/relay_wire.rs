@@ -413,18 +413,24 @@ async fn a_call_cancelled_while_it_waits_for_approval_is_never_sent() {
     assert!(read_audit(&dir).is_empty(), "the call never reached the server");
 }
 
+/// A gate whose server has taken up a `slow` call (id 1) of `ms` milliseconds.
+async fn with_a_slow_call(tag: &str, ms: u64) -> WireGate {
+    let mut gate = start(tag, &[]);
+    gate.initialize().await.unwrap();
+    gate.send_json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                           "params": {"name": "slow", "arguments": {"ms": ms}}}))
+        .await;
+    gate.audit_reaches(1).await.unwrap();
+    gate
+}
+
 fn read_audit(dir: &std::path::Path) -> Vec<Value> {
     aml_testkit::mcp::read_json_lines(&dir.join("audit.jsonl")).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_client_eof_a_call_in_flight_finishes_and_gets_its_receipt() {
-    let mut gate = start("eof", &[]);
-    gate.initialize().await.unwrap();
-    gate.send_json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                           "params": {"name": "slow", "arguments": {"ms": 1500}}}))
-        .await;
-    gate.audit_reaches(1).await.unwrap();
+    let mut gate = with_a_slow_call("eof", 1500).await;
     let (status, dir) = gate.finish().await.unwrap();
     assert_eq!(status.code(), Some(0));
     let receipts = read(&dir);
@@ -548,12 +554,7 @@ async fn a_client_that_cannot_be_answered_has_gone_and_its_later_calls_do_not_ru
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_after_the_client_leaves_records_the_call_in_flight_before_the_gate_exits() {
     // What MCP clients do on shutdown: close the gate's input, wait about 2 s, send SIGTERM.
-    let mut gate = start("sigterm", &[]);
-    gate.initialize().await.unwrap();
-    gate.send_json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                           "params": {"name": "slow", "arguments": {"ms": 30000}}}))
-        .await;
-    gate.audit_reaches(1).await.unwrap();
+    let mut gate = with_a_slow_call("sigterm", 30000).await;
     gate.close();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let pid = gate.pid().unwrap().to_string();

@@ -430,7 +430,7 @@ fn read_audit(dir: &std::path::Path) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_client_eof_a_call_in_flight_finishes_and_gets_its_receipt() {
-    let mut gate = with_a_slow_call("eof", 1500).await;
+    let gate = with_a_slow_call("eof", 1500).await;
     let (status, dir) = gate.finish().await.unwrap();
     assert_eq!(status.code(), Some(0));
     let receipts = read(&dir);

@@ -134,6 +134,7 @@ pub struct ToolRegistration {
     validator: Arc<jsonschema::Validator>,
     executor: Option<Arc<dyn ToolExecutor>>,
     pin: Option<Sha256Digest>,
+    rule: Option<ResourceRule>,
 }
 
 impl core::fmt::Debug for ToolRegistration {
@@ -167,7 +168,13 @@ impl ToolRegistration {
         mapper: impl ResourceMapper + 'static,
         input_schema: Value,
     ) -> Result<Self, CatalogError> {
-        Self::with_mapper(name, effect, purpose, Arc::new(mapper), input_schema)
+        // Keep the rule itself when the mapper is one, for gateways that apply it elsewhere.
+        let rule = (&mapper as &dyn std::any::Any)
+            .downcast_ref::<ResourceRule>()
+            .cloned();
+        let mut tool = Self::with_mapper(name, effect, purpose, Arc::new(mapper), input_schema)?;
+        tool.rule = rule;
+        Ok(tool)
     }
 
     /// Like [`new`](Self::new), with a shared mapper.
@@ -215,7 +222,23 @@ impl ToolRegistration {
             validator: Arc::new(validator),
             executor: None,
             pin: None,
+            rule: None,
         })
+    }
+
+    /// The resource rule, when the registration was made with one (a `ResourceRule` as its
+    /// mapper, or from a catalog document); `None` for a host's own mapper.
+    ///
+    /// ```
+    /// use aml_core::{ArgumentSnapshot, Effect, ResourceMapper, ResourceRule, ToolRegistration};
+    /// let tool = ToolRegistration::new("write_file", Effect::Write, "Save a report",
+    ///     ResourceRule::Argument("path".into()), serde_json::json!({"type": "object"})).unwrap();
+    /// let rule = tool.resource_rule().unwrap();
+    /// let arguments = serde_json::json!({"path": "/tmp/r"}).as_object().cloned().unwrap();
+    /// assert_eq!(rule.resource_for(&ArgumentSnapshot::from(arguments)).unwrap(), "/tmp/r");
+    /// ```
+    pub fn resource_rule(&self) -> Option<&ResourceRule> {
+        self.rule.as_ref()
     }
 
     /// A description for agents (tool listings); defaults to the purpose.

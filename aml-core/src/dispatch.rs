@@ -1,9 +1,10 @@
-//! The dispatch state machine, in the exact order of the protocol (DESIGN.md §4).
+//! The dispatch state machine, in the exact order of the protocol (docs/PROTOCOL.md, "Dispatch order and receipt reasons").
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::deadline::{Interrupted, Watch};
 use crate::hooks::{
     ApprovalHook, ApprovalRequest, ClaimStatus, ClaimedGrant, GrantRef, GrantStore, InMemoryGrantStore,
     ToolCall, ToolExecutor,
@@ -96,7 +97,7 @@ impl ActionBoundaryBuilder {
         self.boundary.executor = Some(tool);
         self
     }
-    /// Where the front doors on this boundary ([`crate::GuardedTool`], [`crate::ToolGate`])
+    /// Where the front doors on this boundary ([`crate::GuardedTool`], `ToolGate`)
     /// send one [`crate::CallRecord`] per call. Without one, records are dropped.
     pub fn sink(mut self, sink: impl ReceiptSink + 'static) -> Self {
         self.boundary.sink = Arc::new(sink);
@@ -124,6 +125,7 @@ pub struct DispatchOutcome {
     output_summary: std::sync::OnceLock<ResultSummary>,
     detail: Option<String>,
     deadline_passed: bool,
+    caller_gone: bool,
 }
 
 impl DispatchOutcome {
@@ -157,6 +159,10 @@ impl DispatchOutcome {
     pub fn deadline_passed(&self) -> bool {
         self.deadline_passed
     }
+    /// Whether the call was blocked because the caller went away before the claim.
+    pub fn caller_gone(&self) -> bool {
+        self.caller_gone
+    }
 
     pub(crate) fn ended(plan: Plan, reason: ReceiptReason, detail: Option<String>) -> Self {
         let receipt = Receipt::new(plan.proposal_sha256(), plan.decision(), reason);
@@ -167,6 +173,7 @@ impl DispatchOutcome {
             output_summary: std::sync::OnceLock::new(),
             detail,
             deadline_passed: false,
+            caller_gone: false,
         }
     }
 }
@@ -188,6 +195,12 @@ impl ActionBoundary {
     /// The policy source.
     pub fn policy(&self) -> &Arc<dyn PolicySource> {
         &self.policy
+    }
+
+    /// The one-use grant store (`None`: `replayable_approvals`).
+    #[cfg(feature = "catalog")]
+    pub(crate) fn grants(&self) -> Option<&Arc<dyn GrantStore>> {
+        self.grants.as_ref()
     }
 
     /// The host's own tool, if it registered one.
@@ -216,45 +229,33 @@ impl ActionBoundary {
     }
 
     /// Carries a plan through approval, the one-use claim and the host's tool, in protocol
-    /// order.
+    /// order. A tool call with a deadline or a caller-gone signal goes through
+    /// `ToolGate::call` (feature `catalog`, ADR 019).
     pub async fn dispatch(&self, planned: Planned) -> DispatchOutcome {
         self.dispatch_until(planned, None).await
     }
 
     /// Like [`dispatch`](Self::dispatch), waiting for approval only until `deadline`.
-    pub async fn dispatch_until(&self, planned: Planned, deadline: Option<Deadline>) -> DispatchOutcome {
-        let executor = self.executor.clone();
-        self.dispatch_to(planned, executor.as_deref(), deadline, &Progress::default())
-            .await
-    }
-
-    /// Like [`dispatch_until`](Self::dispatch_until), with an executor chosen for this one
-    /// call (a gate that forwards each call to its own destination) instead of the
-    /// boundary's own.
-    pub async fn dispatch_with(
+    pub(crate) async fn dispatch_until(
         &self,
         planned: Planned,
-        executor: &dyn ToolExecutor,
         deadline: Option<Deadline>,
     ) -> DispatchOutcome {
-        self.dispatch_to(planned, Some(executor), deadline, &Progress::default())
-            .await
-    }
-
-    /// The first half of a dispatch: everything up to and including the one-use claim and
-    /// the policy re-check after it. An [`Authorized`] call has spent its grant; run it with
-    /// [`Authorized::execute`]. Dropping this future before it completes claims nothing
-    /// unless the claim was already under way (the grant then stays spent, fail-closed).
-    pub async fn authorize(&self, planned: Planned, deadline: Option<Deadline>) -> Authorization {
-        self.authorize_tracked(planned, deadline, &Progress::default())
-            .await
+        let executor = self.executor.clone();
+        self.dispatch_to(
+            planned,
+            executor.as_deref(),
+            Watch::until(deadline),
+            &Progress::default(),
+        )
+        .await
     }
 
     pub(crate) async fn dispatch_to(
         &self,
         planned: Planned,
         executor: Option<&dyn ToolExecutor>,
-        deadline: Option<Deadline>,
+        watch: Watch,
         progress: &Progress,
     ) -> DispatchOutcome {
         let Some(executor) = executor else {
@@ -264,7 +265,7 @@ impl ActionBoundary {
             };
             return DispatchOutcome::ended(plan, reason, None);
         };
-        match self.authorize_tracked(planned, deadline, progress).await {
+        match self.authorize_tracked(planned, watch, progress).await {
             Authorization::Authorized(call) => call.execute_tracked(executor, progress).await,
             Authorization::Ended(outcome) => outcome,
         }
@@ -273,7 +274,7 @@ impl ActionBoundary {
     pub(crate) async fn authorize_tracked(
         &self,
         planned: Planned,
-        mut deadline: Option<Deadline>,
+        mut watch: Watch,
         progress: &Progress,
     ) -> Authorization {
         let (plan, proposal) = match blocked_by_plan(planned) {
@@ -284,18 +285,19 @@ impl ActionBoundary {
             Decision::Allow => None,
             Decision::RequiresApproval => {
                 match self
-                    .approve_and_claim(&plan, &proposal, deadline.as_mut(), progress)
+                    .approve_and_claim(&plan, &proposal, &mut watch, progress)
                     .await
                 {
                     Ok(grant) => grant,
                     Err(Stop::Blocked(reason, detail)) => {
                         return Authorization::Ended(DispatchOutcome::ended(plan, reason, detail))
                     }
-                    Err(Stop::DeadlinePassed(detail)) => {
-                        tracing::debug!(target: "aml.dispatch", "the caller's deadline passed before the claim");
+                    Err(Stop::Interrupted(why, detail)) => {
+                        tracing::debug!(target: "aml.dispatch", ?why, "the call was cut short before the claim");
                         let mut outcome =
                             DispatchOutcome::ended(plan, ReceiptReason::ApprovalError, Some(detail.into()));
-                        outcome.deadline_passed = true;
+                        outcome.deadline_passed = why == Interrupted::DeadlinePassed;
+                        outcome.caller_gone = why == Interrupted::CallerGone;
                         return Authorization::Ended(outcome);
                     }
                 }
@@ -315,7 +317,7 @@ impl ActionBoundary {
         &self,
         plan: &Plan,
         proposal: &FrozenProposal,
-        deadline: Option<&mut Deadline>,
+        watch: &mut Watch,
         progress: &Progress,
     ) -> Result<Option<ClaimedGrant>, Stop> {
         let hook = self
@@ -329,21 +331,21 @@ impl ActionBoundary {
         progress.set(Stage::Approval);
         tracing::debug!(target: "aml.dispatch", "approval requested");
         let pending = guarded(|| hook.request_approval(request));
-        let answer = match deadline {
-            Some(deadline) => {
-                let answer = deadline.bound(pending).await.ok_or(Stop::DeadlinePassed(
-                    "the deadline passed while approval was pending",
-                ))?;
-                // An approval that arrives after the deadline claims nothing.
-                if deadline.passed() {
-                    return Err(Stop::DeadlinePassed(
-                        "the deadline passed before the one-use claim",
-                    ));
-                }
-                answer
-            }
-            None => pending.await,
-        };
+        let answer = watch.bound(pending).await.map_err(|why| {
+            let detail = match why {
+                Interrupted::DeadlinePassed => "the deadline passed while approval was pending",
+                Interrupted::CallerGone => "the caller went away while approval was pending",
+            };
+            Stop::Interrupted(why, detail)
+        })?;
+        // An approval that arrives after the deadline, or after the caller left, claims nothing.
+        if let Some(why) = watch.interrupted() {
+            let detail = match why {
+                Interrupted::DeadlinePassed => "the deadline passed before the one-use claim",
+                Interrupted::CallerGone => "the caller went away before the one-use claim",
+            };
+            return Err(Stop::Interrupted(why, detail));
+        }
         let approval = match answer {
             Ok(Ok(approval)) => approval,
             Ok(Err(e)) => return Err(Stop::Blocked(ReceiptReason::ApprovalError, Some(with_causes(&e)))),
@@ -402,8 +404,7 @@ impl ActionBoundary {
 
 /// What [`ActionBoundary::authorize`] ended with.
 #[derive(Debug)]
-#[non_exhaustive]
-pub enum Authorization {
+pub(crate) enum Authorization {
     /// Approved (where the rule requires it), claimed, re-checked: ready to run once.
     Authorized(Authorized),
     /// Blocked before the tool: the outcome says why.
@@ -412,7 +413,7 @@ pub enum Authorization {
 
 /// A call that passed every check and spent its one-use grant. Not `Clone`: it runs once.
 #[derive(Debug)]
-pub struct Authorized {
+pub(crate) struct Authorized {
     plan: Plan,
     proposal: FrozenProposal,
     grant: Option<ClaimedGrant>,
@@ -420,21 +421,13 @@ pub struct Authorized {
 
 impl Authorized {
     /// The plan.
-    pub fn plan(&self) -> &Plan {
+    #[cfg(feature = "catalog")]
+    pub(crate) fn plan(&self) -> &Plan {
         &self.plan
-    }
-
-    /// The frozen proposal that will run.
-    pub fn proposal(&self) -> &FrozenProposal {
-        &self.proposal
     }
 
     /// Enters the tool once with the frozen arguments. `Err` or a panic after entry is
     /// `unknown`, never retried.
-    pub async fn execute(self, executor: &dyn ToolExecutor) -> DispatchOutcome {
-        self.execute_tracked(executor, &Progress::default()).await
-    }
-
     pub(crate) async fn execute_tracked(
         self,
         executor: &dyn ToolExecutor,
@@ -464,6 +457,7 @@ impl Authorized {
                 output_summary: std::sync::OnceLock::new(),
                 detail: None,
                 deadline_passed: false,
+                caller_gone: false,
             },
             Ok(Err(e)) => {
                 DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(with_causes(&e)))
@@ -517,7 +511,7 @@ impl Progress {
 /// Why authorization stopped.
 enum Stop {
     Blocked(ReceiptReason, Option<String>),
-    DeadlinePassed(&'static str),
+    Interrupted(Interrupted, &'static str),
 }
 
 #[cfg(test)]

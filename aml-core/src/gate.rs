@@ -8,14 +8,16 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::catalog::{ToolCatalog, ToolRegistration};
-use crate::dispatch::{ActionBoundary, Authorization, DispatchOutcome};
+use crate::dispatch::{ActionBoundary, DispatchOutcome};
 use crate::front::CallTracker;
 use crate::guarded::{capture_refused, prepare_call, GuardedToolError, Prepared, ToolIdentity};
 use crate::hooks::ToolExecutor;
+use crate::outcome::{CallOutcome, HostError};
 use crate::plan::Plan;
 use crate::policy::Policy;
 use crate::receipt::Receipt;
-use crate::{Deadline, ExecutionStatus, ReceiptReason, Refusal, ResultSummary};
+use crate::runtime::CallRuntime;
+use crate::{ExecutionStatus, ReceiptReason, Refusal, ResultSummary};
 
 /// A catalog the host can replace while calls run (a reload): each call uses the catalog
 /// that was current when it arrived.
@@ -45,9 +47,10 @@ impl From<ToolCatalog> for LiveCatalog {
     }
 }
 
-/// How a gated call ended, for an adapter to map to its wire.
+/// How a call of the relay's ended. To be retired when the relay moves to the call contract
+/// (ADR 019): adapters match [`CallOutcome`].
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum CallStatus {
     /// Refused before any plan; the tool was not entered.
     Refused(Refusal),
@@ -62,8 +65,9 @@ pub enum CallStatus {
     Unknown,
 }
 
-/// What the gate did with one call. Never holds anything but the tool's own output, which the
-/// adapter answers with; the record that went to the sink holds only its digest and size.
+/// What the gate did with one call of the relay's. To be retired when the relay moves to the
+/// call contract (ADR 019): adapters get a [`CallOutcome`].
+#[doc(hidden)]
 #[derive(Debug, Clone)]
 pub struct GateOutcome {
     tool: String,
@@ -140,7 +144,7 @@ impl GateOutcome {
     }
 }
 
-enum Stage {
+pub(crate) enum Stage {
     /// Refused, blocked or failed while preparing: already recorded.
     Ended(GateOutcome),
     Planned {
@@ -150,14 +154,13 @@ enum Stage {
     },
 }
 
-/// A call the gate has looked up, checked and planned, synchronously; nothing the caller
-/// does with its arguments afterwards reaches the tool. Run it with [`ToolGate::run`] (or
-/// [`ToolGate::authorize`] then [`AuthorizedCall::execute`]). A call that ended while it was
-/// prepared (refused, blocked by its arguments, a host error) is recorded at once; a planned
-/// one that is dropped is recorded as abandoned.
+/// A call of the relay's, looked up, checked and planned. To be retired when the relay moves
+/// to the call contract (ADR 019). A call that ended while it was prepared is recorded at
+/// once; a planned one that is dropped is recorded as abandoned.
+#[doc(hidden)]
 pub struct PreparedCall {
-    tool: String,
-    stage: Stage,
+    pub(crate) tool: String,
+    pub(crate) stage: Stage,
 }
 
 impl core::fmt::Debug for PreparedCall {
@@ -170,16 +173,8 @@ impl core::fmt::Debug for PreparedCall {
 }
 
 impl PreparedCall {
-    /// The refusal, if the call was refused before planning (unknown tool, arguments
-    /// outside the schema).
-    pub fn refusal(&self) -> Option<Refusal> {
-        match &self.stage {
-            Stage::Ended(outcome) => outcome.refusal(),
-            Stage::Planned { .. } => None,
-        }
-    }
-
-    /// The plan, if the call got that far.
+    /// The plan, if the call got that far. The relay's; to be retired with it (ADR 019).
+    #[doc(hidden)]
     pub fn plan(&self) -> Option<&Plan> {
         match &self.stage {
             Stage::Planned { planned, .. } => Some(planned.plan()),
@@ -188,116 +183,27 @@ impl PreparedCall {
     }
 }
 
-/// A call that passed every check and spent its one-use grant: run it once with
-/// [`execute`](Self::execute). Dropping it records the call as blocked after the claim.
-pub struct AuthorizedCall {
-    tracker: CallTracker,
-    authorized: crate::Authorized,
-    executor: Option<Arc<dyn ToolExecutor>>,
-    tool: String,
-}
-
-impl core::fmt::Debug for AuthorizedCall {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("AuthorizedCall")
-            .field("tool", &self.tool)
-            .finish_non_exhaustive()
-    }
-}
-
-impl AuthorizedCall {
-    /// The plan.
-    pub fn plan(&self) -> &Plan {
-        self.authorized.plan()
-    }
-
-    /// Enters the tool once: the registration's own executor, else `executor`.
-    pub async fn execute(self, executor: Option<&dyn ToolExecutor>) -> GateOutcome {
-        let AuthorizedCall {
-            tracker,
-            authorized,
-            executor: registered,
-            tool,
-        } = self;
-        let chosen: Option<&dyn ToolExecutor> = registered.as_deref().or(executor);
-        let span = tracker.span.clone();
-        let outcome = match chosen {
-            Some(executor) => {
-                authorized
-                    .execute_tracked(executor, &tracker.progress)
-                    .instrument(span)
-                    .await
-            }
-            None => DispatchOutcome::ended(
-                authorized.plan().clone(),
-                ReceiptReason::MissingHostDispatch,
-                None,
-            ),
-        };
-        tracker.finish_outcome(&outcome);
-        GateOutcome {
-            tool,
-            refusal: None,
-            host_error: None,
-            outcome: Some(outcome),
-            detail: None,
-        }
-    }
-}
-
-/// What [`ToolGate::authorize`] ended with.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum GateAuthorization {
-    /// Ready to run once.
-    Authorized(AuthorizedCall),
-    /// Refused or blocked before the tool.
-    Ended(GateOutcome),
-}
-
-/// The host's catalog in front of its boundary.
-///
-/// ```
-/// use aml_core::{tool_fn, ActionBoundary, CallStatus, Effect, MemorySink, Policy, ResourceRule,
-///                ToolCatalog, ToolGate, ToolRegistration};
-/// use serde_json::json;
-///
-/// let catalog = ToolCatalog::new().with(ToolRegistration::new(
-///     "fetch_record", Effect::Read, "Inspect a record", ResourceRule::Fixed("records".into()),
-///     json!({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}),
-/// ).unwrap()).unwrap();
-/// let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
-///     {"tool": "fetch_record", "effect": "read", "resource": "records", "requires_approval": false}]}));
-/// let sink = MemorySink::new();
-/// let boundary = ActionBoundary::builder(std::sync::Arc::new(policy))
-///     .executor(tool_fn(|call| async move { Ok(json!({"id": call.arguments()["id"]})) }))
-///     .sink(sink.clone())
-///     .build();
-/// let gate = ToolGate::new(catalog, boundary).for_adapter("docs");
-///
-/// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-/// let done = rt.block_on(gate.call_value("fetch_record", json!({"id": 42}), None, None));
-/// assert_eq!(done.status(), CallStatus::Dispatched);
-/// assert_eq!(done.output(), Some(&json!({"id": 42})));
-/// let refused = rt.block_on(gate.call_value("fetch_record", json!({"id": "x"}), None, None));
-/// assert!(matches!(refused.status(), CallStatus::Refused(_)));
-/// assert_eq!(sink.calls().len(), 2);
-/// ```
+/// The host's catalog in front of its boundary: the one way to run a call
+/// ([`ToolGate::call`], ADR 019), and the one listing of what an agent may call
+/// ([`ToolGate::listing`]).
 #[derive(Debug, Clone)]
 pub struct ToolGate {
     catalog: LiveCatalog,
     boundary: ActionBoundary,
     adapter: Arc<str>,
+    runtime: Option<Arc<dyn CallRuntime>>,
 }
 
 impl ToolGate {
     /// A gate over `catalog` and `boundary` (its policy, hooks, default executor and sink),
-    /// recording calls as adapter `core`.
+    /// recording calls as adapter `core`, with no runtime (requests with a deadline are
+    /// refused as a host error until [`with_runtime`](Self::with_runtime)).
     pub fn new(catalog: impl Into<LiveCatalog>, boundary: ActionBoundary) -> Self {
         ToolGate {
             catalog: catalog.into(),
             boundary,
             adapter: Arc::from("core"),
+            runtime: None,
         }
     }
 
@@ -307,8 +213,24 @@ impl ToolGate {
         self
     }
 
+    /// The runtime that keeps deadlines and finishes calls whose caller left after the claim
+    /// (`TokioRuntime` with the `tokio` feature).
+    pub fn with_runtime(mut self, runtime: impl CallRuntime + 'static) -> Self {
+        self.runtime = Some(Arc::new(runtime));
+        self
+    }
+
+    /// The runtime, if one was given.
+    pub fn runtime(&self) -> Option<&Arc<dyn CallRuntime>> {
+        self.runtime.as_ref()
+    }
+
     /// The adapter name.
     pub fn adapter(&self) -> &str {
+        &self.adapter
+    }
+
+    pub(crate) fn adapter_arc(&self) -> &Arc<str> {
         &self.adapter
     }
 
@@ -327,37 +249,60 @@ impl ToolGate {
         &self.boundary
     }
 
+    /// What an agent may be offered, in catalog order: each registered tool that at least
+    /// one rule of the current policy names with its effect (a tool no rule can allow is
+    /// not listed; whether a call is allowed is still decided per call). Every adapter that
+    /// lists tools answers with this.
+    pub fn listing(&self) -> Vec<ToolRegistration> {
+        let catalog = self.catalog.current();
+        let policy = self.boundary.policy().current();
+        let allowed = |tool: &ToolRegistration| {
+            policy
+                .rules()
+                .iter()
+                .any(|rule| rule.tool == tool.name() && rule.effect == tool.effect())
+        };
+        catalog.tools().filter(|tool| allowed(tool)).cloned().collect()
+    }
+
     /// Looks up `tool`, checks `arguments` against its input schema, captures, maps,
-    /// freezes and plans them — all now.
+    /// freezes and plans them — all now. The relay's; to be retired when it moves to
+    /// [`call`](Self::call) (ADR 019).
+    #[doc(hidden)]
     pub fn prepare_value(&self, tool: &str, arguments: Value) -> PreparedCall {
         self.prepare_with(tool, |registration, policy, tracker| {
-            registration
-                .check(&arguments)
-                .map_err(|e| Refused::Refusal(Refusal::InvalidArguments, e.to_string()))?;
-            let Value::Object(arguments) = arguments else {
-                return Err(Refused::Refusal(
-                    Refusal::InvalidArguments,
-                    "the arguments must be a JSON object".to_owned(),
-                ));
-            };
-            let identity = ToolIdentity {
-                tool: registration.name(),
-                effect: registration.effect(),
-                purpose: registration.purpose(),
-                mapper: registration.mapper().as_ref(),
-            };
-            prepare_call(&identity, arguments, policy, tracker).map_err(Refused::Host)
+            check_and_prepare(registration, arguments, policy, tracker)
         })
     }
 
-    /// Like [`prepare_value`](Self::prepare_value) for JSON text from an agent, parsed
-    /// strictly ([`crate::strict`]). Text the parser refuses skips the schema and is blocked
-    /// by the boundary with its `AML_JSON_*` code.
-    pub fn prepare_json(&self, tool: &str, arguments: &[u8]) -> PreparedCall {
-        match crate::strict::parse_slice(arguments) {
-            Ok(value) => self.prepare_value(tool, value),
-            Err(e) => self.prepare_with(tool, |_, _, _| Ok(capture_refused(e.code(), e.to_string()))),
-        }
+    /// [`prepare_value`](Self::prepare_value) after refusing every integer beyond ±2^53.
+    pub(crate) fn prepare_exact_value(&self, tool: &str, arguments: Value) -> PreparedCall {
+        self.prepare_with(tool, |registration, policy, tracker| {
+            if has_integer_beyond_2_53(&arguments) {
+                return Err(Refused::Refusal(
+                    Refusal::InexactNumber,
+                    INEXACT_DETAIL.to_owned(),
+                ));
+            }
+            check_and_prepare(registration, arguments, policy, tracker)
+        })
+    }
+
+    /// The agent's JSON text, parsed strictly ([`crate::strict`]): text the parser refuses
+    /// skips the schema and is blocked with its `AML_JSON_*` code; a number no double keeps
+    /// exactly is refused (`inexact_number`), from the bytes, before anything rounds it.
+    pub(crate) fn prepare_bytes(&self, tool: &str, arguments: &[u8]) -> PreparedCall {
+        self.prepare_with(tool, |registration, policy, tracker| {
+            let value = match crate::strict::parse_slice(arguments) {
+                Ok(value) => value,
+                Err(e) => return Ok(capture_refused(e.code(), e.to_string())),
+            };
+            if let Some(inexact) = crate::strict::first_inexact_number(arguments) {
+                let detail = format!("{INEXACT_DETAIL} (the number at byte {})", inexact.offset());
+                return Err(Refused::Refusal(Refusal::InexactNumber, detail));
+            }
+            check_and_prepare(registration, value, policy, tracker)
+        })
     }
 
     fn prepare_with(
@@ -402,8 +347,8 @@ impl ToolGate {
         }
     }
 
-    /// Refuses a prepared call for a reason the adapter found (e.g. a reused call id): it
-    /// ends unplanned-for, recorded with `refusal` and `detail`; the tool is not entered.
+    /// Refuses a prepared call of the relay's; to be retired with it (ADR 019).
+    #[doc(hidden)]
     pub fn refuse(&self, call: PreparedCall, refusal: Refusal, detail: String) -> GateOutcome {
         match call.stage {
             Stage::Planned { tracker, .. } => {
@@ -414,119 +359,132 @@ impl ToolGate {
         }
     }
 
-    /// Records a call the adapter refused before it could prepare it (a malformed request,
-    /// an unknown function of its own wire, …), so that every refusal reaches the sink.
-    /// `tool` is what the request named, if anything.
+    /// Records a refusal of the relay's; to be retired with it (ADR 019): adapters use
+    /// [`refuse_request`](Self::refuse_request).
+    #[doc(hidden)]
     pub fn refused(&self, tool: &str, refusal: Refusal, detail: String) -> GateOutcome {
         let tracker = CallTracker::start(&self.adapter, tool, self.boundary.sink());
         finish_ended(tracker, refused_outcome(tool, refusal, detail))
     }
 
-    /// Approval, the one-use claim and both policy re-checks. Until the claim, dropping
-    /// this future (a caller that gave up) claims nothing and records the call as blocked.
-    pub async fn authorize(&self, call: PreparedCall, deadline: Option<Deadline>) -> GateAuthorization {
+    /// [`prepare_value`](Self::prepare_value) and [`run`](Self::run), for the relay's tests;
+    /// to be retired with it (ADR 019).
+    #[doc(hidden)]
+    pub async fn call_value(
+        &self,
+        tool: &str,
+        arguments: Value,
+        executor: Option<&dyn ToolExecutor>,
+        deadline: Option<crate::Deadline>,
+    ) -> GateOutcome {
+        let call = self.prepare_value(tool, arguments);
+        self.run(call, executor, deadline, None).await
+    }
+
+    /// Runs a prepared call of the relay's to its end; until the one-use claim, `deadline`
+    /// and `gone` stop it (blocked, nothing claimed). To be retired with the relay (ADR 019).
+    #[doc(hidden)]
+    pub async fn run(
+        &self,
+        call: PreparedCall,
+        executor: Option<&dyn ToolExecutor>,
+        deadline: Option<crate::Deadline>,
+        gone: Option<crate::CallerGone>,
+    ) -> GateOutcome {
         let PreparedCall { tool, stage } = call;
-        let (tracker, planned, executor) = match stage {
-            Stage::Ended(outcome) => return GateAuthorization::Ended(outcome),
+        let (tracker, planned, registered) = match stage {
+            Stage::Ended(outcome) => return outcome,
             Stage::Planned {
                 tracker,
                 planned,
                 executor,
             } => (tracker, planned, executor),
         };
+        let boundary_executor = self.boundary.executor().cloned();
+        let chosen: Option<&dyn ToolExecutor> = registered
+            .as_deref()
+            .or(executor)
+            .or(boundary_executor.as_deref());
         let span = tracker.span.clone();
-        let authorization = self
+        let outcome = self
             .boundary
-            .authorize_tracked(planned, deadline, &tracker.progress)
+            .dispatch_to(
+                planned,
+                chosen,
+                crate::deadline::Watch::new(deadline, gone),
+                &tracker.progress,
+            )
             .instrument(span)
             .await;
-        match authorization {
-            Authorization::Authorized(authorized) => GateAuthorization::Authorized(AuthorizedCall {
-                tracker,
-                authorized,
-                executor: executor.or_else(|| self.boundary.executor().cloned()),
-                tool,
-            }),
-            Authorization::Ended(outcome) => {
-                tracker.finish_outcome(&outcome);
-                GateAuthorization::Ended(GateOutcome {
-                    tool,
-                    refusal: None,
-                    host_error: None,
-                    outcome: Some(outcome),
-                    detail: None,
-                })
-            }
-        }
-    }
-
-    /// Runs a prepared call to its end. The executor is the registration's own, else
-    /// `executor` (one chosen for this call, e.g. a forward to an upstream server), else the
-    /// boundary's; with none, the call is blocked with `missing_host_dispatch`.
-    pub async fn run(
-        &self,
-        call: PreparedCall,
-        executor: Option<&dyn ToolExecutor>,
-        deadline: Option<Deadline>,
-    ) -> GateOutcome {
-        let no_executor = executor.is_none()
-            && self.boundary.executor().is_none()
-            && matches!(&call.stage, Stage::Planned { executor: None, .. });
-        if no_executor {
-            return self.run_without_executor(call).await;
-        }
-        match self.authorize(call, deadline).await {
-            GateAuthorization::Authorized(authorized) => authorized.execute(executor).await,
-            GateAuthorization::Ended(outcome) => outcome,
-        }
-    }
-
-    /// A call with no executor anywhere still goes through the plan's own checks, then
-    /// blocks with `missing_host_dispatch` (before approval, as the protocol orders it).
-    async fn run_without_executor(&self, call: PreparedCall) -> GateOutcome {
-        let PreparedCall { tool, stage } = call;
-        let (tracker, outcome) = match stage {
-            Stage::Planned { tracker, planned, .. } => {
-                let outcome = self
-                    .boundary
-                    .dispatch_to(planned, None, None, &tracker.progress)
-                    .await;
-                (tracker, outcome)
-            }
-            Stage::Ended(ended) => return ended,
-        };
-        let outcome = GateOutcome {
+        tracker.finish_outcome(&outcome);
+        GateOutcome {
             tool,
             refusal: None,
             host_error: None,
             outcome: Some(outcome),
             detail: None,
-        };
-        finish_ended(tracker, outcome)
+        }
     }
+}
 
-    /// [`prepare_value`](Self::prepare_value) and [`run`](Self::run).
-    pub async fn call_value(
-        &self,
-        tool: &str,
-        arguments: Value,
-        executor: Option<&dyn ToolExecutor>,
-        deadline: Option<Deadline>,
-    ) -> GateOutcome {
-        let call = self.prepare_value(tool, arguments);
-        self.run(call, executor, deadline).await
+/// What a refusal for an inexact number records: never the number itself.
+const INEXACT_DETAIL: &str = "a number in the call is not kept exactly by the canonical form (an integer \
+                              beyond ±2^53, or more digits than a double keeps); send it as a string";
+
+/// Whether `value` holds an integer of magnitude beyond 2^53 (9007199254740992).
+fn has_integer_beyond_2_53(value: &Value) -> bool {
+    const LIMIT: u64 = 1 << 53;
+    match value {
+        Value::Number(n) => {
+            n.as_u64().is_some_and(|u| u > LIMIT) || n.as_i64().is_some_and(|i| i.unsigned_abs() > LIMIT)
+        }
+        Value::Array(items) => items.iter().any(has_integer_beyond_2_53),
+        Value::Object(members) => members.values().any(has_integer_beyond_2_53),
+        _ => false,
     }
+}
 
-    /// [`prepare_json`](Self::prepare_json) and [`run`](Self::run).
-    pub async fn call_json(
-        &self,
-        tool: &str,
-        arguments: &[u8],
-        executor: Option<&dyn ToolExecutor>,
-        deadline: Option<Deadline>,
-    ) -> GateOutcome {
-        let call = self.prepare_json(tool, arguments);
-        self.run(call, executor, deadline).await
+/// The schema check, the object check and the plan, for arguments the gate has read.
+fn check_and_prepare(
+    registration: &ToolRegistration,
+    arguments: Value,
+    policy: &Policy,
+    tracker: &mut CallTracker,
+) -> Result<Prepared, Refused> {
+    registration
+        .check(&arguments)
+        .map_err(|e| Refused::Refusal(Refusal::InvalidArguments, e.to_string()))?;
+    let Value::Object(arguments) = arguments else {
+        return Err(Refused::Refusal(
+            Refusal::InvalidArguments,
+            "the arguments must be a JSON object".to_owned(),
+        ));
+    };
+    let identity = ToolIdentity {
+        tool: registration.name(),
+        effect: registration.effect(),
+        purpose: registration.purpose(),
+        mapper: registration.mapper().as_ref(),
+    };
+    prepare_call(&identity, arguments, policy, tracker).map_err(Refused::Host)
+}
+
+impl From<GateOutcome> for CallOutcome {
+    fn from(outcome: GateOutcome) -> Self {
+        let GateOutcome {
+            refusal,
+            host_error,
+            outcome,
+            detail,
+            ..
+        } = outcome;
+        match (refusal, host_error, outcome) {
+            (Some(refusal), _, _) => CallOutcome::refused(refusal, detail.unwrap_or_default()),
+            (None, _, Some(dispatched)) => CallOutcome::of_dispatch(dispatched),
+            (None, message, None) => CallOutcome::HostError(HostError {
+                message: message.unwrap_or_default(),
+            }),
+        }
     }
 }
 
@@ -558,7 +516,3 @@ enum Refused {
     Refusal(Refusal, String),
     Host(GuardedToolError),
 }
-
-#[cfg(test)]
-#[path = "gate_tests.rs"]
-mod tests;

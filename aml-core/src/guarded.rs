@@ -45,6 +45,14 @@ use tracing::Instrument;
 #[derive(Debug)]
 pub struct ArgumentSnapshot(Map<String, Value>);
 
+/// A snapshot of arguments a gateway holds itself (an input-required retry's `arguments`), to
+/// apply a tool's [`ResourceMapper`] to. Read-only like every snapshot (ADR 003).
+impl From<Map<String, Value>> for ArgumentSnapshot {
+    fn from(arguments: Map<String, Value>) -> Self {
+        ArgumentSnapshot(arguments)
+    }
+}
+
 impl ArgumentSnapshot {
     /// The arguments object.
     pub fn as_map(&self) -> &Map<String, Value> {
@@ -438,7 +446,12 @@ impl GuardedTool {
                 let executor = self.boundary.executor().cloned();
                 let span = tracker.span.clone();
                 self.boundary
-                    .dispatch_to(planned, executor.as_deref(), deadline, &tracker.progress)
+                    .dispatch_to(
+                        planned,
+                        executor.as_deref(),
+                        crate::deadline::Watch::until(deadline),
+                        &tracker.progress,
+                    )
                     .instrument(span)
                     .await
             }

@@ -206,6 +206,16 @@ pub enum ClaimStatus {
 pub trait GrantStore: Send + Sync + core::fmt::Debug {
     /// Spends `grant` if it is unspent and unexpired.
     async fn claim(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError>;
+
+    /// Takes up a one-use call id of an adapter's wire (A2UI's `functionCallId`), which no
+    /// approval issued: `Claimed` the first time, `AlreadyClaimed` after (ADR 019). `id`'s
+    /// digest stands for the call id and can be no proposal's. The default claims it like a
+    /// grant, which suits stores that spend any reference once ([`InMemoryGrantStore`]);
+    /// a store that spends only grants it issued answers `NotIssued`, which the gate refuses
+    /// as a host error, and should keep call ids itself.
+    async fn claim_call_id(&self, id: &GrantRef) -> Result<ClaimStatus, ClaimError> {
+        self.claim(id).await
+    }
 }
 
 /// Proof that a grant was spent for this dispatch. Not `Clone`: it is used once.

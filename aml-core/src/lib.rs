@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "catalog")]
+mod call;
 pub mod canonical;
 pub mod capture;
 #[cfg(feature = "catalog")]
@@ -15,12 +17,14 @@ pub mod guarded;
 mod hooks;
 mod jsonl_sink;
 mod object_only;
+mod outcome;
 mod plan;
 pub mod policy;
 pub mod proposal;
 mod reason;
 mod receipt;
 mod record;
+mod runtime;
 pub mod strict;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -28,14 +32,17 @@ mod unwind;
 mod wire;
 
 #[cfg(feature = "catalog")]
-pub use catalog::{CatalogError, ResourceRule, SchemaViolation, ToolCatalog, ToolRegistration};
-pub use deadline::Deadline;
-pub use digest::{HexDigest, InvalidDigest, Sha256Digest};
-pub use dispatch::{ActionBoundary, ActionBoundaryBuilder, Authorization, Authorized, DispatchOutcome};
+pub use call::{Arguments, CallRequest};
 #[cfg(feature = "catalog")]
-pub use gate::{
-    AuthorizedCall, CallStatus, GateAuthorization, GateOutcome, LiveCatalog, PreparedCall, ToolGate,
-};
+pub use catalog::{CatalogError, ResourceRule, SchemaViolation, ToolCatalog, ToolRegistration};
+pub use deadline::{CallerGone, Deadline};
+pub use digest::{HexDigest, InvalidDigest, Sha256Digest};
+pub use dispatch::{ActionBoundary, ActionBoundaryBuilder, DispatchOutcome};
+#[cfg(feature = "catalog")]
+#[doc(hidden)]
+pub use gate::{CallStatus, GateOutcome, PreparedCall};
+#[cfg(feature = "catalog")]
+pub use gate::{LiveCatalog, ToolGate};
 pub use guarded::{
     ArgumentSnapshot, ConfigError, GuardedTool, GuardedToolBuilder, GuardedToolError, MapperError,
     ResourceMapper,
@@ -47,6 +54,7 @@ pub use hooks::{
 };
 pub use jsonl_sink::JsonLinesSink;
 pub use object_only::ObjectOnly;
+pub use outcome::{Blocked, CallOutcome, Dispatched, HostError, Refused, Unknown, DISPATCH_IN_PROGRESS};
 pub use plan::{plan, plan_frozen, Plan, Planned, PLAN_PROTOCOL};
 pub use policy::{LivePolicy, Policy, PolicyError, PolicySource, Rule};
 pub use proposal::{FrozenProposal, ProposalParts, ProposalRefusal};
@@ -56,6 +64,9 @@ pub use record::{
     sink_fn, ApprovalRecord, CallClock, CallRecord, MemorySink, NoSink, ReceiptSink, Record, ResultSummary,
     SinkFn, APPROVAL_RECORD_PROTOCOL, CALL_RECORD_PROTOCOL,
 };
+#[cfg(feature = "tokio")]
+pub use runtime::TokioRuntime;
+pub use runtime::{BoxedFuture, CallRuntime};
 pub use wire::{Decision, Effect, ExecutionStatus, UnknownWireValue};
 
 /// The workspace README's examples, compiled and run as doctests.

@@ -192,7 +192,8 @@ pub(crate) const fn blocking_reason(plan: PlanReason) -> Option<ReceiptReason> {
 mod tests {
     use super::*;
 
-    /// The reason strings of DESIGN.md §2 and §4, copied from the contract.
+    /// The reason strings of the protocol's contract (docs/PROTOCOL.md: the plan's reasons and
+    /// "Dispatch order and receipt reasons"), copied from it.
     const DESIGN_RECEIPT_REASONS: &[&str] = &[
         "no_exact_rule",
         "ambiguous_policy",

@@ -181,7 +181,7 @@ impl Record {
 }
 
 /// Where a host's records go. Called on the caller's task: it must not block (hand the
-/// record to a queue, as [`JsonLinesSink`] does) and must not panic.
+/// record to a queue, as [`crate::JsonLinesSink`] does) and must not panic.
 ///
 /// ```
 /// use aml_core::{Record, ReceiptSink};

@@ -37,6 +37,16 @@ pub enum StoreError {
     /// No randomness was available for a grant id.
     #[error("no randomness for a grant id: {0}")]
     Random(#[source] getrandom::Error),
+    /// Writes accepted for a later commit (outcomes, receipt records) could not be stored;
+    /// the store's log (`aml.state`) says why. An intent whose outcome was lost stays
+    /// unresolved.
+    #[error("{backend}: {count} outcome or receipt writes could not be stored")]
+    Lost {
+        /// `"sqlite"` or `"postgres"`.
+        backend: &'static str,
+        /// How many.
+        count: u64,
+    },
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

@@ -11,6 +11,7 @@ use aml_core::{async_trait, ClaimError, ClaimStatus, GrantRef, GrantStore, ToolE
 
 use crate::grant::StoreError;
 use crate::journal::{IntentEntry, JournaledExecutor, ReceiptJournal, RecordedOutcome};
+use crate::settle::CallOutcomes;
 
 /// A grant store that is also the receipt journal, and can spend a grant and record the
 /// dispatch intent in one transaction.
@@ -107,18 +108,43 @@ pub trait ClaimsWithIntent: GrantStore + ReceiptJournal {
 #[derive(Debug, Clone)]
 pub struct JournaledGrants {
     store: Arc<dyn ClaimsWithIntent>,
+    settled_by: Option<CallOutcomes>,
 }
 
 impl JournaledGrants {
     /// Claims in `store`, writing intents there too.
     pub fn new(store: Arc<dyn ClaimsWithIntent>) -> Self {
-        JournaledGrants { store }
+        JournaledGrants {
+            store,
+            settled_by: None,
+        }
+    }
+
+    /// The executors leave each outcome in `outcomes` instead of writing it, for the receipt
+    /// sink that stores it with the call's record in one transaction
+    /// ([`StoredReceipts::settling`](crate::StoredReceipts::settling)): a crash then leaves
+    /// a call with both or with neither.
+    ///
+    /// ```no_run
+    /// # async fn host() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use aml_grants::{JournaledGrants, SqliteStore, StoredReceipts};
+    ///
+    /// let store = Arc::new(SqliteStore::open("/var/lib/my-host/boundary.db")?);
+    /// let (receipts, _task) = StoredReceipts::settling(store.clone());
+    /// let journaled = JournaledGrants::new(store.clone()).settled_by(receipts.outcomes().unwrap());
+    /// // `receipts` is the boundary's sink, `journaled` its grant store and executor wrapper.
+    /// # let _ = journaled; Ok(()) }
+    /// ```
+    pub fn settled_by(mut self, outcomes: CallOutcomes) -> Self {
+        self.settled_by = Some(outcomes);
+        self
     }
 
     /// `tool`, journaled: for a granted call only the outcome is written (the claim wrote
     /// the intent); for a call without a grant (an `allow` rule), intent then outcome.
     pub fn executor(&self, tool: Arc<dyn ToolExecutor>) -> JournaledExecutor {
-        JournaledExecutor::after_claims(tool, Arc::clone(&self.store))
+        JournaledExecutor::after_claims(tool, Arc::clone(&self.store), self.settled_by.clone())
     }
 }
 

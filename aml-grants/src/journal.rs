@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::grant::StoreError;
 use crate::intent_claims::ClaimsWithIntent;
+use crate::settle::CallOutcomes;
 
 /// What the journal records before the tool is entered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +23,7 @@ pub struct IntentEntry {
 }
 
 /// How a dispatch ended, as the journal records it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RecordedOutcome {
     /// `"dispatched"`: the tool returned.
@@ -39,6 +40,28 @@ impl RecordedOutcome {
             RecordedOutcome::Unknown => "unknown",
         }
     }
+}
+
+/// Which intent an outcome resolves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IntentRef {
+    /// The intent written before the tool was entered ([`ReceiptJournal::intent`]'s id).
+    Id(i64),
+    /// The intent its grant's claim wrote ([`ClaimsWithIntent`]), found by the entry's grant
+    /// id; when that claim wrote none, the entry is recorded whole.
+    Claimed(IntentEntry),
+}
+
+/// How one journaled dispatch ended, for the intent it resolves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntentOutcome {
+    /// The intent.
+    pub intent: IntentRef,
+    /// How it ended.
+    pub outcome: RecordedOutcome,
+    /// The tool's error, for an `unknown` outcome.
+    pub detail: Option<String>,
 }
 
 /// An intent with no outcome and no reconciliation: its dispatch is `unknown`.
@@ -59,6 +82,12 @@ pub struct UnresolvedIntent {
 }
 
 /// A durable, append-only record of what the boundary did.
+///
+/// An intent is durable when [`intent`](Self::intent) returns (the tool may be entered). A
+/// store that commits in groups (`SqliteStore`, `PostgresStore`) may return from
+/// [`outcome`](Self::outcome) as soon as the outcome is queued: it becomes durable with the
+/// store's next commit, and [`flush`](Self::flush) waits for that. A crash before then leaves
+/// the intent unresolved — reported `unknown`, never lost.
 ///
 /// ```
 /// use aml_core::async_trait;
@@ -81,7 +110,8 @@ pub struct UnresolvedIntent {
 pub trait ReceiptJournal: Send + Sync + core::fmt::Debug {
     /// Records that the tool is about to be entered; the record's id.
     async fn intent(&self, entry: &IntentEntry) -> Result<i64, StoreError>;
-    /// Records how intent `id` ended.
+    /// Records how intent `id` ended (durable when this returns, or by the next commit or
+    /// [`flush`](Self::flush) for a store that commits in groups).
     async fn outcome(
         &self,
         id: i64,
@@ -92,6 +122,12 @@ pub trait ReceiptJournal: Send + Sync + core::fmt::Debug {
     async fn unresolved(&self) -> Result<Vec<UnresolvedIntent>, StoreError>;
     /// Marks intent `id` reconciled by the host, with a note; whether it was unresolved.
     async fn reconcile(&self, id: i64, note: &str) -> Result<bool, StoreError>;
+    /// Waits until every write this journal accepted before the call is durable; fails when
+    /// some write it accepted without waiting (an outcome, a record) could not be stored
+    /// since the last flush. By default there is nothing to wait for.
+    async fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// A verified approval decision, as the journal records it.
@@ -150,6 +186,8 @@ pub trait DecisionJournal: Send + Sync + core::fmt::Debug {
 pub struct JournaledExecutor {
     inner: Arc<dyn ToolExecutor>,
     journal: Journal,
+    /// Where outcomes wait for their call's record, instead of being written here.
+    settled_by: Option<CallOutcomes>,
 }
 
 #[derive(Debug, Clone)]
@@ -166,14 +204,49 @@ impl JournaledExecutor {
         JournaledExecutor {
             inner,
             journal: Journal::AtDispatch(journal),
+            settled_by: None,
         }
     }
 
-    pub(crate) fn after_claims(inner: Arc<dyn ToolExecutor>, store: Arc<dyn ClaimsWithIntent>) -> Self {
+    pub(crate) fn after_claims(
+        inner: Arc<dyn ToolExecutor>,
+        store: Arc<dyn ClaimsWithIntent>,
+        settled_by: Option<CallOutcomes>,
+    ) -> Self {
         JournaledExecutor {
             inner,
             journal: Journal::AtClaim(store),
+            settled_by,
         }
+    }
+
+    /// Records how the dispatch under `intent` ended: held for the call's record when a
+    /// sink settles it, written (queued, for a store that commits in groups) otherwise.
+    async fn resolve(&self, digest: Sha256Digest, intent: IntentRef, result: &Result<Value, ToolError>) {
+        let (outcome, detail) = describe(result);
+        if let Some(held) = &self.settled_by {
+            return held.hold(
+                digest,
+                IntentOutcome {
+                    intent,
+                    outcome,
+                    detail,
+                },
+            );
+        }
+        // Losing this record leaves the intent unresolved, i.e. reported as unknown.
+        let _ = match (&intent, &self.journal) {
+            (IntentRef::Claimed(entry), Journal::AtClaim(store)) => {
+                store.outcome_for_grant(entry, outcome, detail.as_deref()).await
+            }
+            (IntentRef::Id(id), Journal::AtClaim(store)) => {
+                store.outcome(*id, outcome, detail.as_deref()).await
+            }
+            (IntentRef::Id(id), Journal::AtDispatch(journal)) => {
+                journal.outcome(*id, outcome, detail.as_deref()).await
+            }
+            (IntentRef::Claimed(_), Journal::AtDispatch(_)) => Ok(()),
+        };
     }
 }
 
@@ -191,27 +264,21 @@ impl ToolExecutor for JournaledExecutor {
                 e,
             )
         };
-        match (&self.journal, entry.grant_id.is_some()) {
-            (Journal::AtClaim(store), true) => {
-                let result = self.inner.execute(call).await;
-                let (outcome, detail) = describe(&result);
-                // Losing this record leaves the claim's intent unresolved, i.e. unknown.
-                let _ = store.outcome_for_grant(&entry, outcome, detail.as_deref()).await;
-                result
-            }
+        let digest = entry.proposal_sha256;
+        let intent = match (&self.journal, entry.grant_id.is_some()) {
+            // The claim wrote the intent in its own transaction (ADR 010).
+            (Journal::AtClaim(_), true) => IntentRef::Claimed(entry),
             (journal, _) => {
                 let journal: &dyn ReceiptJournal = match journal {
                     Journal::AtDispatch(j) => j.as_ref(),
                     Journal::AtClaim(s) => s.as_ref(),
                 };
-                let id = journal.intent(&entry).await.map_err(refused)?;
-                let result = self.inner.execute(call).await;
-                let (outcome, detail) = describe(&result);
-                // Losing this record leaves the intent unresolved, i.e. reported as unknown.
-                let _ = journal.outcome(id, outcome, detail.as_deref()).await;
-                result
+                IntentRef::Id(journal.intent(&entry).await.map_err(refused)?)
             }
-        }
+        };
+        let result = self.inner.execute(call).await;
+        self.resolve(digest, intent, &result).await;
+        result
     }
 }
 

@@ -16,10 +16,17 @@
 //!   database, appended from a task so recording never waits for the disk;
 //! - [`JournaledGrants`], for stores that keep grants and journal together
 //!   ([`ClaimsWithIntent`]): the claim that spends a grant writes the dispatch intent in the
-//!   same transaction, so no process death leaves a spent grant without an intent.
+//!   same transaction, so no process death leaves a spent grant without an intent;
+//! - group commit: each durable store commits the claims, intents, outcomes and records
+//!   queued at once in one transaction ([`CommitStats`]); a claim or an intent returns once
+//!   committed, an outcome or a record once queued (durable with the next commit, or
+//!   [`ReceiptJournal::flush`]); [`StoredReceipts::settling`] with
+//!   [`JournaledGrants::settled_by`] stores each call's outcome with its receipt record
+//!   ([`SettlesCalls`]), so a crash leaves a call with both or neither.
 //!
 //! Feature flags: `sqlite` (default: bundled SQLite), `postgres` (tokio-postgres through a
-//! deadpool pool). Supported Rust: 1.88 and later.
+//! deadpool pool). Supported Rust: the workspace's `rust-version`
+//! (1.89) and later.
 //!
 //! Time: [`SqliteStore`] judges expiry by each process's clock (its [`Clock`]), so
 //! processes sharing a file must keep their clocks in step; [`PostgresStore`] uses the
@@ -50,6 +57,8 @@
 
 mod clock;
 mod grant;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod group;
 mod intent_claims;
 mod issuing;
 mod journal;
@@ -57,22 +66,26 @@ mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod receipts;
+mod settle;
 mod shared;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use grant::{new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use group::CommitStats;
 pub use intent_claims::{ClaimsWithIntent, JournaledGrants};
 pub use issuing::IssuingApproval;
 pub use journal::{
-    DecisionJournal, DecisionRecord, IntentEntry, JournaledExecutor, ReceiptJournal, RecordedOutcome,
-    UnresolvedIntent,
+    DecisionJournal, DecisionRecord, IntentEntry, IntentOutcome, IntentRef, JournaledExecutor,
+    ReceiptJournal, RecordedOutcome, UnresolvedIntent,
 };
 pub use memory::MemoryGrants;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use receipts::{ReceiptStore, StoredReceipts, StoredRecord};
+pub use settle::{CallOutcomes, Settlement, SettlesCalls};
 pub use shared::{OpenGrants, SharedApproval};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;

@@ -315,3 +315,109 @@ async fn decisions_are_kept_beside_the_receipts() {
         ["deny", "approve"]
     );
 }
+
+type Pending<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// A current-thread runtime: the store's writer cannot run before every write is queued.
+#[tokio::test]
+async fn writes_queued_at_once_share_one_pipelined_transaction() {
+    let store = Arc::new(connect().await);
+    let tag = unique("grouped");
+    let before = store.commit_stats();
+    let intents: Vec<Pending<i64>> = (0..64)
+        .map(|n| {
+            let (store, label) = (Arc::clone(&store), format!("{tag}-{n}"));
+            Box::pin(async move { store.intent(&entry(&label)).await.unwrap() }) as Pending<i64>
+        })
+        .collect();
+    let ids = all_queued(intents).await;
+    let mut distinct = ids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 64, "{ids:?}");
+    let grouped = store.commit_stats();
+    assert_eq!(
+        (
+            grouped.transactions - before.transactions,
+            grouped.writes - before.writes
+        ),
+        (1, 64)
+    );
+
+    // Outcomes are accepted at once and committed together by the flush.
+    for id in &ids {
+        store
+            .outcome(*id, RecordedOutcome::Dispatched, None)
+            .await
+            .unwrap();
+    }
+    ReceiptJournal::flush(&*store).await.unwrap();
+    let flushed = store.commit_stats();
+    assert_eq!(
+        (
+            flushed.transactions - grouped.transactions,
+            flushed.writes - grouped.writes
+        ),
+        (1, 64)
+    );
+    let mine: Vec<_> = store
+        .unresolved()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|u| ids.contains(&u.id))
+        .collect();
+    assert!(mine.is_empty(), "{mine:?}");
+}
+
+/// Sixteen claims of one grant in one pipelined transaction: one wins; a claim the server
+/// refuses fails alone, and the others are committed without it.
+#[tokio::test]
+async fn claims_of_one_grant_queued_at_once_dispatch_once() {
+    let store = Arc::new(connect().await);
+    let journaled = JournaledGrants::new(store.clone());
+    let id = aml_grants::new_grant_id().unwrap();
+    store.issue_for(&id, &args_proposal(), None).await.unwrap();
+    let label = unique("beside-the-claims");
+    let mut writes: Vec<Pending<String>> = (0..16)
+        .map(|_| {
+            let (journaled, id) = (journaled.clone(), id.clone());
+            Box::pin(
+                async move { format!("{:?}", journaled.claim(&grant(args_digest(), &id)).await.unwrap()) },
+            ) as Pending<String>
+        })
+        .collect();
+    let refused = journaled.clone();
+    writes.push(Box::pin(async move {
+        match refused.claim(&grant(args_digest(), "nul\0byte")).await {
+            Ok(status) => format!("{status:?}"),
+            Err(e) => format!("error: {e}"),
+        }
+    }));
+    let beside = Arc::clone(&store);
+    writes.push(Box::pin(async move {
+        beside
+            .intent(&entry(&label))
+            .await
+            .map(|_| "intent".to_owned())
+            .unwrap()
+    }));
+    let results = all_queued(writes).await;
+    let claimed = results.iter().filter(|r| *r == "Claimed").count();
+    let refused = results.iter().filter(|r| *r == "AlreadyClaimed").count();
+    assert_eq!((claimed, refused), (1, 15), "{results:?}");
+    assert!(
+        results[16].contains("postgres claim failed") && results[16].contains("invalid byte sequence"),
+        "{}",
+        results[16]
+    );
+    assert_eq!(results[17], "intent");
+    let intents: Vec<_> = store
+        .unresolved()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|u| u.grant_id.as_deref() == Some(id.as_str()))
+        .collect();
+    assert_eq!(intents.len(), 1, "one claim, one intent: {intents:?}");
+}

@@ -16,20 +16,6 @@ use aml_grants::{
 };
 use common::*;
 
-fn temp_db(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-grants-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("boundary.db")
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn sqlite_store_is_one_use_and_durable_across_reopening() {
     let path = temp_db("contract");
@@ -510,4 +496,36 @@ fn a_failing_claim_reports_the_database_cause() {
         );
         assert_eq!(calls.load(Ordering::SeqCst), 0);
     });
+}
+
+/// A granted call's outcome finds its intent through the grant index, not by reading the
+/// whole journal; a new file indexes only granted intents.
+#[test]
+fn the_outcome_of_a_granted_call_finds_its_intent_by_index() {
+    let path = temp_db("index");
+    drop(SqliteStore::open(&path).unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let plan: Vec<String> = conn
+        .prepare(
+            "EXPLAIN QUERY PLAN UPDATE aml_journal SET outcome = 'dispatched'
+             WHERE grant_id = 'g' AND outcome IS NULL",
+        )
+        .unwrap()
+        .query_map([], |r| r.get::<_, String>(3))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        plan.iter()
+            .any(|step| step.contains("USING INDEX aml_journal_grant_id")),
+        "{plan:?}"
+    );
+    let index: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'aml_journal_grant_id'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(index.contains("WHERE grant_id IS NOT NULL"), "{index}");
 }

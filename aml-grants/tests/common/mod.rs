@@ -155,3 +155,42 @@ pub(crate) async fn named_issue_contract<S: GrantIssuer + GrantStore>(store: &S,
         Err(StoreError::Duplicate(_))
     ));
 }
+
+/// Runs `tasks` on the current thread, in order, and their results: each runs until it
+/// waits — a write queued — before the next starts, so on a current-thread runtime a store's
+/// writer finds them all queued at once.
+pub(crate) async fn all_queued<T: Send + 'static>(
+    tasks: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>>,
+) -> Vec<T> {
+    let spawned: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
+    let mut results = Vec::with_capacity(spawned.len());
+    for task in spawned {
+        results.push(task.await.unwrap());
+    }
+    results
+}
+
+/// A fresh database file for test `tag`.
+pub(crate) fn temp_db(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("aml-grants-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("boundary.db")
+}
+
+/// A runtime with worker threads, for tests that block on one.
+pub(crate) fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// An intent for proposal `label`, without a grant.
+pub(crate) fn entry(label: &str) -> aml_grants::IntentEntry {
+    aml_grants::IntentEntry {
+        proposal_sha256: digest(label),
+        grant_id: None,
+        tool: "send_message".into(),
+    }
+}

@@ -2,8 +2,15 @@
 //! `synchronous=FULL` — `NORMAL` can forget the last claim on power loss, which would
 //! allow a replay). Safe across threads and across processes sharing the file.
 //!
+//! Writes on a call's path — claims, intents — and after it — outcomes, receipt records —
+//! go to one writer thread per store, which commits everything queued at once in one
+//! transaction (group commit, [`crate::group`]); reads and the rare writes (issuing a grant,
+//! a decision, a reconciliation) use a second connection.
+//!
 //! Expiry is judged by each process's own clock (the store's [`Clock`]): processes that
 //! share a file should share a time source (NTP); PostgreSQL uses the server's clock.
+
+mod writer;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -13,14 +20,22 @@ use aml_core::{async_trait, ClaimError, ClaimStatus, FrozenProposal, GrantRef, G
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use crate::clock::{Clock, SystemClock};
-use crate::grant::{classify, GrantIssuer, GrantLifetimes, StoreError};
+use crate::grant::{GrantIssuer, GrantLifetimes, StoreError};
+use crate::group::{CommitStats, Later, Queue};
 use crate::intent_claims::ClaimsWithIntent;
 use crate::journal::{
-    DecisionJournal, DecisionRecord, IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent,
+    DecisionJournal, DecisionRecord, IntentEntry, IntentRef, ReceiptJournal, RecordedOutcome,
+    UnresolvedIntent,
 };
 use crate::receipts::{ReceiptStore, StoredRecord};
+use crate::settle::{settled_writes, Settlement, SettlesCalls};
 use crate::shared::OpenGrants;
 
+/// Every commit on a call's path writes its pages to the WAL, and each page written costs
+/// disk time before the sync returns: the journal and the receipts keep their ids without
+/// `AUTOINCREMENT` (whose `sqlite_sequence` row would be one more page per commit; rows are
+/// never deleted, so ids are never reused), and only granted intents are indexed by grant.
+/// Files created before keep their tables as they are.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS aml_grants (
     id TEXT PRIMARY KEY,
@@ -31,7 +46,7 @@ CREATE TABLE IF NOT EXISTS aml_grants (
     tool TEXT
 );
 CREATE TABLE IF NOT EXISTS aml_journal (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id INTEGER PRIMARY KEY,
     digest TEXT NOT NULL,
     grant_id TEXT,
     tool TEXT NOT NULL,
@@ -42,7 +57,7 @@ CREATE TABLE IF NOT EXISTS aml_journal (
     reconciled_at INTEGER,
     reconcile_note TEXT
 );
-CREATE INDEX IF NOT EXISTS aml_journal_grant_id ON aml_journal (grant_id);
+CREATE INDEX IF NOT EXISTS aml_journal_grant_id ON aml_journal (grant_id) WHERE grant_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS aml_decisions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     digest TEXT NOT NULL,
@@ -53,7 +68,7 @@ CREATE TABLE IF NOT EXISTS aml_decisions (
     recorded_at INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS aml_receipts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id INTEGER PRIMARY KEY,
     recorded_at INTEGER NOT NULL,
     record TEXT NOT NULL
 );";
@@ -92,7 +107,9 @@ fn retry_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result
 /// Grants and journal in one SQLite database.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
+    /// Reads, and the writes off every call's path.
     conn: Arc<Mutex<Connection>>,
+    writer: Queue,
     clock: Arc<dyn Clock>,
     lifetimes: GrantLifetimes,
 }
@@ -110,9 +127,8 @@ impl SqliteStore {
         clock: Arc<dyn Clock>,
         lifetimes: GrantLifetimes,
     ) -> Result<Self, StoreError> {
-        let mut conn = Connection::open(path).map_err(db("open"))?;
-        // Wait for other connections' locks from the first statement on.
-        conn.busy_timeout(Duration::from_secs(30)).map_err(db("open"))?;
+        let path = path.as_ref();
+        let mut conn = connect(path)?;
         // WAL lets readers and one writer share the file across processes; FULL syncs the
         // WAL on every commit, so a claim that returned is on disk.
         let mode: String =
@@ -121,14 +137,20 @@ impl SqliteStore {
             let cause = std::io::Error::other(format!("journal_mode is {mode}, not wal"));
             return Err(StoreError::database("sqlite", "open", cause));
         }
-        conn.execute_batch("PRAGMA synchronous=FULL;")
-            .map_err(db("open"))?;
         retry_busy(|| migrate(&mut conn)).map_err(db("schema setup"))?;
+        let writer = writer::start(connect(path)?, Arc::clone(&clock))?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
+            writer,
             clock,
             lifetimes,
         })
+    }
+
+    /// How this store's writes were grouped into transactions so far (writes per commit is
+    /// the group commit's gain).
+    pub fn commit_stats(&self) -> CommitStats {
+        self.writer.stats()
     }
 
     /// Runs `f` on the connection, off the async executor when there is a tokio runtime.
@@ -192,51 +214,18 @@ impl SqliteStore {
     }
 
     async fn spend(&self, grant: &GrantRef, with_intent: bool) -> Result<ClaimStatus, ClaimError> {
-        let Some(id) = grant.approval_id.clone() else {
-            return Ok(ClaimStatus::NotIssued);
-        };
-        let digest = grant.proposal_sha256.to_string();
-        let now = self.clock.now_ms();
-        self.run(move |c| {
-            // SQLite serializes writers: exactly one claimant of a grant sees a changed row,
-            // in this process or any other; the intent commits with it or not at all.
-            let tx = c
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(db("claim"))?;
-            let changed = tx
-                .execute(
-                    "UPDATE aml_grants SET consumed_at = ?3
-                     WHERE id = ?1 AND digest = ?2 AND consumed_at IS NULL AND expires_at > ?3",
-                    params![id, digest, now],
-                )
-                .map_err(db("claim"))?;
-            let status = if changed == 1 {
-                if with_intent {
-                    tx.execute(
-                        "INSERT INTO aml_journal (digest, grant_id, tool, intent_at)
-                         SELECT digest, id, COALESCE(tool, ''), ?2 FROM aml_grants WHERE id = ?1",
-                        params![id, now],
-                    )
-                    .map_err(db("claim"))?;
-                }
-                ClaimStatus::Claimed
-            } else {
-                let row: Option<(bool, bool)> = tx
-                    .query_row(
-                        "SELECT consumed_at IS NOT NULL, expires_at <= ?3 FROM aml_grants WHERE id = ?1 AND digest = ?2",
-                        params![id, digest, now],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .optional()
-                    .map_err(db("claim"))?;
-                row.map_or(ClaimStatus::NotIssued, |(consumed, expired)| classify(consumed, expired))
-            };
-            tx.commit().map_err(db("claim"))?;
-            Ok(status)
-        })
-        .await
-        .map_err(|e| ClaimError::with_source(e.to_string(), e))
+        self.writer.claim(grant, with_intent, String::new()).await
     }
+}
+
+/// A connection that waits for other connections' locks from its first statement on, and
+/// syncs the WAL on every commit (`synchronous=FULL`), so a claim that returned is on disk.
+fn connect(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).map_err(db("open"))?;
+    conn.busy_timeout(Duration::from_secs(30)).map_err(db("open"))?;
+    conn.execute_batch("PRAGMA synchronous=FULL;")
+        .map_err(db("open"))?;
+    Ok(conn)
 }
 
 /// Creates the tables, and adds the columns later versions need, in one write transaction
@@ -296,57 +285,15 @@ impl ClaimsWithIntent for SqliteStore {
         outcome: RecordedOutcome,
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
-        let (digest, grant, tool) = (
-            entry.proposal_sha256.to_string(),
-            entry.grant_id.clone(),
-            entry.tool.clone(),
-        );
-        let detail = detail.map(str::to_owned);
-        let now = self.clock.now_ms();
-        self.run(move |c| {
-            let tx = c
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(db("outcome"))?;
-            let updated = tx
-                .execute(
-                    "UPDATE aml_journal SET outcome = ?2, detail = ?3, outcome_at = ?4, tool = ?5
-                     WHERE grant_id = ?1 AND outcome IS NULL",
-                    params![grant, outcome.as_str(), detail, now, tool],
-                )
-                .map_err(db("outcome"))?;
-            if updated == 0 {
-                tx.execute(
-                    "INSERT INTO aml_journal (digest, grant_id, tool, intent_at, outcome, detail, outcome_at)
-                     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?4
-                     WHERE NOT EXISTS (SELECT 1 FROM aml_journal WHERE grant_id = ?2)",
-                    params![digest, grant, tool, now, outcome.as_str(), detail],
-                )
-                .map_err(db("outcome"))?;
-            }
-            tx.commit().map_err(db("outcome"))
-        })
-        .await
+        self.writer
+            .outcome(IntentRef::Claimed(entry.clone()), outcome, detail)
     }
 }
 
 #[async_trait]
 impl ReceiptJournal for SqliteStore {
     async fn intent(&self, entry: &IntentEntry) -> Result<i64, StoreError> {
-        let (digest, grant, tool) = (
-            entry.proposal_sha256.to_string(),
-            entry.grant_id.clone(),
-            entry.tool.clone(),
-        );
-        let now = self.clock.now_ms();
-        self.run(move |c| {
-            c.execute(
-                "INSERT INTO aml_journal (digest, grant_id, tool, intent_at) VALUES (?1, ?2, ?3, ?4)",
-                params![digest, grant, tool, now],
-            )
-            .map_err(db("intent"))?;
-            Ok(c.last_insert_rowid())
-        })
-        .await
+        self.writer.intent(entry).await
     }
 
     async fn outcome(
@@ -355,20 +302,15 @@ impl ReceiptJournal for SqliteStore {
         outcome: RecordedOutcome,
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
-        let detail = detail.map(str::to_owned);
-        let now = self.clock.now_ms();
-        self.run(move |c| {
-            c.execute(
-                "UPDATE aml_journal SET outcome = ?2, detail = ?3, outcome_at = ?4 WHERE id = ?1 AND outcome IS NULL",
-                params![id, outcome.as_str(), detail, now],
-            )
-            .map(drop)
-            .map_err(db("outcome"))
-        })
-        .await
+        self.writer.outcome(IntentRef::Id(id), outcome, detail)
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.writer.committed(true).await
     }
 
     async fn unresolved(&self) -> Result<Vec<UnresolvedIntent>, StoreError> {
+        self.writer.committed(false).await?;
         self.run(|c| {
             let mut stmt = c
                 .prepare(
@@ -393,6 +335,8 @@ impl ReceiptJournal for SqliteStore {
     }
 
     async fn reconcile(&self, id: i64, note: &str) -> Result<bool, StoreError> {
+        // An outcome still queued resolves the intent first.
+        self.writer.committed(false).await?;
         let note = note.to_owned();
         let now = self.clock.now_ms();
         self.run(move |c| {
@@ -446,23 +390,16 @@ impl SqliteStore {
 #[async_trait]
 impl ReceiptStore for SqliteStore {
     async fn append_records(&self, records: &[String]) -> Result<(), StoreError> {
-        let records = records.to_vec();
-        let now = self.clock.now_ms();
-        self.run(move |c| {
-            let tx = c.transaction().map_err(db("receipt records"))?;
-            for record in &records {
-                tx.execute(
-                    "INSERT INTO aml_receipts (recorded_at, record) VALUES (?1, ?2)",
-                    params![now, record],
-                )
-                .map_err(db("receipt records"))?;
-            }
-            tx.commit().map_err(db("receipt records"))
-        })
-        .await
+        self.writer
+            .later(records.iter().cloned().map(Later::Record).collect())
+    }
+
+    async fn flush_records(&self) -> Result<(), StoreError> {
+        self.writer.committed(true).await
     }
 
     async fn records_since(&self, since_ms: i64) -> Result<Vec<StoredRecord>, StoreError> {
+        self.writer.committed(false).await?;
         self.run(move |c| {
             let mut stmt = c
                 .prepare(
@@ -481,6 +418,13 @@ impl ReceiptStore for SqliteStore {
             rows.collect::<Result<Vec<_>, _>>().map_err(db("read"))
         })
         .await
+    }
+}
+
+#[async_trait]
+impl SettlesCalls for SqliteStore {
+    async fn settle(&self, settled: Vec<Settlement>) -> Result<(), StoreError> {
+        self.writer.later(settled_writes(settled))
     }
 }
 

@@ -8,6 +8,12 @@
 //! most [`ATTEMPTS`] times. Each claim and issue carries a random token written into the
 //! row it changes, so a retry recognizes its own earlier success instead of reporting it as
 //! someone else's.
+//!
+//! Claims, intents, outcomes and receipt records go through one writer per store, which
+//! sends everything queued at once as one pipelined transaction (group commit,
+//! [`crate::group`]).
+
+mod writer;
 
 use std::time::Duration;
 
@@ -16,12 +22,15 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
-use crate::grant::{classify, new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
+use crate::grant::{new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
+use crate::group::{CommitStats, Later, Queue};
 use crate::intent_claims::ClaimsWithIntent;
 use crate::journal::{
-    DecisionJournal, DecisionRecord, IntentEntry, ReceiptJournal, RecordedOutcome, UnresolvedIntent,
+    DecisionJournal, DecisionRecord, IntentEntry, IntentRef, ReceiptJournal, RecordedOutcome,
+    UnresolvedIntent,
 };
 use crate::receipts::{ReceiptStore, StoredRecord};
+use crate::settle::{settled_writes, Settlement, SettlesCalls};
 use crate::shared::OpenGrants;
 
 /// How many times an operation is tried when a retry can cure its failure.
@@ -85,21 +94,6 @@ BEGIN
     END IF;
 END $$;
 COMMIT;";
-
-const CLAIM: &str = "UPDATE aml_grants SET consumed_at = now(), claim_token = $3
-     WHERE id = $1 AND digest = $2 AND consumed_at IS NULL AND expires_at > now()
-     RETURNING id";
-/// One statement, so one transaction: the intent exists exactly when the claim succeeded.
-const CLAIM_WITH_INTENT: &str = "WITH claimed AS (
-         UPDATE aml_grants SET consumed_at = now(), claim_token = $3
-         WHERE id = $1 AND digest = $2 AND consumed_at IS NULL AND expires_at > now()
-         RETURNING id, digest, tool)
-     INSERT INTO aml_journal (digest, grant_id, tool)
-     SELECT digest, id, COALESCE(tool, '') FROM claimed
-     RETURNING id";
-const CLASSIFY: &str =
-    "SELECT consumed_at IS NOT NULL, expires_at <= now(), claim_token IS NOT DISTINCT FROM $3
-     FROM aml_grants WHERE id = $1 AND digest = $2";
 
 /// Why one attempt failed.
 enum Failure {
@@ -173,6 +167,7 @@ macro_rules! once {
 /// Grants and journal in PostgreSQL, over a pool of connections.
 pub struct PostgresStore {
     pool: Pool,
+    writer: Queue,
     lifetimes: GrantLifetimes,
 }
 
@@ -210,11 +205,22 @@ impl PostgresStore {
             .recycle_timeout(Some(POOL_TIMEOUT))
             .build()
             .map_err(|e| StoreError::database("postgres", "connect", e))?;
-        let store = PostgresStore { pool, lifetimes };
+        let writer = writer::start(pool.clone());
+        let store = PostgresStore {
+            pool,
+            writer,
+            lifetimes,
+        };
         retrying!(store, "schema setup", |client| Ok(client
             .batch_execute(SCHEMA)
             .await?))?;
         Ok(store)
+    }
+
+    /// How this store's writes were grouped into transactions so far (writes per commit is
+    /// the group commit's gain).
+    pub fn commit_stats(&self) -> CommitStats {
+        self.writer.stats()
     }
 
     /// Whether grant `id` has been consumed (for reconciliation after a claim error).
@@ -271,31 +277,8 @@ impl PostgresStore {
     }
 
     async fn spend(&self, grant: &GrantRef, with_intent: bool) -> Result<ClaimStatus, ClaimError> {
-        let Some(id) = &grant.approval_id else {
-            return Ok(ClaimStatus::NotIssued);
-        };
-        let digest = grant.proposal_sha256.to_string();
-        let claimed = async {
-            let token = new_grant_id()?;
-            let sql = if with_intent { CLAIM_WITH_INTENT } else { CLAIM };
-            retrying!(self, "claim", |client| {
-                let claim = client.prepare_cached(sql).await?;
-                if client.query_opt(&claim, &[id, &digest, &token]).await?.is_some() {
-                    return Ok(ClaimStatus::Claimed);
-                }
-                let check = client.prepare_cached(CLASSIFY).await?;
-                let row = client.query_opt(&check, &[id, &digest, &token]).await?;
-                Ok(match row {
-                    None => ClaimStatus::NotIssued,
-                    // An earlier attempt of this claim committed before its answer was lost.
-                    Some(r) if r.get::<_, bool>(2) => ClaimStatus::Claimed,
-                    Some(r) => classify(r.get(0), r.get(1)),
-                })
-            })
-        };
-        claimed
-            .await
-            .map_err(|e| ClaimError::with_source(e.to_string(), e))
+        let token = new_grant_id().map_err(|e| ClaimError::with_source(e.to_string(), e))?;
+        self.writer.claim(grant, with_intent, token).await
     }
 }
 
@@ -340,45 +323,15 @@ impl ClaimsWithIntent for PostgresStore {
         outcome: RecordedOutcome,
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
-        let digest = entry.proposal_sha256.to_string();
-        // Idempotent, so a retry cannot record twice: it resolves the claim's intent, or,
-        // when there is none for this grant at all, writes a complete record.
-        retrying!(self, "outcome", |client| {
-            let resolve = client
-                .prepare_cached(
-                    "WITH resolved AS (
-                         UPDATE aml_journal SET outcome = $2, detail = $3, outcome_at = now(), tool = $5
-                         WHERE grant_id = $1 AND outcome IS NULL RETURNING id)
-                     INSERT INTO aml_journal (digest, grant_id, tool, outcome, detail, outcome_at)
-                     SELECT $4, $1, $5, $2, $3, now()
-                     WHERE NOT EXISTS (SELECT 1 FROM aml_journal WHERE grant_id = $1)
-                       AND NOT EXISTS (SELECT 1 FROM resolved)",
-                )
-                .await?;
-            client
-                .execute(
-                    &resolve,
-                    &[&entry.grant_id, &outcome.as_str(), &detail, &digest, &entry.tool],
-                )
-                .await?;
-            Ok(())
-        })
+        self.writer
+            .outcome(IntentRef::Claimed(entry.clone()), outcome, detail)
     }
 }
 
 #[async_trait]
 impl ReceiptJournal for PostgresStore {
     async fn intent(&self, entry: &IntentEntry) -> Result<i64, StoreError> {
-        let digest = entry.proposal_sha256.to_string();
-        once!(self, "intent", |client| {
-            let row = client
-                .query_one(
-                    "INSERT INTO aml_journal (digest, grant_id, tool) VALUES ($1, $2, $3) RETURNING id",
-                    &[&digest, &entry.grant_id, &entry.tool],
-                )
-                .await?;
-            Ok(row.get(0))
-        })
+        self.writer.intent(entry).await
     }
 
     async fn outcome(
@@ -387,18 +340,15 @@ impl ReceiptJournal for PostgresStore {
         outcome: RecordedOutcome,
         detail: Option<&str>,
     ) -> Result<(), StoreError> {
-        retrying!(self, "outcome", |client| {
-            client
-                .execute(
-                    "UPDATE aml_journal SET outcome = $2, detail = $3, outcome_at = now() WHERE id = $1 AND outcome IS NULL",
-                    &[&id, &outcome.as_str(), &detail],
-                )
-                .await?;
-            Ok(())
-        })
+        self.writer.outcome(IntentRef::Id(id), outcome, detail)
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.writer.committed(true).await
     }
 
     async fn unresolved(&self) -> Result<Vec<UnresolvedIntent>, StoreError> {
+        self.writer.committed(false).await?;
         retrying!(self, "read", |client| {
             let rows = client
                 .query(
@@ -421,6 +371,8 @@ impl ReceiptJournal for PostgresStore {
     }
 
     async fn reconcile(&self, id: i64, note: &str) -> Result<bool, StoreError> {
+        // An outcome still queued resolves the intent first.
+        self.writer.committed(false).await?;
         once!(self, "reconcile", |client| {
             let n = client
                 .execute(
@@ -474,20 +426,16 @@ impl PostgresStore {
 #[async_trait]
 impl ReceiptStore for PostgresStore {
     async fn append_records(&self, records: &[String]) -> Result<(), StoreError> {
-        once!(self, "receipt records", |client| {
-            // One statement: the batch is stored whole or not at all.
-            client
-                .execute(
-                    "INSERT INTO aml_receipts (record)
-                     SELECT r FROM unnest($1::text[]) WITH ORDINALITY AS t(r, n) ORDER BY n",
-                    &[&records],
-                )
-                .await?;
-            Ok(())
-        })
+        self.writer
+            .later(records.iter().cloned().map(Later::Record).collect())
+    }
+
+    async fn flush_records(&self) -> Result<(), StoreError> {
+        self.writer.committed(true).await
     }
 
     async fn records_since(&self, since_ms: i64) -> Result<Vec<StoredRecord>, StoreError> {
+        self.writer.committed(false).await?;
         retrying!(self, "read", |client| {
             let rows = client
                 .query(
@@ -505,6 +453,13 @@ impl ReceiptStore for PostgresStore {
                 })
                 .collect())
         })
+    }
+}
+
+#[async_trait]
+impl SettlesCalls for PostgresStore {
+    async fn settle(&self, settled: Vec<Settlement>) -> Result<(), StoreError> {
+        self.writer.later(settled_writes(settled))
     }
 }
 

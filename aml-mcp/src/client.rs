@@ -45,16 +45,20 @@ impl GatedClient {
     /// Calls a tool through the gate.
     pub async fn call_tool(&self, params: CallToolRequestParams) -> McpVerdict {
         let timeout = self.timeout;
+        let peer = self.peer.clone();
         self.gate
-            .call(params, |params| async move {
-                let sent = self.peer.call_tool(params);
-                let result = match timeout {
-                    Some(limit) => tokio::time::timeout(limit, sent)
-                        .await
-                        .map_err(|_| ForwardError::Timeout(limit))?,
-                    None => sent.await,
-                };
-                result.map_err(ForwardError::Transport)
+            .call(params, move |params| {
+                let peer = peer.clone();
+                async move {
+                    let sent = peer.call_tool(params);
+                    let result = match timeout {
+                        Some(limit) => tokio::time::timeout(limit, sent)
+                            .await
+                            .map_err(|_| ForwardError::Timeout(limit))?,
+                        None => sent.await,
+                    };
+                    result.map_err(ForwardError::Transport)
+                }
             })
             .await
     }

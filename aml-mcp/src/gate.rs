@@ -3,11 +3,11 @@
 //! server; the only place where a gate outcome becomes MCP.
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aml_core::{
-    async_trait, CallStatus, GateOutcome, Plan, Receipt, Refusal, ResultSummary, ToolCall, ToolError,
+    async_trait, CallOutcome, CallRequest, Plan, Receipt, Refusal, ResultSummary, ToolCall, ToolError,
     ToolExecutor, ToolGate,
 };
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, ResultType};
@@ -15,7 +15,6 @@ use serde_json::Value;
 
 /// What became of the call at the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum ResultStatus {
     /// `"not_called"`: the request never left the gate.
     NotCalled,
@@ -84,15 +83,19 @@ pub const VERDICT_META_KEY: &str = "aml.action-boundary/verdict";
 /// The gate's verdict on one `tools/call`.
 #[derive(Debug, Clone)]
 pub struct McpVerdict {
-    outcome: GateOutcome,
+    outcome: CallOutcome,
     status: ResultStatus,
     result: Option<CallToolResult>,
     result_digest: Option<ResultSummary>,
+    /// Why the server's result is not strict JSON (its digest is then of its text).
+    result_not_strict: Option<String>,
+    /// Why the server's answer was not relayed (the verdict cannot be added to it safely).
+    result_withheld: Option<String>,
 }
 
 impl McpVerdict {
     /// The verdict on `outcome`, with the server's (or host tool's) `result` if one came back.
-    pub fn new(outcome: GateOutcome, result: Option<CallToolResult>) -> Self {
+    pub fn new(outcome: CallOutcome, result: Option<CallToolResult>) -> Self {
         let mut verdict = Self::from_outcome(outcome);
         if let (Some(r), ResultStatus::Returned | ResultStatus::ToolError) = (&result, verdict.status) {
             verdict.status = match r.is_error {
@@ -106,30 +109,69 @@ impl McpVerdict {
 
     /// The verdict on `outcome` alone: the status comes from the tool's output (the result
     /// object as JSON: `isError`, `resultType`), for gates that relay the result as bytes.
-    pub fn from_outcome(outcome: GateOutcome) -> Self {
-        let status = match outcome.status() {
-            CallStatus::Dispatched => match outcome.output() {
-                Some(r) if r["isError"] == true => ResultStatus::ToolError,
-                Some(r) if r["resultType"] == "input_required" => ResultStatus::InputRequired,
-                _ => ResultStatus::Returned,
-            },
-            CallStatus::Unknown => ResultStatus::Unknown,
-            _ => ResultStatus::NotCalled,
+    pub fn from_outcome(outcome: impl Into<CallOutcome>) -> Self {
+        let outcome = outcome.into();
+        let (status, result_digest) = match &outcome {
+            CallOutcome::Dispatched(done) => {
+                let output = done.output();
+                let status = if output["isError"] == true {
+                    ResultStatus::ToolError
+                } else if output["resultType"] == "input_required" {
+                    ResultStatus::InputRequired
+                } else {
+                    ResultStatus::Returned
+                };
+                // The same digest as the call record's: of the output the gate saw.
+                (status, Some(done.output_summary()))
+            }
+            CallOutcome::Unknown(_) => (ResultStatus::Unknown, None),
+            CallOutcome::Refused(_) | CallOutcome::HostError(_) | CallOutcome::Blocked(_) => {
+                (ResultStatus::NotCalled, None)
+            }
         };
-        // The same digest as the call record's: of the output the gate saw.
-        let result_digest = outcome
-            .output_summary()
-            .filter(|_| status != ResultStatus::NotCalled && status != ResultStatus::Unknown);
         McpVerdict {
             outcome,
             status,
             result: None,
             result_digest,
+            result_not_strict: None,
+            result_withheld: None,
         }
     }
 
+    /// For a relay whose output was the result's text (a result that is not strict JSON):
+    /// the status read from the answer, and why the result is not strict JSON or was not
+    /// relayed. Only for a call that was dispatched.
+    pub(crate) fn with_answer_notes(
+        mut self,
+        status: ResultStatus,
+        not_strict: Option<String>,
+        withheld: Option<String>,
+    ) -> Self {
+        if matches!(self.outcome, CallOutcome::Dispatched(_)) {
+            self.status = status;
+        }
+        self.result_not_strict = not_strict;
+        self.result_withheld = withheld;
+        self
+    }
+
+    /// Why the server's result is not strict JSON, when it is not: the verdict's
+    /// `result_digest` is then the SHA-256 of the result's exact text written as one JSON
+    /// string.
+    pub fn result_not_strict(&self) -> Option<&str> {
+        self.result_not_strict.as_deref()
+    }
+
+    /// Why the server's answer was not relayed to the client, when it was not: the call was
+    /// made, but the verdict could not be added to the answer without guessing what the
+    /// client would read (a member written twice, `_meta` not an object, …).
+    pub fn result_withheld(&self) -> Option<&str> {
+        self.result_withheld.as_deref()
+    }
+
     /// The gate's outcome (refusal, plan, receipt, host error, detail).
-    pub fn outcome(&self) -> &GateOutcome {
+    pub fn outcome(&self) -> &CallOutcome {
         &self.outcome
     }
     /// What became of the call at the server.
@@ -160,7 +202,9 @@ impl McpVerdict {
     /// The verdict as JSON, as results carry it under `_meta`:
     /// `{rejection, plan, receipt, mcp_result_status}`, plus `result_digest` (`{sha256, bytes}`
     /// of the result object as compact JSON with sorted keys, the same as in the call record)
-    /// when one came back and `host_error` when the host failed. Never the result itself.
+    /// when one came back, `host_error` when the host failed, and `result_not_strict` /
+    /// `result_withheld` when a relayed result is not strict JSON / was not relayed (see
+    /// [`result_not_strict`](Self::result_not_strict)). Never the result itself.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self.view()).unwrap_or(Value::Null)
     }
@@ -204,6 +248,18 @@ impl McpVerdict {
             out.extend_from_slice(summary.bytes.to_string().as_bytes());
             out.push(b'}');
         }
+        for (name, note) in [
+            ("result_not_strict", &self.result_not_strict),
+            ("result_withheld", &self.result_withheld),
+        ] {
+            if let Some(note) = note {
+                out.extend_from_slice(b",\"");
+                out.extend_from_slice(name.as_bytes());
+                out.extend_from_slice(b"\":");
+                // Writing a string to a Vec cannot fail.
+                let _ = serde_json::to_writer(&mut out, note);
+            }
+        }
         out.push(b'}');
         // Every piece above is UTF-8.
         String::from_utf8(out).unwrap_or_default()
@@ -217,6 +273,8 @@ impl McpVerdict {
             receipt: self.receipt(),
             rejection: self.rejection().map(Refusal::as_str),
             result_digest: self.result_digest.as_ref(),
+            result_not_strict: self.result_not_strict.as_deref(),
+            result_withheld: self.result_withheld.as_deref(),
         }
     }
 
@@ -238,15 +296,16 @@ impl McpVerdict {
 
     /// A sentence for the agent on why the call has no result (for an `isError` answer).
     pub fn explanation(&self) -> String {
-        match self.outcome.status() {
-            CallStatus::Refused(refusal) => format!("AML gate refused the call: {refusal}"),
-            CallStatus::HostError => "AML gate could not prepare this call (host error).".to_owned(),
-            CallStatus::Unknown => {
-                "Tool outcome is uncertain; do not retry automatically (host_dispatch_error).".to_owned()
-            }
-            CallStatus::Blocked(reason) => format!("AML boundary blocked this call: {reason}"),
-            // A dispatched call always carries its result.
-            _ => "AML gate: the tool returned no result.".to_owned(),
+        match &self.outcome {
+            CallOutcome::Refused(refused) => format!("AML gate refused the call: {}", refused.refusal()),
+            CallOutcome::HostError(_) => "AML gate could not prepare this call (host error).".to_owned(),
+            CallOutcome::Unknown(_) => format!(
+                "Tool outcome is uncertain; do not retry automatically ({}).",
+                self.outcome.reason()
+            ),
+            CallOutcome::Blocked(blocked) => format!("AML boundary blocked this call: {}", blocked.reason()),
+            // The server answered; this sentence is only for a gate that has no result to relay.
+            CallOutcome::Dispatched(_) => "AML gate: the tool returned no result.".to_owned(),
         }
     }
 }
@@ -262,6 +321,10 @@ struct VerdictView<'a> {
     rejection: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     result_digest: Option<&'a ResultSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result_not_strict: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result_withheld: Option<&'a str>,
 }
 
 /// The gate for MCP: the host's [`ToolGate`] (catalog, policy, hooks, receipt sink), with
@@ -275,7 +338,7 @@ impl McpGate {
     /// Gates calls with `gate`; its records name the adapter `mcp`.
     pub fn new(gate: ToolGate) -> Self {
         McpGate {
-            gate: gate.for_adapter("mcp"),
+            gate: gate.for_adapter("mcp").with_runtime(aml_core::TokioRuntime),
         }
     }
 
@@ -286,21 +349,24 @@ impl McpGate {
 
     /// Gates one call. `forward` sends the call, with the frozen arguments, to the server;
     /// it runs at most once, and only if the boundary dispatches. An `Err` from it means the
-    /// request may have reached the server: the outcome is `unknown`.
+    /// request may have reached the server: the outcome is `unknown`. The arguments arrive
+    /// parsed by rmcp: an integer beyond ±2^53 is still refused (`inexact_number`).
     pub async fn call<F, Fut>(&self, params: CallToolRequestParams, forward: F) -> McpVerdict
     where
-        F: Fn(CallToolRequestParams) -> Fut + Send + Sync,
+        F: Fn(CallToolRequestParams) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<CallToolResult, ForwardError>> + Send,
     {
         let name = params.name.to_string();
         let arguments = Value::Object(params.arguments.clone().unwrap_or_default());
-        let forward = Forward {
+        let forward = Arc::new(Forward {
             template: params,
             send: forward,
             result: Mutex::new(None),
-        };
-        let outcome = self.gate.call_value(&name, arguments, Some(&forward), None).await;
-        let result = forward.result.into_inner().unwrap_or_else(|p| p.into_inner());
+        });
+        let request =
+            CallRequest::value(&name, arguments).executor(Arc::clone(&forward) as Arc<dyn ToolExecutor>);
+        let outcome = self.gate.call(request).await;
+        let result = forward.result.lock().unwrap_or_else(|p| p.into_inner()).take();
         McpVerdict::new(outcome, result)
     }
 }
@@ -344,6 +410,7 @@ mod tests {
     use super::*;
     use aml_core::{tool_fn, ActionBoundary, Effect, Policy, ResourceRule, ToolCatalog, ToolRegistration};
     use serde_json::json;
+    use std::sync::Arc;
 
     fn gate() -> ToolGate {
         // "to" may be a number: the resource mapper then fails (a host error).
@@ -373,12 +440,12 @@ mod tests {
     #[tokio::test]
     async fn to_json_is_the_text_serde_writes_for_every_kind_of_verdict() {
         let gate = gate();
-        let tool = tool_fn(|call| async move {
+        let tool: Arc<dyn ToolExecutor> = Arc::new(tool_fn(|call| async move {
             match call.arguments()["to"].as_str() {
                 Some("fails") => Err(ToolError::new("the tool failed")),
                 _ => Ok(json!({"content": [], "isError": false, "k\u{e9}y": "v\"\n"})),
             }
-        });
+        }));
         let calls = [
             ("send", json!({"to": "ok"})),        // dispatched, with a result digest
             ("send", json!({"to": "fails"})),     // unknown
@@ -389,14 +456,22 @@ mod tests {
         ];
         let mut statuses = Vec::new();
         for (name, arguments) in calls {
-            let outcome = gate.call_value(name, arguments, Some(&tool), None).await;
+            let request = CallRequest::value(name, arguments).executor(Arc::clone(&tool));
+            let outcome = gate.call(request).await;
             let verdict = McpVerdict::from_outcome(outcome);
             statuses.push(verdict.status());
-            assert_eq!(verdict.to_json(), serde_json::to_string(&verdict.view()).unwrap());
-            assert_eq!(
-                serde_json::from_str::<Value>(&verdict.to_json()).unwrap(),
-                verdict.to_value()
+            let noted = verdict.clone().with_answer_notes(
+                ResultStatus::ToolError,
+                Some("AML_JSON_DUPLICATE_KEY at byte 3: \"k\"".into()),
+                Some("its result's \"_meta\" is not an object".into()),
             );
+            for verdict in [verdict, noted] {
+                assert_eq!(verdict.to_json(), serde_json::to_string(&verdict.view()).unwrap());
+                assert_eq!(
+                    serde_json::from_str::<Value>(&verdict.to_json()).unwrap(),
+                    verdict.to_value()
+                );
+            }
         }
         let not_called = ResultStatus::NotCalled;
         assert_eq!(

@@ -48,12 +48,13 @@ impl<S: ServerHandler> GatedServer<S> {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let inner = Arc::clone(&self.inner);
         let verdict = self
             .gate
-            .call(request, |params| {
-                let context = context.clone();
+            .call(request, move |params| {
+                let (inner, context) = (Arc::clone(&inner), context.clone());
                 async move {
-                    match self.inner.call_tool(params, context).await {
+                    match inner.call_tool(params, context).await {
                         Ok(CallToolResponse::Complete(result)) => Ok(result),
                         // The server took the call up without completing it: as uncertain as
                         // a lost response.

@@ -4,8 +4,9 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use aml_core::{ToolGate, ToolRegistration};
+use aml_core::{CallOutcome, CallRequest, ToolGate, ToolRegistration};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -26,6 +27,7 @@ use crate::gate::{McpGate, McpVerdict};
 pub struct GuardedToolServer {
     name: String,
     gate: McpGate,
+    call_timeout: Option<Duration>,
 }
 
 impl GuardedToolServer {
@@ -34,21 +36,38 @@ impl GuardedToolServer {
         GuardedToolServer {
             name: name.into(),
             gate: McpGate::new(gate),
+            call_timeout: None,
         }
     }
 
-    async fn run(&self, request: CallToolRequestParams) -> CallToolResult {
+    /// Answers each call within `timeout`: approval stops waiting then (blocked), and a tool
+    /// still running is answered as uncertain and finishes on its own.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = Some(timeout);
+        self
+    }
+
+    /// `gone` is the request's cancellation (the client cancelled, or the session ended).
+    async fn run(
+        &self,
+        request: CallToolRequestParams,
+        gone: impl Future<Output = ()> + Send + 'static,
+    ) -> CallToolResult {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let outcome = self
-            .gate
-            .gate()
-            .call_value(&request.name, arguments, None, None)
-            .await;
-        let result = outcome.output().map(|output| {
-            let mut r = CallToolResult::success(vec![ContentBlock::text(output.to_string())]);
-            r.structured_content = Some(output.clone());
-            r
-        });
+        let mut call = CallRequest::value(&request.name, arguments).caller_gone(gone);
+        if let Some(timeout) = self.call_timeout {
+            call = call.deadline(Instant::now() + timeout);
+        }
+        let outcome = self.gate.gate().call(call).await;
+        let result = match &outcome {
+            CallOutcome::Dispatched(done) => {
+                let output = done.output();
+                let mut r = CallToolResult::success(vec![ContentBlock::text(output.to_string())]);
+                r.structured_content = Some(output.clone());
+                Some(r)
+            }
+            _ => None,
+        };
         McpVerdict::new(outcome, result).into_call_result()
     }
 }
@@ -73,15 +92,17 @@ impl ServerHandler for GuardedToolServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<ListToolsResult, McpError>> + MaybeSendFuture + '_ {
-        let tools = self.gate.gate().catalog().tools().map(listed).collect();
+        let tools = self.gate.gate().listing().iter().map(listed).collect();
         std::future::ready(Ok(ListToolsResult::with_all_items(tools)))
     }
 
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        Ok(CallToolResponse::Complete(self.run(request).await))
+        let cancelled = context.ct;
+        let gone = async move { cancelled.cancelled().await };
+        Ok(CallToolResponse::Complete(self.run(request, gone).await))
     }
 }

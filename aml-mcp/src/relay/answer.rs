@@ -2,14 +2,16 @@
 //! (every other value keeps its bytes), the relay's own `isError` results, and the filtered
 //! `tools/list` result.
 
+use aml_core::strict;
 use serde_json::value::RawValue;
+use serde_json::Value;
 
 use std::ops::Range;
 
 use super::jsonrpc::{json_string, range_in, result_response, splice, Envelope, Members};
 use super::session::Reply;
 use super::tools::RelayTools;
-use crate::VERDICT_META_KEY;
+use crate::{ResultStatus, VERDICT_META_KEY};
 
 /// [`VERDICT_META_KEY`] as JSON text (it needs no escapes).
 const VERDICT_KEY_JSON: &str = "\"aml.action-boundary/verdict\"";
@@ -55,6 +57,48 @@ pub(crate) fn unsplicable(reply: &Reply) -> Option<String> {
             "its {what}'s {member:?} is not an object with each member once ({e})"
         )),
         _ => None,
+    }
+}
+
+/// What the gate takes a call's result to be: the result as the strict parser reads it when
+/// it is strict JSON (the same parser as for client messages; every number kept exactly),
+/// else its text as a JSON string, with why it is not strict JSON. The call record's and the
+/// verdict's `result_digest` is of this value as compact JSON with sorted keys: for a result
+/// that is not strict JSON, that is the SHA-256 of its exact text written as one JSON string
+/// (ADR 007).
+pub(crate) fn read_result(text: &[u8], max_bytes: usize) -> (Value, Option<String>) {
+    let limits = strict::Limits {
+        max_bytes,
+        ..strict::Limits::default()
+    };
+    let why = match strict::parse_slice_with(text, limits) {
+        Ok(value) => match strict::first_inexact_number(text) {
+            None => return (value, None),
+            Some(inexact) => inexact.to_string(),
+        },
+        Err(e) => e.to_string(),
+    };
+    // Server messages are checked to be UTF-8 before they are routed.
+    let text = String::from_utf8_lossy(text).into_owned();
+    (Value::String(text), Some(why))
+}
+
+/// A result's status read from its top-level members alone (`isError`, `resultType`), for
+/// a result the strict parser refused; `returned` when they cannot be read.
+pub(crate) fn lenient_status(reply: &Reply) -> ResultStatus {
+    let members = reply
+        .body
+        .as_ref()
+        .ok()
+        .and_then(|range| serde_json::from_slice::<&RawValue>(&reply.message[range.clone()]).ok())
+        .and_then(|result| Members::parse(result).ok());
+    let member = |name: &str| members.as_ref().and_then(|m| m.get(name)).map(RawValue::get);
+    if member("isError") == Some("true") {
+        ResultStatus::ToolError
+    } else if member("resultType") == Some("\"input_required\"") {
+        ResultStatus::InputRequired
+    } else {
+        ResultStatus::Returned
     }
 }
 
@@ -199,7 +243,7 @@ pub(crate) fn filter_tools_list(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{json, Value};
+    use serde_json::json;
 
     fn parsed(message: &[u8]) -> Reply {
         let env = Envelope::parse(message).unwrap();

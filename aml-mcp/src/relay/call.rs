@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aml_core::strict::first_inexact_number;
-use aml_core::{async_trait, PreparedCall, Refusal, ToolCall, ToolError, ToolExecutor};
+use aml_core::{async_trait, CallerGone, PreparedCall, Refusal, ToolCall, ToolError, ToolExecutor};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
-use super::answer::{error_result, relay_reply, unsplicable};
+use super::answer::{error_result, lenient_status, read_result, relay_reply, unsplicable};
 use super::from_client::flight_key;
 use super::jsonrpc::{self, json_string, Envelope, Members};
 use super::pins::{self, PinCheck};
@@ -191,13 +191,16 @@ pub(crate) async fn refuse_call(
     refusal: Refusal,
     detail: &str,
 ) {
-    let tool = env
-        .params
+    refuse_named(relay, client_id, &tool_named(env), refusal, detail).await
+}
+
+/// The tool a `tools/call` names (`params.name`), or `""` when it names none.
+pub(crate) fn tool_named(env: &Envelope<'_>) -> String {
+    env.params
         .and_then(|p| Members::parse(p).ok())
         .and_then(|m| m.get("name"))
         .and_then(|n| serde_json::from_str::<String>(n.get()).ok())
-        .unwrap_or_default();
-    refuse_named(relay, client_id, &tool, refusal, detail).await
+        .unwrap_or_default()
 }
 
 /// Answers a refused call to `tool` (nothing is sent), and records it.
@@ -257,15 +260,45 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
         Some(wrapped) => wrapped.as_ref(),
         None => forward.as_ref(),
     };
-    let outcome = gate.gate().run(prepared, Some(executor), None).await;
+    // Until the one-use claim the call stops if the client leaves (its approval is
+    // withdrawn: the page no longer offers it); from the claim on it runs to the end.
+    let left = {
+        let relay = Arc::clone(&relay);
+        CallerGone::new(async move { relay.client_left().await })
+    };
+    let outcome = gate.gate().run(prepared, Some(executor), None, Some(left)).await;
+    if outcome.dispatch().is_some_and(|d| d.caller_gone()) {
+        // Recorded as blocked (the caller went away before the claim); nobody is left to
+        // answer.
+        relay.state().flights.remove(&request.flight);
+        tracing::info!(target: "aml_mcp::relay", tool = %request.name,
+                       "the client left before the call was authorized; it was withdrawn and never sent");
+        return;
+    }
     relay.state().flights.remove(&request.flight);
     if forward.cancelled.load(Ordering::Relaxed) {
         // The client cancelled it: MCP wants no answer.
         return;
     }
-    let verdict = McpVerdict::from_outcome(outcome);
-    let reply = forward.reply.lock().unwrap_or_else(|p| p.into_inner()).take();
-    let answer = match (verdict.status(), reply) {
+    let mut verdict = McpVerdict::from_outcome(outcome);
+    let answered = forward.reply.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(answered) = answered
+        .as_ref()
+        .filter(|a| a.not_strict.is_some() || a.withheld.is_some())
+    {
+        // The gate's output may be the result's text: the status is read from the answer.
+        let status = lenient_status(&answered.reply);
+        verdict = verdict.with_answer_notes(status, answered.not_strict.clone(), answered.withheld.clone());
+    }
+    if let Some(why) = answered.as_ref().and_then(|a| a.withheld.as_deref()) {
+        let text = format!(
+            "The server answered this call (it was made: do not send it again without checking), but its answer cannot carry the gate's verdict safely, so it is not relayed: {why}."
+        );
+        return relay
+            .answer(error_result(&request.client_id, &text, &verdict.to_json()))
+            .await;
+    }
+    let answer = match (verdict.status(), answered.map(|a| a.reply)) {
         (ResultStatus::InputRequired, Some(reply)) => match refused_input(&relay, &reply) {
             Some(method) => {
                 let text = format!(
@@ -329,8 +362,17 @@ struct Forward {
     /// The client's `_meta`, as it sent it (protocol metadata: progress token, version).
     meta: Option<String>,
     retry: bool,
-    reply: Mutex<Option<Reply>>,
+    reply: Mutex<Option<Answered>>,
     cancelled: AtomicBool,
+}
+
+/// The server's answer to the forwarded call, and what the gate could not do with it.
+struct Answered {
+    reply: Reply,
+    /// Why its result is not strict JSON (its digest is then of its text).
+    not_strict: Option<String>,
+    /// Why the verdict cannot be added to it safely (it is then not relayed).
+    withheld: Option<String>,
 }
 
 impl core::fmt::Debug for Forward {
@@ -404,13 +446,25 @@ impl Forward {
                 return Err(ForwardError::Timeout(limit));
             }
         };
-        if let Some(why) = unsplicable(&reply) {
-            return Err(ForwardError::Unreadable(why));
-        }
+        let withheld = unsplicable(&reply);
         let outcome = match &reply.body {
-            Ok(result) => serde_json::from_slice::<Value>(&reply.message[result.clone()]).map_err(|e| {
-                ForwardError::Unreadable(format!("its result is not JSON the gate can read ({e})"))
-            }),
+            // The server answered: the call was made, whatever its answer's JSON looks like.
+            Ok(result) => {
+                let (value, not_strict) = read_result(
+                    &reply.message[result.clone()],
+                    self.relay.config.max_message_bytes,
+                );
+                let answered = Answered {
+                    reply,
+                    not_strict,
+                    withheld,
+                };
+                *self.reply.lock().unwrap_or_else(|p| p.into_inner()) = Some(answered);
+                return Ok(value);
+            }
+            Err(_) if withheld.is_some() => {
+                return Err(ForwardError::Unreadable(withheld.unwrap_or_default()));
+            }
             Err(error) => {
                 let error: Value = serde_json::from_slice(&reply.message[error.clone()]).unwrap_or_default();
                 Err(ForwardError::Server {
@@ -419,9 +473,12 @@ impl Forward {
                 })
             }
         };
-        if !matches!(outcome, Err(ForwardError::Unreadable(_))) {
-            *self.reply.lock().unwrap_or_else(|p| p.into_inner()) = Some(reply);
-        }
+        let answered = Answered {
+            reply,
+            not_strict: None,
+            withheld: None,
+        };
+        *self.reply.lock().unwrap_or_else(|p| p.into_inner()) = Some(answered);
         outcome
     }
 }

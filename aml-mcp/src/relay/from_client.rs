@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 use super::call::{refuse_call, start_call};
 use super::frame::Inbound;
 use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
+use super::kinds::{drop_client_request_without_id, is_notification_method, takes_client_answer};
 use super::session::{Flight, Pending, Relay, Timer};
 use crate::ForwardError;
 
@@ -86,7 +87,21 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
         Kind::Request => {
             let Some(id) = env.id else { return };
             let client_id = Bytes::copy_from_slice(id.get().as_bytes());
-            let gone = relay.state().gone.clone();
+            let (gone, taken) = {
+                let state = relay.state();
+                (
+                    state.gone.clone(),
+                    state.flights.contains_key(&flight_key(&client_id)),
+                )
+            };
+            if taken {
+                // Two requests under one id could not be told apart (their answers, a
+                // cancellation), and the in-flight limit counts ids.
+                let message = "invalid request: a request with this id is still in flight; use a new id";
+                return relay
+                    .answer_error(Some(&client_id), jsonrpc::INVALID_REQUEST, message)
+                    .await;
+            }
             if method == "tools/call" {
                 match gone {
                     Some(reason) => {
@@ -113,6 +128,14 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
             forward(relay, client_id, &bytes, id_range, method, limit).await;
         }
         Kind::Notification if method == "notifications/cancelled" => cancel(relay, &bytes, &env).await,
+        // A request without an id would pass as a notification, where nothing gates it.
+        Kind::Notification if !is_notification_method(method) => {
+            drop_client_request_without_id(relay, method, &env)
+        }
+        Kind::Response
+            if !env
+                .id
+                .is_some_and(|id| takes_client_answer(relay, id.get().as_bytes())) => {}
         Kind::Notification | Kind::Response => {
             let _ = relay.to_upstream.send(bytes.clone()).await;
         }

@@ -8,6 +8,7 @@ use serde_json::value::RawValue;
 use super::answer::{filter_tools_list, relay_reply, without_task_calls};
 use super::frame::Inbound;
 use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
+use super::kinds::{drop_server_request_without_id, expect_client_answer, is_notification_method};
 use super::pins::{observe_answer, visible};
 use super::session::{Pending, Relay, Reply};
 use super::ServerRequestPolicy;
@@ -65,16 +66,31 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
                 "elicitation/create" => relay.config.elicitation,
                 _ => ServerRequestPolicy::Relay,
             };
-            match (policy, env.id) {
-                (ServerRequestPolicy::Refuse, Some(id)) => {
-                    refuse_server_request(relay, id.get(), method).await
+            let Some(id) = env.id else { return };
+            match policy {
+                ServerRequestPolicy::Refuse => refuse_server_request(relay, id.get(), method).await,
+                _ if expect_client_answer(relay, id.get().as_bytes()) => relay.answer(bytes.clone()).await,
+                _ => {
+                    let message = format!(
+                        "aml-mcp-gate: {} requests of this server already wait for the client's answer (the limit); not relayed",
+                        relay.config.max_in_flight
+                    );
+                    let answer = error_response(
+                        Some(id.get().as_bytes()),
+                        jsonrpc::REFUSED_BY_HOST,
+                        &message,
+                        None,
+                    );
+                    let _ = relay.to_upstream.send(answer).await;
                 }
-                _ => relay.answer(bytes.clone()).await,
             }
+        }
+        Ok(Kind::Notification) if !is_notification_method(env.method.as_deref().unwrap_or_default()) => {
+            drop_server_request_without_id(relay, env.method.as_deref().unwrap_or_default())
         }
         Ok(Kind::Notification) => {
             if env.method.as_deref() == Some("notifications/tools/list_changed") {
-                // Pinned tools are unknown until the next list (ADR 016).
+                // Pinned tools are unknown until the next list (ADR 018).
                 relay.state().seen.forget();
             }
             match subscription_for_client(relay, &bytes, env.params) {

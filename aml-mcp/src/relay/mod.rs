@@ -12,6 +12,9 @@
 //!   the input schema the host enforces;
 //! - `sampling/createMessage` and `elicitation/create` from the server: refused (the default)
 //!   or relayed, per host setting ([`ServerRequestPolicy`]);
+//! - a request without an `"id"` in either direction: dropped and recorded, never relayed
+//!   ([`is_notification_method`]); a client's answer reaches the server only for a request
+//!   the server sent it;
 //! - liveness: a time limit on every forwarded request, cancellation passed on, an upstream
 //!   that exits or answers garbage, and a JSON-RPC answer to every malformed message.
 //!
@@ -23,6 +26,7 @@
 //! Design and limits: `docs/adr/007-mcp-harness-and-proxy-hop.md` and
 //! `docs/adr/013-input-required-retry.md`.
 
+mod advertised;
 mod answer;
 mod call;
 mod deferred;
@@ -30,6 +34,7 @@ pub mod frame;
 mod from_client;
 mod from_upstream;
 mod jsonrpc;
+mod kinds;
 mod pins;
 mod session;
 pub mod stdio;
@@ -46,8 +51,9 @@ pub use frame::Inbound;
 pub use jsonrpc::{
     INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, REFUSED_BY_HOST, UPSTREAM_GONE, UPSTREAM_TIMEOUT,
 };
+pub use kinds::is_notification_method;
 pub use session::{probe, run, ProbeError, RelayEnd};
-pub use tools::RelayTools;
+pub use tools::{catalog_warnings, RelayTools};
 pub use wrap::ForwardWrapper;
 
 /// What the relay does with one kind of request from the server to the client.
@@ -80,8 +86,9 @@ pub struct RelayConfig {
     pub elicitation: ServerRequestPolicy,
     /// The longest message accepted from either side, in bytes.
     pub max_message_bytes: usize,
-    /// After the client goes away, how long calls still in flight may take to finish (and get
-    /// their receipts) before they are recorded as abandoned.
+    /// After the client goes away, how long requests it sent may still take to be answered:
+    /// calls in flight then are recorded as abandoned, other requests answered with an
+    /// error. Calls not yet authorized (waiting for approval) are withdrawn at once instead.
     pub drain_timeout: Duration,
     /// After the server exits, how long the relay keeps answering (refusing) the client
     /// before it ends.

@@ -119,11 +119,14 @@ fn observe(seen: &mut HashMap<String, Definition>, message: &[u8]) -> Option<Opt
     Some(cursor)
 }
 
-/// Records a `tools/list` answer relayed to the client.
+/// Records a `tools/list` answer relayed to the client (and its tool names, for
+/// [`super::advertised`]).
 pub(crate) fn observe_answer(relay: &Relay, message: &[u8]) {
     let mut found = HashMap::new();
-    if observe(&mut found, message).is_some() {
+    if let Some(cursor) = observe(&mut found, message) {
+        let names: Vec<String> = found.keys().cloned().collect();
         relay.state().seen.tools.extend(found);
+        super::advertised::page(relay, names, cursor.is_none());
     }
 }
 
@@ -143,9 +146,15 @@ pub(crate) async fn fetch(relay: &Relay) -> Result<(), String> {
         match body {
             None => return Err("the server's tools/list answer holds no readable tool list".into()),
             Some(None) => {
-                let mut state = relay.state();
-                state.seen.tools = found;
-                state.seen.complete = true;
+                let names: Vec<String> = found.keys().cloned().collect();
+                {
+                    let mut state = relay.state();
+                    state.seen.tools = found;
+                    state.seen.complete = true;
+                    // The relay's own complete list replaces any the client was walking.
+                    state.listing.clear();
+                }
+                super::advertised::page(relay, names, true);
                 return Ok(());
             }
             Some(Some(next)) => cursor = Some(next),

@@ -150,6 +150,13 @@ pub(crate) struct State {
     pub(crate) gone: Option<String>,
     /// The server's tool definitions as this session has seen them (pins).
     pub(crate) seen: super::pins::Seen,
+    /// The ids (as lookup keys) of the server's requests relayed to the client and not yet
+    /// answered: only answers to these are relayed back.
+    pub(crate) asked: std::collections::HashSet<String>,
+    /// Tool names of the `tools/list` pages seen since the last complete list, and the
+    /// registered tools last found missing from one (see `advertised`).
+    pub(crate) listing: std::collections::BTreeSet<String>,
+    pub(crate) missing_warned: std::collections::BTreeSet<String>,
 }
 
 impl State {
@@ -169,6 +176,9 @@ pub(crate) struct Relay {
     pub(crate) to_client: mpsc::Sender<Bytes>,
     pub(crate) to_upstream: mpsc::Sender<Bytes>,
     state: Mutex<State>,
+    /// Set once the client has gone (end of its input, or its output closed): calls not yet
+    /// authorized are withdrawn (see [`Relay::client_left`]).
+    left: tokio::sync::watch::Sender<bool>,
 }
 
 impl Relay {
@@ -193,6 +203,16 @@ impl Relay {
 
     pub(crate) async fn answer_error(&self, id: Option<&[u8]>, code: i64, message: &str) {
         self.answer(error_response(id, code, message, None)).await;
+    }
+
+    /// Completes once the client has gone. A call still waiting for approval (or for the
+    /// server's tool list, to check a pin) then stops: nobody can be answered, and an
+    /// approver must not be able to approve it into running after its client left. A call
+    /// past its one-use claim goes on to the end, as with gRPC (ADR 006).
+    pub(crate) async fn client_left(&self) {
+        let mut left = self.left.subscribe();
+        // The sender lives as long as `self`, so this ends only when the flag is set.
+        let _ = left.wait_for(|gone| *gone).await;
     }
 
     /// Tells the server a request of ours is cancelled.
@@ -242,6 +262,7 @@ pub async fn run(
         to_client,
         to_upstream,
         state: Mutex::new(State::default()),
+        left: tokio::sync::watch::Sender::new(false),
     });
     for inbound in early {
         on_upstream(&relay, inbound).await;
@@ -274,9 +295,15 @@ pub async fn run(
             next = from_client.recv(), if !full => match next {
                 // Its answers cannot be written (it closed its end): it has gone, and what
                 // it sent after that is not taken up to run unanswered.
-                Some(_) if relay.to_client.is_closed() => break,
+                Some(_) if relay.to_client.is_closed() => {
+                    relay.left.send_replace(true);
+                    break;
+                }
                 Some(inbound) => on_client(&relay, inbound, &mut calls).await,
-                None => break,
+                None => {
+                    relay.left.send_replace(true);
+                    break;
+                }
             },
             Some(_) = calls.join_next(), if !calls.is_empty() => {}
             _ = tokio::time::sleep(FULL_RECHECK), if full => {}
@@ -289,9 +316,11 @@ pub async fn run(
             }
         }
     }
-    // Calls in flight may still get their answers (and receipts), within a bound.
+    // Requests already read still get their answers (and calls their receipts), within a
+    // bound: a client that writes its requests and closes its input at once (`printf … |`)
+    // is answered like any other.
     let deadline = Instant::now() + relay.config.drain_timeout;
-    while !calls.is_empty() {
+    while !calls.is_empty() || awaits_answers(&relay) {
         tokio::select! {
             next = from_upstream.recv(), if upstream_open => match next {
                 Some(inbound) => on_upstream(&relay, inbound).await,
@@ -304,12 +333,14 @@ pub async fn run(
                 exit_pending = false;
                 upstream_gone(&relay, format!("it exited ({})", status.unwrap_or_default())).await;
             }
-            _ = calls.join_next() => {}
+            Some(_) = calls.join_next(), if !calls.is_empty() => {}
             _ = tokio::time::sleep_until(deadline) => {
                 tracing::warn!(target: "aml_mcp::relay", calls = calls.len(),
                                "calls still running when the client left are recorded as abandoned");
                 calls.abort_all();
                 while calls.join_next().await.is_some() {}
+                answer_unanswered(&relay).await;
+                break;
             }
         }
     }
@@ -330,6 +361,49 @@ pub async fn run(
     match gone {
         Some(reason) => RelayEnd::UpstreamGone(reason),
         None => RelayEnd::ClientClosed,
+    }
+}
+
+/// Whether a request relayed to the server still waits for its answer and the client can
+/// still be written to (a subscription, which ends only when the client ends it, does not
+/// count).
+fn awaits_answers(relay: &Relay) -> bool {
+    !relay.to_client.is_closed()
+        && relay.state().pending.values().any(|p| {
+            matches!(
+                p,
+                Pending::Relayed {
+                    subscription: false,
+                    ..
+                }
+            )
+        })
+}
+
+/// The drain limit passed after the client left: each relayed request still waiting is
+/// answered with an error now (the server is told it is cancelled as the session ends).
+async fn answer_unanswered(relay: &Relay) {
+    let waiting: Vec<Bytes> = relay
+        .state()
+        .pending
+        .values()
+        .filter_map(|p| match p {
+            Pending::Relayed {
+                client_id,
+                subscription: false,
+                ..
+            } => Some(client_id.clone()),
+            _ => None,
+        })
+        .collect();
+    let limit = relay.config.drain_timeout;
+    let message = format!(
+        "aml-mcp-gate: the server did not answer within {limit:?} of the client closing its input; the gate is stopping"
+    );
+    for client_id in waiting {
+        relay
+            .answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message)
+            .await;
     }
 }
 
@@ -372,3 +446,7 @@ async fn upstream_gone(relay: &Relay, reason: String) {
 #[cfg(test)]
 #[path = "session_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "kinds_tests.rs"]
+mod kinds_tests;

@@ -11,17 +11,17 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::*;
 
-struct Ends {
-    to_relay: mpsc::Sender<Inbound>,
-    from_relay: mpsc::Receiver<Bytes>,
-    server_in: mpsc::Sender<Inbound>,
-    server_out: mpsc::Receiver<Bytes>,
-    exit: oneshot::Sender<String>,
-    sink: MemorySink,
-    relay: tokio::task::JoinHandle<RelayEnd>,
+pub(super) struct Ends {
+    pub(super) to_relay: mpsc::Sender<Inbound>,
+    pub(super) from_relay: mpsc::Receiver<Bytes>,
+    pub(super) server_in: mpsc::Sender<Inbound>,
+    pub(super) server_out: mpsc::Receiver<Bytes>,
+    pub(super) exit: oneshot::Sender<String>,
+    pub(super) sink: MemorySink,
+    pub(super) relay: tokio::task::JoinHandle<RelayEnd>,
 }
 
-fn start(config: RelayConfig) -> Ends {
+pub(super) fn start(config: RelayConfig) -> Ends {
     let sink = MemorySink::new();
     let catalog = r#"{"tools": [{"name": "send", "effect": "send", "purpose": "Send a note",
         "resource": {"argument": "to"}, "input_schema": {"type": "object", "required": ["to"]}}]}"#;
@@ -61,11 +61,11 @@ fn start(config: RelayConfig) -> Ends {
     }
 }
 
-fn message(v: Value) -> Inbound {
+pub(super) fn message(v: Value) -> Inbound {
     Inbound::Message(Bytes::from(v.to_string()))
 }
 
-fn parse(b: Bytes) -> Value {
+pub(super) fn parse(b: Bytes) -> Value {
     serde_json::from_slice(&b).unwrap()
 }
 
@@ -441,4 +441,31 @@ async fn a_server_request_the_relay_cannot_read_is_answered_not_left_waiting() {
     }
     assert!(ends.from_relay.try_recv().is_err(), "the client saw neither");
     drop(ends.exit);
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_read_before_the_client_left_are_answered_within_the_drain_limit() {
+    let mut ends = start(RelayConfig::default().with_drain_timeout(Duration::from_secs(10)));
+    for (id, method) in [(1, "resources/list"), (2, "prompts/list")] {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method});
+        ends.to_relay.send(message(request)).await.unwrap();
+    }
+    let first = parse(ends.server_out.recv().await.unwrap());
+    let second = parse(ends.server_out.recv().await.unwrap());
+    drop(ends.to_relay);
+    // The server answers the first after the client has left; it still reaches the client.
+    let answer = json!({"jsonrpc": "2.0", "id": first["id"], "result": {"resources": []}});
+    ends.server_in.send(message(answer)).await.unwrap();
+    let relayed = parse(ends.from_relay.recv().await.unwrap());
+    assert_eq!(relayed["id"], 1, "{relayed}");
+    // The second is never answered: the drain limit answers it.
+    let started = tokio::time::Instant::now();
+    let timed_out = parse(ends.from_relay.recv().await.unwrap());
+    assert_eq!(started.elapsed(), Duration::from_secs(10));
+    assert_eq!(timed_out["id"], 2, "{timed_out}");
+    assert_eq!(timed_out["error"]["code"], jsonrpc::UPSTREAM_TIMEOUT);
+    assert_eq!(ends.relay.await.unwrap(), RelayEnd::ClientClosed);
+    let cancel = parse(ends.server_out.recv().await.unwrap());
+    assert_eq!(cancel["method"], "notifications/cancelled");
+    assert_eq!(cancel["params"]["requestId"], second["id"]);
 }

@@ -99,13 +99,22 @@ pub struct ChildUpstream {
 }
 
 /// Starts `command` (program and arguments) as the upstream server, with this process's
-/// environment.
+/// environment and working directory.
 pub fn spawn_child(command: &[OsString], max: usize) -> std::io::Result<ChildUpstream> {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no server command"))?;
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
+    let mut command = tokio::process::Command::new(program);
+    command.args(args);
+    spawn_command(command, max)
+}
+
+/// Starts `command` as the upstream server: the caller has set its program, arguments and
+/// whatever else it needs (working directory, environment, what happens to it when this
+/// process dies); its stdin and stdout become the connection, its stderr is this process's,
+/// and it is killed if the returned value is dropped before [`ChildUpstream::stop`].
+pub fn spawn_command(mut command: tokio::process::Command, max: usize) -> std::io::Result<ChildUpstream> {
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -124,6 +124,53 @@ impl RelayTools {
     }
 }
 
+/// What in a host's tools document and policy is most likely a typo: a rule naming a tool
+/// the document does not register (or registers with another effect: the rule then allows
+/// nothing), and a tool whose resource comes from an argument its input schema does not
+/// define (every call to it would fail as a host error). One sentence each; none for a
+/// document that does not load (that is an error of its own). `tools` is the document's
+/// text, `None` when the host gave none.
+pub fn catalog_warnings(tools: Option<&str>, policy: &aml_core::Policy) -> Vec<String> {
+    let (catalog, rules) = match tools.map(parse_document) {
+        Some(Ok(parsed)) => parsed,
+        Some(Err(_)) => return Vec::new(),
+        None => (ToolCatalog::new(), BTreeMap::new()),
+    };
+    let mut warnings = Vec::new();
+    for rule in policy.rules() {
+        match catalog.get(&rule.tool) {
+            None => warnings.push(format!(
+                "the policy has a rule for tool {:?}, which the tools file does not register: the rule allows nothing",
+                rule.tool
+            )),
+            Some(tool) if tool.effect() != rule.effect => warnings.push(format!(
+                "the policy's rule for tool {:?} has effect {}, but the tools file registers it with effect {}: the rule allows nothing",
+                rule.tool,
+                rule.effect,
+                tool.effect()
+            )),
+            Some(_) => {}
+        }
+    }
+    for tool in catalog.tools() {
+        let Some(ResourceRule::Argument(argument)) = rules.get(tool.name()) else {
+            continue;
+        };
+        let defined = tool
+            .input_schema()
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|p| p.contains_key(argument));
+        if !defined {
+            warnings.push(format!(
+                "tool {:?} takes its resource from argument {argument:?}, which its input schema does not define (\"properties\"): its calls will fail",
+                tool.name()
+            ));
+        }
+    }
+    warnings
+}
+
 /// A catalog document's registrations and each tool's resource rule.
 fn parse_document(text: &str) -> Result<(ToolCatalog, BTreeMap<String, ResourceRule>), CatalogError> {
     let catalog = ToolCatalog::from_json(text)?;
@@ -229,6 +276,36 @@ mod tests {
             "its only rule names another effect"
         );
         assert!(tools.listed("other").is_none());
+    }
+
+    #[test]
+    fn typos_in_the_tools_file_and_policy_are_named() {
+        let catalog = r#"{"tools": [{"name": "delete", "effect": "delete", "purpose": "p",
+            "resource": {"argument": "file"}, "input_schema": {"type": "object", "properties": {"path": {}}}},
+            {"name": "read", "effect": "read", "purpose": "p", "resource": {"argument": "path"},
+             "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]}"#;
+        let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+            {"tool": "delete", "effect": "delete", "resource": "/tmp/a", "requires_approval": false},
+            {"tool": "read", "effect": "write", "resource": "/tmp/a", "requires_approval": false},
+            {"tool": "raed", "effect": "read", "resource": "/tmp/a", "requires_approval": false}]}));
+        let warnings = catalog_warnings(Some(catalog), &policy);
+        assert_eq!(warnings.len(), 3, "{warnings:#?}");
+        assert!(
+            warnings[0].contains("\"read\" has effect write"),
+            "{}",
+            warnings[0]
+        );
+        assert!(warnings[1].contains("\"raed\", which the tools file does not register"));
+        assert!(warnings[2].contains("\"delete\" takes its resource from argument \"file\""));
+        assert_eq!(
+            catalog_warnings(None, &policy).len(),
+            3,
+            "no tools file: no rule allows anything"
+        );
+        assert!(
+            catalog_warnings(Some("{"), &policy).is_empty(),
+            "a file that does not load is an error"
+        );
     }
 
     #[tokio::test]

@@ -1,7 +1,7 @@
 //! Client authentication: bearer tokens and the `Origin` allow-list.
 
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 /// The bearer tokens a front accepts. Kept as SHA-256 digests and compared in constant time,
 /// so neither a token's bytes nor its length show in the time a check takes.
@@ -62,53 +62,75 @@ impl Tokens {
 
     /// Whether `token` is one of them; every stored token is compared, in constant time.
     pub fn accepts(&self, token: &[u8]) -> bool {
-        let digest: [u8; 32] = Sha256::digest(token).into();
-        let mut found = subtle::Choice::from(0);
-        for known in &self.digests {
-            found |= known.ct_eq(&digest);
-        }
-        found.into()
+        self.find(token).is_some()
     }
 
-    /// Whether an `Authorization` header value carries an accepted bearer token.
-    pub(crate) fn accepts_header(&self, header: Option<&[u8]>) -> bool {
-        let Some(value) = header else { return false };
-        let Some(scheme) = value.get(..7) else {
-            return false;
-        };
-        if !scheme.eq_ignore_ascii_case(b"bearer ") {
-            return false;
+    /// Which of them `token` is (its place in the file, from 0); every stored token is
+    /// compared, and the place chosen, in constant time.
+    fn find(&self, token: &[u8]) -> Option<usize> {
+        let digest: [u8; 32] = Sha256::digest(token).into();
+        let mut found = subtle::Choice::from(0);
+        let mut place = 0u64;
+        for (n, known) in self.digests.iter().enumerate() {
+            let same = known.ct_eq(&digest);
+            place = u64::conditional_select(&place, &(n as u64), same);
+            found |= same;
         }
-        self.accepts(value[7..].trim_ascii())
+        bool::from(found).then_some(place as usize)
+    }
+
+    /// The token an `Authorization` header value carries as a bearer token, if it is one of
+    /// them.
+    pub(crate) fn identify_header(&self, header: Option<&[u8]>) -> Option<TokenId> {
+        let value = header?;
+        let scheme = value.get(..7)?;
+        if !scheme.eq_ignore_ascii_case(b"bearer ") {
+            return None;
+        }
+        self.find(value[7..].trim_ascii()).map(TokenId)
     }
 }
 
-/// Whether an `Origin` header value is allowed: loopback origins and the host's list.
-pub(crate) fn origin_allowed(origin: &[u8], allowed: &[String]) -> bool {
+/// Which accepted token a client presented: its place in the token file (never the token).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TokenId(usize);
+
+/// Who a request is from, for session quotas and ownership: the token it presented, or,
+/// on a front without tokens, the address it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Client {
+    Token(TokenId),
+    Address(std::net::IpAddr),
+}
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            // Numbered as a person counts the tokens in the file.
+            Client::Token(TokenId(n)) => write!(f, "token #{}", n + 1),
+            Client::Address(ip) => write!(f, "address {ip}"),
+        }
+    }
+}
+
+/// Whether an `Origin` header value is allowed: the front's own origins and the host's
+/// list, compared whole. Any other page, on any host or port (loopback ones too: any local
+/// program may serve a page there), is refused.
+pub(crate) fn origin_allowed(origin: &[u8], own: &[String], allowed: &[String]) -> bool {
     let Ok(origin) = std::str::from_utf8(origin) else {
         return false;
     };
-    if allowed.iter().any(|a| a.eq_ignore_ascii_case(origin)) {
-        return true;
-    }
-    let Some(rest) = origin.strip_prefix("http://") else {
-        return false;
-    };
-    let host = match rest.strip_prefix("[::1]") {
-        Some(port) => return port.is_empty() || is_port(port),
-        None => rest,
-    };
-    let (name, port) = match host.split_once(':') {
-        Some((name, port)) => (name, Some(port)),
-        None => (host, None),
-    };
-    (name.eq_ignore_ascii_case("localhost") || name == "127.0.0.1")
-        && port.is_none_or(|p| is_port(&format!(":{p}")))
+    own.iter().chain(allowed).any(|a| a.eq_ignore_ascii_case(origin))
 }
 
-fn is_port(text: &str) -> bool {
-    text.strip_prefix(':')
-        .is_some_and(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+/// The origins a page served from this listening address would have: `http://ADDR`, and
+/// for a loopback address `http://localhost:PORT` too.
+pub(crate) fn own_origins(addr: std::net::SocketAddr) -> Vec<String> {
+    let mut own = vec![format!("http://{addr}")];
+    if addr.ip().is_loopback() {
+        own.push(format!("http://localhost:{}", addr.port()));
+    }
+    own
 }
 
 #[cfg(test)]
@@ -118,11 +140,13 @@ mod tests {
     #[test]
     fn tokens_are_checked_whole_and_the_file_is_checked() {
         let tokens = Tokens::parse("\n# c\nabcdefghijklmnop\n  qrstuvwxyz012345  \n").unwrap();
-        assert!(tokens.accepts_header(Some(b"Bearer abcdefghijklmnop")));
-        assert!(tokens.accepts_header(Some(b"bearer qrstuvwxyz012345")));
-        assert!(!tokens.accepts_header(Some(b"Bearer abcdefghijklmno")));
-        assert!(!tokens.accepts_header(Some(b"Basic abcdefghijklmnop")));
-        assert!(!tokens.accepts_header(None));
+        let id = |header: Option<&[u8]>| tokens.identify_header(header);
+        assert_eq!(id(Some(b"Bearer abcdefghijklmnop")), Some(TokenId(0)));
+        assert_eq!(id(Some(b"bearer qrstuvwxyz012345")), Some(TokenId(1)));
+        assert_eq!(Client::Token(TokenId(1)).to_string(), "token #2");
+        assert_eq!(id(Some(b"Bearer abcdefghijklmno")), None);
+        assert_eq!(id(Some(b"Basic abcdefghijklmnop")), None);
+        assert_eq!(id(None), None);
         assert!(matches!(Tokens::parse("# none\n"), Err(TokensError::Empty)));
         assert!(matches!(Tokens::parse("short"), Err(TokensError::TooShort(1))));
         assert!(matches!(
@@ -132,26 +156,32 @@ mod tests {
     }
 
     #[test]
-    fn only_loopback_and_listed_origins_pass() {
+    fn only_the_fronts_own_and_listed_origins_pass() {
         let allowed = vec!["https://app.example.com".to_string()];
+        let own = own_origins("127.0.0.1:8080".parse().unwrap());
+        let own6 = own_origins("[::1]:9".parse().unwrap());
+        assert_eq!(own6, ["http://[::1]:9", "http://localhost:9"]);
         for ok in [
-            "http://localhost",
-            "http://localhost:3000",
+            "http://localhost:8080",
             "http://127.0.0.1:8080",
-            "http://[::1]:9",
+            "HTTP://LOCALHOST:8080",
             "https://app.example.com",
         ] {
-            assert!(origin_allowed(ok.as_bytes(), &allowed), "{ok}");
+            assert!(origin_allowed(ok.as_bytes(), &own, &allowed), "{ok}");
         }
         for bad in [
+            "http://localhost",
+            "http://localhost:3000",
+            "http://127.0.0.1:8081",
+            "http://[::1]:8080",
             "http://evil.example",
-            "http://localhost.evil.example",
-            "http://127.0.0.1.nip.io",
-            "https://localhost",
+            "http://localhost.evil.example:8080",
+            "https://localhost:8080",
             "null",
-            "http://localhost:",
         ] {
-            assert!(!origin_allowed(bad.as_bytes(), &allowed), "{bad}");
+            assert!(!origin_allowed(bad.as_bytes(), &own, &allowed), "{bad}");
         }
+        let public = own_origins("192.0.2.1:80".parse().unwrap());
+        assert_eq!(public, ["http://192.0.2.1:80"]);
     }
 }

@@ -5,8 +5,10 @@
 //!   (answers as JSON or as an SSE stream, `202` for notifications and responses), `GET` (an
 //!   SSE stream for server-initiated messages), `DELETE` (ends the session), the
 //!   `Mcp-Session-Id` and `MCP-Protocol-Version` headers, SSE event ids and `Last-Event-ID`
-//!   resumption; bearer tokens compared in constant time, an `Origin` allow-list, and limits
-//!   (body size, sessions, idle time, calls in flight per session). Protocol 2026-07-28
+//!   resumption; bearer tokens compared in constant time (a session serves only the token
+//!   that opened it), an `Origin` allow-list, header and body read timeouts, a connection
+//!   cap that keeps room for authenticated clients, and limits (body size, sessions,
+//!   sessions per client, idle time, calls in flight per session). Protocol 2026-07-28
 //!   requests (no session, a per-request `_meta` envelope) all come on one more
 //!   [`Connection`](aml_mcp::relay::Connection), with ids the front makes unique.
 //! - [`http_upstream`] connects to a remote Streamable HTTP server and gives an
@@ -70,14 +72,40 @@ pub struct FrontConfig {
     /// Bearer tokens a client must present (`Authorization: Bearer …`); `None` accepts every
     /// request (for a loopback front only: the host decides).
     pub tokens: Option<Tokens>,
-    /// `Origin` values accepted besides loopback ones (`http://localhost[:port]`,
-    /// `http://127.0.0.1[:port]`, `http://[::1][:port]`); a request with any other `Origin`
-    /// gets `403`. Requests without `Origin` (not from a browser) are accepted.
+    /// `Origin` values accepted besides the front's own (`http://ADDR:PORT` of the address it
+    /// listens on, and `http://localhost:PORT` when that is loopback); a request with any
+    /// other `Origin` gets `403`, loopback pages on other ports included (any local program
+    /// can serve one, and a browser lets any page POST `text/plain` across origins).
+    /// Requests without `Origin` (not from a browser) are accepted.
     pub allowed_origins: Vec<String>,
     /// The largest request body, in bytes; a larger one gets `413`.
     pub max_body_bytes: usize,
+    /// How long a connection may take to send a request's headers, from when it opened or
+    /// its previous answer was sent: a connection still short of them then is closed (no
+    /// answer: there is no request to answer). This also closes a kept-alive connection
+    /// that sends no next request.
+    pub header_read_timeout: Duration,
+    /// How long a request's body may take to arrive once its headers are in; a body still
+    /// short of its length then gets `408` and the connection is closed.
+    pub body_read_timeout: Duration,
+    /// How many client connections may be open at once. Connections none of whose requests
+    /// has passed the `Origin` and token checks yet may hold three quarters of them; a new
+    /// connection beyond that closes the oldest such one, so a flood of connections that
+    /// never send a valid request cannot shut out a client that does. Only when every
+    /// connection is an authenticated client's is a new one refused. Keep it below the
+    /// process's open-file limit, with room for everything else the host opens.
+    pub max_connections: usize,
     /// How many sessions may be open at once; an `initialize` beyond that gets `503`.
     pub max_sessions: usize,
+    /// How many sessions one client may have open at once (a client: the bearer token it
+    /// presents, or without [`tokens`](Self::tokens) its IP address); its `initialize`
+    /// beyond that gets `429`, so one client cannot take every session slot.
+    pub max_sessions_per_client: usize,
+    /// A session that had no request but its `initialize` for this long (or for
+    /// [`session_idle_timeout`](Self::session_idle_timeout) if that is shorter) is closed,
+    /// like an idle one: abandoned handshakes free their slots soon, not after the idle
+    /// limit.
+    pub unused_session_timeout: Duration,
     /// A session with no request for this long is closed (its relay sees the client leave);
     /// later requests for it get `404`, and the client starts a new one.
     pub session_idle_timeout: Duration,
@@ -101,7 +129,12 @@ impl Default for FrontConfig {
             tokens: None,
             allowed_origins: Vec::new(),
             max_body_bytes: 4 << 20,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(20),
+            max_connections: 1024,
             max_sessions: 64,
+            max_sessions_per_client: 16,
+            unused_session_timeout: Duration::from_secs(30),
             session_idle_timeout: Duration::from_secs(600),
             max_calls_per_session: 32,
             max_stateless_calls: 256,
@@ -127,9 +160,34 @@ impl FrontConfig {
         self.max_body_bytes = max;
         self
     }
+    /// Sets [`header_read_timeout`](Self::header_read_timeout).
+    pub fn with_header_read_timeout(mut self, limit: Duration) -> Self {
+        self.header_read_timeout = limit;
+        self
+    }
+    /// Sets [`body_read_timeout`](Self::body_read_timeout).
+    pub fn with_body_read_timeout(mut self, limit: Duration) -> Self {
+        self.body_read_timeout = limit;
+        self
+    }
+    /// Sets [`max_connections`](Self::max_connections) (at least 1).
+    pub fn with_max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max.max(1);
+        self
+    }
     /// Sets [`max_sessions`](Self::max_sessions).
     pub fn with_max_sessions(mut self, max: usize) -> Self {
         self.max_sessions = max;
+        self
+    }
+    /// Sets [`max_sessions_per_client`](Self::max_sessions_per_client).
+    pub fn with_max_sessions_per_client(mut self, max: usize) -> Self {
+        self.max_sessions_per_client = max;
+        self
+    }
+    /// Sets [`unused_session_timeout`](Self::unused_session_timeout).
+    pub fn with_unused_session_timeout(mut self, limit: Duration) -> Self {
+        self.unused_session_timeout = limit;
         self
     }
     /// Sets [`session_idle_timeout`](Self::session_idle_timeout).

@@ -470,27 +470,51 @@ impl Client {
         let request = request
             .body(Full::new(body.unwrap_or_default()))
             .map_err(|e| e.to_string())?;
-        let mut sender = self.connection().await?;
-        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
-        // Reused once hyper says it is ready again (after this response's body is read).
-        self.give_back(sender);
-        Ok(response)
+        // A pooled connection the server closed while it was idle (its keep-alive limit) can
+        // fail a request before any of it is written: hyper hands the request back, and it
+        // goes once more on a new connection. A request that was written is never re-sent.
+        let request = match self.try_send(request, true).await? {
+            Ok(response) => return Ok(response),
+            Err(unsent) => unsent,
+        };
+        match self.try_send(request, false).await? {
+            Ok(response) => Ok(response),
+            Err(_) => Err("a new connection to the server closed before the request was sent".into()),
+        }
     }
 
-    async fn connection(&self) -> Result<SendRequest<Full<Bytes>>, String> {
-        loop {
-            let Some(mut sender) = lock(&self.pool).pop() else {
-                break;
-            };
-            if sender.is_closed() {
-                continue;
+    /// Sends `request` on a connection (`pooled`: a ready pooled one if there is one). `Ok(Err)`
+    /// hands back a request that was not sent because the connection had closed.
+    async fn try_send(
+        &self,
+        request: Request<Full<Bytes>>,
+        pooled: bool,
+    ) -> Result<Result<Response<Incoming>, Request<Full<Bytes>>>, String> {
+        let mut sender = self.connection(pooled).await?;
+        match sender.try_send_request(request).await {
+            Ok(response) => {
+                // Reused once hyper says it is ready again (after this response's body is
+                // read).
+                self.give_back(sender);
+                Ok(Ok(response))
             }
-            // A connection whose last response is still being read is not ready yet.
-            if futures_ready(&mut sender) {
-                return Ok(sender);
+            Err(mut failed) => match failed.take_message() {
+                Some(unsent) => {
+                    tracing::debug!(target: "aml_mcp_http", "an upstream connection closed before the request was sent: {}", failed.error());
+                    Ok(Err(unsent))
+                }
+                None => Err(failed.into_error().to_string()),
+            },
+        }
+    }
+
+    /// A connection for one request: a ready pooled one when `pooled` allows it, else a new
+    /// one.
+    async fn connection(&self, pooled: bool) -> Result<SendRequest<Full<Bytes>>, String> {
+        if pooled {
+            if let Some(ready) = self.pooled().await {
+                return Ok(ready);
             }
-            lock(&self.pool).insert(0, sender);
-            break;
         }
         let connect = tokio::net::TcpStream::connect(&self.address);
         let stream = tokio::time::timeout(self.config.connect_timeout, connect)
@@ -507,6 +531,31 @@ impl Client {
             }
         });
         Ok(sender)
+    }
+
+    /// A pooled connection ready for a request, if there is one. A connection whose last
+    /// response was read a moment ago becomes ready once its own task has run, so a first
+    /// look that finds none ready lets the other tasks run and looks again; without that,
+    /// back-to-back requests each opened a new connection (and a gate's connection cap
+    /// filled with them).
+    async fn pooled(&self) -> Option<SendRequest<Full<Bytes>>> {
+        if let Some(ready) = self.ready_pooled() {
+            return Some(ready);
+        }
+        if lock(&self.pool).is_empty() {
+            return None;
+        }
+        tokio::task::yield_now().await;
+        self.ready_pooled()
+    }
+
+    /// The newest pooled connection that can take a request now (closed ones are dropped;
+    /// one still streaming a response, such as an SSE `GET`, stays pooled).
+    fn ready_pooled(&self) -> Option<SendRequest<Full<Bytes>>> {
+        let mut pool = lock(&self.pool);
+        pool.retain(|sender| !sender.is_closed());
+        let ready = (0..pool.len()).rev().find(|&i| futures_ready(&mut pool[i]))?;
+        Some(pool.remove(ready))
     }
 
     fn give_back(&self, sender: SendRequest<Full<Bytes>>) {

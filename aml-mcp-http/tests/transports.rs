@@ -14,9 +14,12 @@ use tokio::time::timeout;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
+/// Told each time a `hold` request reaches [`serve`] (which never answers it).
+static HELD: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
 /// A scripted server: answers every request with its method and the bytes it received (as a
-/// string); before answering a
-/// request that has a progress token it sends a progress notification; on `ping` it also
+/// string); before answering a request that has a progress token it sends a progress
+/// notification; `hold` it never answers (and says so through [`HELD`]); on `ping` it also
 /// sends a notification of its own (which has no request to go with).
 async fn serve(mut connection: Connection) {
     while let Some(Inbound::Message(message)) = connection.incoming.recv().await {
@@ -30,6 +33,7 @@ async fn serve(mut connection: Connection) {
             let _ = connection.outgoing.send(Bytes::from(progress.to_string())).await;
         }
         if request["method"] == "hold" {
+            HELD.notify_one();
             continue;
         }
         if request["method"] == "initialize" && request["params"]["refuse"] == true {
@@ -404,7 +408,9 @@ async fn a_request_waiting_when_the_client_deletes_its_session_gets_an_error_ans
         };
         let held = r#"{"jsonrpc":"2.0","id":"h","method":"hold"}"#;
         let waiting = tokio::spawn(raw_owned(addr.clone(), post(&addr, Some(&session), accept, held)));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        timeout(LIMIT, HELD.notified())
+            .await
+            .expect("the held request reaches the server");
         let delete = format!(
             "DELETE /mcp HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\nmcp-session-id: {session}\r\n\r\n"
         );
@@ -452,4 +458,62 @@ async fn an_initialize_the_server_refuses_opens_no_session_and_a_batch_cannot_ho
     let reply = raw(&addr, post(&addr, None, "application/json", batch)).await;
     assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
     assert!(!reply.contains("mcp-session-id"), "{reply}");
+}
+
+/// A TCP relay in front of `to` that counts the connections made through it.
+async fn counting_relay(
+    to: std::net::SocketAddr,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (format!("http://{address}/mcp"), count)
+}
+
+/// Requests one after another reuse their session's connection: many sessions on one
+/// runtime open one connection each, not one per request (`aml-mcp-gate/tests/http_load.rs`
+/// is the load at which a connection not yet ready again was once passed over for a new one).
+#[tokio::test]
+async fn back_to_back_requests_reuse_their_connection() {
+    // Under the front's default quota of sessions per client.
+    const SESSIONS: usize = 12;
+    let to = front_addr().await.parse().unwrap();
+    let (through, connections) = counting_relay(to).await;
+    let sessions: Vec<_> = (0..SESSIONS)
+        .map(|_| {
+            let through = through.clone();
+            tokio::spawn(async move {
+                let upstream = http_upstream(&through, UpstreamConfig::default()).unwrap();
+                let mut client = upstream.connection;
+                let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}});
+                client.outgoing.send(Bytes::from(init.to_string())).await.unwrap();
+                assert_eq!(next_message(&mut client).await["result"]["method"], "initialize");
+                for id in 1..=100 {
+                    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"});
+                    client.outgoing.send(Bytes::from(call.to_string())).await.unwrap();
+                    assert_eq!(next_message(&mut client).await["id"], id);
+                }
+            })
+        })
+        .collect();
+    for session in sessions {
+        session.await.unwrap();
+    }
+    // Per session: one for its requests, one spare at most.
+    let opened = connections.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        opened <= 2 * SESSIONS,
+        "{SESSIONS} sessions of 100 requests one after another opened {opened} connections"
+    );
 }

@@ -13,12 +13,14 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::mpsc;
 
+use super::connections::Slot;
 use super::session::{Refused, Session};
 use super::stateless_post::{self, Routing};
 use super::{SessionInfo, Shared};
+use crate::auth::{self, Client};
 use crate::body::Body;
 use crate::message::{self, Peek};
-use crate::{auth, MCP_PATH, PROTOCOL_VERSIONS, STATELESS_PROTOCOL_VERSIONS};
+use crate::{MCP_PATH, PROTOCOL_VERSIONS, STATELESS_PROTOCOL_VERSIONS};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -33,27 +35,38 @@ pub(super) type Reply = Response<Body>;
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     peer: SocketAddr,
+    connection: Arc<Slot>,
     request: Request<Incoming>,
 ) -> Result<Reply, Infallible> {
     let headers = request.headers();
     if let Some(origin) = headers.get(header::ORIGIN) {
-        if !auth::origin_allowed(origin.as_bytes(), &shared.config.allowed_origins) {
+        if !auth::origin_allowed(
+            origin.as_bytes(),
+            &shared.own_origins,
+            &shared.config.allowed_origins,
+        ) {
             tracing::warn!(target: "aml_mcp_http", %peer, origin = ?origin, "refused: foreign Origin");
             return Ok(refuse(StatusCode::FORBIDDEN, None, "Origin not allowed"));
         }
     }
-    if let Some(tokens) = &shared.config.tokens {
-        let presented = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
-        if !tokens.accepts_header(presented) {
-            tracing::warn!(target: "aml_mcp_http", %peer, token_sent = presented.is_some(), "refused: no valid bearer token");
-            let mut reply = refuse(StatusCode::UNAUTHORIZED, None, "a valid bearer token is required");
-            reply.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"mcp\""),
-            );
-            return Ok(reply);
+    let client = match &shared.config.tokens {
+        None => Client::Address(peer.ip()),
+        Some(tokens) => {
+            let presented = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
+            let Some(token) = tokens.identify_header(presented) else {
+                tracing::warn!(target: "aml_mcp_http", %peer, token_sent = presented.is_some(), "refused: no valid bearer token");
+                let mut reply = refuse(StatusCode::UNAUTHORIZED, None, "a valid bearer token is required");
+                reply.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"mcp\""),
+                );
+                return Ok(reply);
+            };
+            Client::Token(token)
         }
-    }
+    };
+    // Checks passed: this connection is a client's, not one of a flood.
+    connection.prove();
     if request.uri().path() != MCP_PATH {
         return Ok(refuse(
             StatusCode::NOT_FOUND,
@@ -86,9 +99,9 @@ pub(crate) async fn handle(
         return Ok(reply);
     }
     Ok(match *request.method() {
-        Method::POST => post(&shared, peer, request, stateless).await,
-        Method::GET => get(&shared, &request),
-        Method::DELETE => delete(&shared, &request),
+        Method::POST => post(&shared, peer, client, request, stateless).await,
+        Method::GET => get(&shared, client, &request),
+        Method::DELETE => delete(&shared, client, &request),
         _ => {
             let mut reply = refuse(StatusCode::METHOD_NOT_ALLOWED, None, "use POST, GET or DELETE");
             reply
@@ -152,8 +165,13 @@ fn accepts(request: &Request<Incoming>, kind: &str) -> bool {
 }
 
 /// The session a request names: `Err` is the reply (`400` without the header, `404` for a
-/// session that does not exist or has ended).
-fn session_of(shared: &Shared, request: &Request<Incoming>) -> Result<Arc<Session>, Box<Reply>> {
+/// session that does not exist, has ended, or was opened with another token: a token's
+/// holder learns nothing about other tokens' sessions, not even that one exists).
+fn session_of(
+    shared: &Shared,
+    client: Client,
+    request: &Request<Incoming>,
+) -> Result<Arc<Session>, Box<Reply>> {
     let Some(id) = request.headers().get(SESSION_HEADER) else {
         return Err(Box::new(refuse(
             StatusCode::BAD_REQUEST,
@@ -172,7 +190,16 @@ fn session_of(shared: &Shared, request: &Request<Incoming>) -> Result<Arc<Sessio
                 .get(id)
                 .cloned()
         })
-        .filter(|s| !s.is_closed());
+        .filter(|s| !s.is_closed())
+        .filter(|s| match (s.client, client) {
+            (Client::Token(owner), Client::Token(presented)) if owner != presented => {
+                tracing::warn!(target: "aml_mcp_http", %client, "refused: {} belongs to {} (answered 404)", s.name, s.client);
+                false
+            }
+            // Without tokens, addresses do not own sessions: one client may reach a
+            // loopback front over 127.0.0.1 and ::1 alike.
+            _ => true,
+        });
     found.ok_or_else(|| {
         Box::new(refuse(
             StatusCode::NOT_FOUND,
@@ -182,7 +209,13 @@ fn session_of(shared: &Shared, request: &Request<Incoming>) -> Result<Arc<Sessio
     })
 }
 
-async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>, stateless: bool) -> Reply {
+async fn post(
+    shared: &Shared,
+    peer: SocketAddr,
+    client: Client,
+    request: Request<Incoming>,
+    stateless: bool,
+) -> Reply {
     let max = shared.config.max_body_bytes;
     let declared = request
         .headers()
@@ -209,11 +242,26 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>, sta
             .unwrap_or_default();
         Routing::of(request.headers(), &String::from_utf8_lossy(version))
     });
-    let named = session_of(shared, &request);
-    let body = match Limited::new(request.into_body(), max).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_big(),
-        Err(e) => {
+    let named = session_of(shared, client, &request);
+    let limit = shared.config.body_read_timeout;
+    let read = tokio::time::timeout(limit, Limited::new(request.into_body(), max).collect());
+    let body = match read.await {
+        Err(_) => {
+            tracing::warn!(target: "aml_mcp_http", %peer, "refused: the request body did not arrive within {limit:?}");
+            let mut reply = refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                None,
+                &format!("the request body did not arrive within {limit:?}"),
+            );
+            // The rest of the body may still come: the connection cannot be reused.
+            reply
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return reply;
+        }
+        Ok(Ok(body)) => body.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_big(),
+        Ok(Err(e)) => {
             return refuse(
                 StatusCode::BAD_REQUEST,
                 None,
@@ -261,7 +309,7 @@ async fn post(shared: &Shared, peer: SocketAddr, request: Request<Incoming>, sta
                 "initialize must be sent alone, not in a batch",
             );
         }
-        match open_session(shared, peer, peeks[0].id.as_deref()).await {
+        match open_session(shared, peer, client, peeks[0].id.as_deref()).await {
             Ok(session) => session,
             Err(reply) => return *reply,
         }
@@ -370,6 +418,7 @@ fn handshake_failed(message: &[u8], init: &str) -> Option<bool> {
 async fn open_session(
     shared: &Shared,
     peer: SocketAddr,
+    client: Client,
     id: Option<&str>,
 ) -> Result<Arc<Session>, Box<Reply>> {
     let mut token = [0u8; 16];
@@ -383,13 +432,27 @@ async fn open_session(
     let session_id: String = token.iter().map(|b| format!("{b:02x}")).collect();
     let (to_relay, incoming) = mpsc::channel(1024);
     let (outgoing, mut from_relay) = mpsc::channel::<Bytes>(1024);
+    let number = shared.opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    let name = format!("session {number}");
     let session = Arc::new(Session::new(
         session_id.clone(),
+        name.clone(),
+        client,
         to_relay,
         shared.config.replay_events,
     ));
     {
         let mut map = shared.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let quota = shared.config.max_sessions_per_client;
+        let own = map.values().filter(|s| s.client == client).count();
+        if own >= quota {
+            tracing::warn!(target: "aml_mcp_http", %peer, %client, "refused: {own} sessions open for this client (its quota)");
+            return Err(Box::new(refuse(
+                StatusCode::TOO_MANY_REQUESTS,
+                id,
+                &format!("this client ({client}) has {own} sessions open, its quota: end one (DELETE) or let one idle out"),
+            )));
+        }
         if map.len() >= shared.config.max_sessions {
             tracing::warn!(target: "aml_mcp_http", %peer, "refused: {} sessions open (the limit)", map.len());
             return Err(Box::new(refuse(
@@ -415,7 +478,7 @@ async fn open_session(
             handshake = None;
             if failed {
                 // The server refused the initialize: no session to keep (nor its server).
-                tracing::info!(target: "aml_mcp_http", session = %routed.id, "the server refused initialize; the session ends");
+                tracing::info!(target: "aml_mcp_http", "{}: the server refused initialize; the session ends", routed.name);
                 break;
             }
         }
@@ -427,6 +490,7 @@ async fn open_session(
     });
     let info = SessionInfo {
         id: session_id,
+        name,
         peer,
         stateless: false,
     };
@@ -442,12 +506,13 @@ async fn open_session(
             "the gate is shutting down",
         )));
     }
-    tracing::info!(target: "aml_mcp_http", %peer, session = %session.id, "session opened");
+    tracing::info!(target: "aml_mcp_http", %peer, %client, "{} opened", session.name);
+    tracing::debug!(target: "aml_mcp_http", "{} is {}", session.name, session.id);
     Ok(session)
 }
 
-fn get(shared: &Shared, request: &Request<Incoming>) -> Reply {
-    let session = match session_of(shared, request) {
+fn get(shared: &Shared, client: Client, request: &Request<Incoming>) -> Reply {
+    let session = match session_of(shared, client, request) {
         Ok(session) => session,
         Err(reply) => return *reply,
     };
@@ -480,8 +545,8 @@ fn get(shared: &Shared, request: &Request<Incoming>) -> Reply {
     reply
 }
 
-fn delete(shared: &Shared, request: &Request<Incoming>) -> Reply {
-    let session = match session_of(shared, request) {
+fn delete(shared: &Shared, client: Client, request: &Request<Incoming>) -> Reply {
+    let session = match session_of(shared, client, request) {
         Ok(session) => session,
         Err(reply) => return *reply,
     };
@@ -494,7 +559,7 @@ fn delete(shared: &Shared, request: &Request<Incoming>) -> Reply {
         TRANSPORT_ERROR,
         "the client ended the session (DELETE) before the server answered; a call already sent may still run, and is recorded",
     );
-    tracing::info!(target: "aml_mcp_http", session = %session.id, "session ended by the client");
+    tracing::info!(target: "aml_mcp_http", "{} ended by the client", session.name);
     let mut reply = Response::new(Body::empty());
     *reply.status_mut() = StatusCode::NO_CONTENT;
     reply

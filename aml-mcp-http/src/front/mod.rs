@@ -1,6 +1,7 @@
 //! The HTTP front: accepts connections, checks each request (Origin, token, path, protocol
 //! version, size), and hands every new MCP session to the host as a relay [`Connection`].
 
+mod connections;
 mod handler;
 mod session;
 mod stateless;
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aml_mcp::relay::Connection;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -29,6 +30,10 @@ pub struct SessionInfo {
     /// Where its `initialize` came from (for the stateless connection: the first
     /// 2026-07-28 request).
     pub peer: SocketAddr,
+    /// What the front's logs call it at `info` and above: `session N` (N counting sessions
+    /// from 1 in the order they opened), or for the stateless connection its id. A
+    /// session's id lets whoever holds it use the session, so it is logged at `debug` only.
+    pub name: String,
     /// The connection for protocol 2026-07-28 requests (no session): every such request
     /// from any client comes on it, until its relay ends; the next one then opens a new one.
     pub stateless: bool,
@@ -54,36 +59,79 @@ pub(crate) struct Shared {
     pub(crate) sessions: Sessions,
     pub(crate) new_sessions: mpsc::Sender<(Connection, SessionInfo)>,
     pub(crate) stateless: Arc<stateless::Stateless>,
+    /// The origins of pages served from the front's own address: allowed besides the
+    /// host's list.
+    pub(crate) own_origins: Vec<String>,
+    /// Sessions opened so far (for their [`SessionInfo::name`]).
+    pub(crate) opened: std::sync::atomic::AtomicU64,
 }
 
 impl HttpFront {
     /// Listens on `addr` (port 0: any free port). Binding is the host's decision: this
     /// function binds where it is told, loopback or not.
     pub async fn bind(addr: SocketAddr, config: FrontConfig) -> std::io::Result<HttpFront> {
-        let listener = TcpListener::bind(addr).await?;
-        let local = listener.local_addr()?;
+        HttpFront::bind_all(&[addr], config).await
+    }
+
+    /// Listens on every address of `addrs` (all of a name's, e.g. `localhost`'s `127.0.0.1`
+    /// and `::1`), one front for all. With port 0 the first picks a free port and the others
+    /// take the same one. No address: an `InvalidInput` error.
+    pub async fn bind_all(addrs: &[SocketAddr], config: FrontConfig) -> std::io::Result<HttpFront> {
+        let Some(first) = addrs.first() else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "no address to listen on",
+            ));
+        };
+        let mut listeners = vec![TcpListener::bind(first).await?];
+        let local = listeners[0].local_addr()?;
+        for addr in &addrs[1..] {
+            let mut addr = *addr;
+            if addr.port() == 0 {
+                addr.set_port(local.port());
+            }
+            listeners.push(TcpListener::bind(addr).await?);
+        }
+        let mut own_origins = Vec::new();
+        for listener in &listeners {
+            for origin in crate::auth::own_origins(listener.local_addr()?) {
+                if !own_origins.contains(&origin) {
+                    own_origins.push(origin);
+                }
+            }
+        }
         let sessions: Sessions = Arc::new(Mutex::new(HashMap::new()));
         let (tx, new_sessions) = mpsc::channel(16);
-        let idle = config.session_idle_timeout;
+        let idle = (config.session_idle_timeout, config.unused_session_timeout);
         let stateless = Arc::new(stateless::Stateless::default());
         let shared = Arc::new(Shared {
             config,
             sessions: sessions.clone(),
             new_sessions: tx,
             stateless: stateless.clone(),
+            opened: Default::default(),
+            own_origins,
         });
-        let accept = tokio::spawn(accept_loop(listener, shared));
-        let reaper = tokio::spawn(reap_idle(sessions.clone(), idle));
+        // One cap for all the addresses: it guards one process's descriptors.
+        let connections = connections::Connections::new(shared.config.max_connections);
+        let mut tasks = vec![tokio::spawn(reap_idle(sessions.clone(), idle))];
+        for listener in listeners {
+            tasks.push(tokio::spawn(accept_loop(
+                listener,
+                shared.clone(),
+                connections.clone(),
+            )));
+        }
         Ok(HttpFront {
             local,
             new_sessions,
             sessions,
             stateless,
-            tasks: vec![accept, reaper],
+            tasks,
         })
     }
 
-    /// The address it listens on.
+    /// The address it listens on (with [`bind_all`](Self::bind_all), the first).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
@@ -125,7 +173,11 @@ impl Drop for HttpFront {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, connections: Arc<connections::Connections>) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    // The timer also ends a kept-alive connection that sends no next request in time.
+    http.timer(TokioTimer::new())
+        .header_read_timeout(shared.config.header_read_timeout);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -136,24 +188,45 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 continue;
             }
         };
+        let (slot, closed_for_room) = match connections.admit() {
+            Ok(admitted) => admitted,
+            Err(full) => {
+                tracing::warn!(target: "aml_mcp_http", %peer, "refused a connection: {} authenticated connections are open (the limit)", full.proven);
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
+        let slot = Arc::new(slot);
+        let served = http.serve_connection(
+            TokioIo::new(stream),
+            hyper::service::service_fn(move |request| {
+                handler::handle(shared.clone(), peer, slot.clone(), request)
+            }),
+        );
         tokio::spawn(async move {
-            let service =
-                hyper::service::service_fn(move |request| handler::handle(shared.clone(), peer, request));
-            let served = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = served {
-                tracing::debug!(target: "aml_mcp_http", %peer, "connection ended: {e}");
+            tokio::select! {
+                served = served => if let Err(e) = served {
+                    tracing::debug!(target: "aml_mcp_http", %peer, "connection ended: {e}");
+                },
+                Ok(()) = closed_for_room => {
+                    tracing::debug!(target: "aml_mcp_http", %peer, "closed a connection that sent no valid request, to make room");
+                }
             }
         });
+        // Let the connection closed for room (if any) and the new one run before the next
+        // accept: on a backlog of connections this loop would otherwise accept many before
+        // any descriptor is released, and pass the cap it keeps below the open-file limit.
+        tokio::task::yield_now().await;
     }
 }
 
-/// Closes sessions that had no request for the idle limit.
-async fn reap_idle(sessions: Sessions, idle: Duration) {
-    let tick = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+/// Closes sessions that had no request for the idle limit: `used` for a session that sent a
+/// request after `initialize`, `unused` for one that did not.
+async fn reap_idle(sessions: Sessions, (used, unused): (Duration, Duration)) {
+    // Never longer for an unused session than for a used one.
+    let unused = unused.min(used);
+    let tick = (used.min(unused) / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
     loop {
         tokio::time::sleep(tick).await;
         let now = tokio::time::Instant::now();
@@ -161,13 +234,25 @@ async fn reap_idle(sessions: Sessions, idle: Duration) {
             let mut map = sessions.lock().unwrap_or_else(|e| e.into_inner());
             let ids: Vec<String> = map
                 .iter()
-                .filter(|(_, s)| s.idle_since().is_some_and(|t| now.duration_since(t) >= idle))
+                .filter(|(_, s)| {
+                    s.idle_since().is_some_and(|(since, was_used)| {
+                        now.duration_since(since) >= if was_used { used } else { unused }
+                    })
+                })
                 .map(|(id, _)| id.clone())
                 .collect();
             ids.iter().filter_map(|id| map.remove(id)).collect()
         };
         for session in expired {
-            tracing::info!(target: "aml_mcp_http", session = %session.id, "closed after {idle:?} idle");
+            match session.was_used() {
+                true => {
+                    tracing::info!(target: "aml_mcp_http", client = %session.client, "{} closed after {used:?} idle", session.name)
+                }
+                false => {
+                    tracing::info!(target: "aml_mcp_http", client = %session.client, "{} closed: no request after initialize for {unused:?}", session.name)
+                }
+            }
+            tracing::debug!(target: "aml_mcp_http", "{} was {}", session.name, session.id);
             session.close();
         }
     }

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::auth::Client;
 use crate::message::{self, Peek};
 use crate::sse;
 
@@ -31,6 +32,10 @@ const KEPT_BYTES: usize = 1 << 20;
 #[derive(Debug)]
 pub(crate) struct Session {
     pub(crate) id: String,
+    /// What logs call it (its id is logged at debug only).
+    pub(crate) name: String,
+    /// Who opened it: only requests from the same token may use it.
+    pub(crate) client: Client,
     to_relay: Mutex<Option<mpsc::Sender<Inbound>>>,
     state: Mutex<State>,
     replay_events: usize,
@@ -49,6 +54,8 @@ struct State {
     finished: VecDeque<u64>,
     next_stream: u64,
     last_active: Instant,
+    /// A request other than `initialize` was sent in it.
+    used: bool,
     closed: bool,
 }
 
@@ -81,9 +88,17 @@ pub(crate) enum Refused {
 }
 
 impl Session {
-    pub(crate) fn new(id: String, to_relay: mpsc::Sender<Inbound>, replay_events: usize) -> Self {
+    pub(crate) fn new(
+        id: String,
+        name: String,
+        client: Client,
+        to_relay: mpsc::Sender<Inbound>,
+        replay_events: usize,
+    ) -> Self {
         Session {
             id,
+            name,
+            client,
             to_relay: Mutex::new(Some(to_relay)),
             state: Mutex::new(State {
                 waiting: HashMap::new(),
@@ -93,6 +108,7 @@ impl Session {
                 finished: VecDeque::new(),
                 next_stream: 1,
                 last_active: Instant::now(),
+                used: false,
                 closed: false,
             }),
             replay_events,
@@ -108,10 +124,19 @@ impl Session {
         self.state().closed
     }
 
-    /// Since when nothing came from the client, if no request waits for an answer.
-    pub(crate) fn idle_since(&self) -> Option<Instant> {
+    /// Since when the session has been idle (nothing from the client, no request waiting
+    /// for its answer), and whether it was ever used; `None` while a request waits.
+    pub(crate) fn idle_since(&self) -> Option<(Instant, bool)> {
         let state = self.state();
-        state.waiting.is_empty().then_some(state.last_active)
+        state
+            .waiting
+            .is_empty()
+            .then_some((state.last_active, state.used))
+    }
+
+    /// Whether a request other than `initialize` was sent in it.
+    pub(crate) fn was_used(&self) -> bool {
+        self.state().used
     }
 
     /// Ends the session: the relay sees the client leave, every stream ends.
@@ -168,6 +193,7 @@ impl Session {
         for r in requests {
             state.waiting.insert(r.id.clone().unwrap_or_default(), number);
         }
+        state.used |= requests.iter().any(|r| r.method.as_deref() != Some("initialize"));
         state.streams.insert(
             number,
             Stream {
@@ -255,6 +281,11 @@ impl Session {
             let id = peek.id.unwrap_or_default();
             match state.waiting.remove(&id) {
                 Some(number) => {
+                    if state.waiting.is_empty() {
+                        // Idle from the last answer on, not from the request (a server
+                        // that took long to answer initialize does not shorten the wait).
+                        state.last_active = Instant::now();
+                    }
                     self.push(&mut state, number, message);
                     if let Some(stream) = state.streams.get_mut(&number) {
                         stream.owed = stream.owed.saturating_sub(1);
@@ -308,7 +339,7 @@ impl Session {
                 state.unrouted.push_back(message.clone())
             }
             None => {
-                tracing::warn!(target: "aml_mcp_http", session = %self.id, "no stream open for a server message; dropped")
+                tracing::warn!(target: "aml_mcp_http", "{}: no stream open for a server message; dropped", self.name)
             }
         }
     }
@@ -375,7 +406,8 @@ mod tests {
 
     fn session(replay: usize) -> Session {
         let (tx, _rx) = mpsc::channel(1);
-        Session::new("s".into(), tx, replay)
+        let client = Client::Address([127, 0, 0, 1].into());
+        Session::new("s".into(), "session 1".into(), client, tx, replay)
     }
 
     fn request(id: &str, token: Option<&str>) -> Peek {

@@ -112,6 +112,7 @@ impl Stateless {
         let number = self.links.fetch_add(1, Ordering::Relaxed) + 1;
         let info = SessionInfo {
             id: format!("stateless-{number}"),
+            name: format!("stateless-{number}"),
             peer,
             stateless: true,
         };

@@ -118,7 +118,18 @@ pub(super) async fn post(
     };
     let Some(id_range) = read.id.clone() else {
         // 2026-07-28 defines no client notifications over HTTP (closing the stream cancels):
-        // acknowledged, as the specification allows, and not passed on.
+        // acknowledged, as the specification allows, and not passed on. A request sent
+        // without an id goes to the relay, which drops it too but logs and records it.
+        if !aml_mcp::relay::is_notification_method(&method) {
+            let (link, announce) = shared.stateless.link(peer);
+            let announced = match announce {
+                Some(new) => shared.new_sessions.send(new).await.is_ok(),
+                None => true,
+            };
+            if announced {
+                link.send(crate::message::one_line(&body)).await;
+            }
+        }
         tracing::debug!(target: "aml_mcp_http", %peer, %method, "a stateless notification; acknowledged and dropped");
         let mut reply = Response::new(Body::empty());
         *reply.status_mut() = StatusCode::ACCEPTED;

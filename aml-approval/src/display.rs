@@ -7,12 +7,33 @@
 //! the like), line and paragraph separators, Hangul fillers, and variation selectors.
 //! Each becomes `\u{XXXX}`; a literal backslash stays as it is. The digest is always of the
 //! exact bytes: escaping is for display only.
+//!
+//! The page, the terminal prompt and the `aml-approval` command all show text through
+//! [`shown`]; hosts that show a proposal or an id elsewhere can use it too.
 
 /// Text made safe to show, and whether anything had to be escaped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Shown {
+pub struct Shown {
     pub(crate) text: String,
     pub(crate) escaped: bool,
+}
+
+impl Shown {
+    /// The text, with hidden characters written as `\u{XXXX}`.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether any character had to be escaped.
+    pub fn escaped(&self) -> bool {
+        self.escaped
+    }
+}
+
+impl core::fmt::Display for Shown {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 /// The warning shown once when anything was escaped.
@@ -20,8 +41,8 @@ pub(crate) const ESCAPE_WARNING: &str =
     "Warning: this proposal contains control, bidirectional or invisible \
 characters; they are shown as \\u{…} escapes. The digest covers the exact bytes.";
 
-/// Whether `c` must not reach the approver's screen raw.
-pub(crate) fn hidden(c: char) -> bool {
+/// Whether `c` must not reach a person's screen raw.
+pub fn hidden(c: char) -> bool {
     let u = u32::from(c);
     c.is_control()
         || matches!(
@@ -34,8 +55,14 @@ pub(crate) fn hidden(c: char) -> bool {
         )
 }
 
-/// `text` with hidden characters escaped.
-pub(crate) fn shown(text: &str) -> Shown {
+/// `text` with every [`hidden`] character escaped as `\u{XXXX}`.
+///
+/// ```
+/// let shown = aml_approval::display::shown("grant\u{1b}[2J");
+/// assert_eq!(shown.text(), "grant\\u{001B}[2J");
+/// assert!(shown.escaped());
+/// ```
+pub fn shown(text: &str) -> Shown {
     let mut out = String::with_capacity(text.len());
     let mut escaped = false;
     for c in text.chars() {
@@ -47,6 +74,23 @@ pub(crate) fn shown(text: &str) -> Shown {
         }
     }
     Shown { text: out, escaped }
+}
+
+/// A proposal's fields as a person is shown them: its tool, effect, resource, purpose and
+/// canonical bytes, each [`shown`] (the page, the terminal and the API show these).
+pub(crate) fn proposal_fields(p: &aml_core::FrozenProposal) -> [Shown; 5] {
+    [
+        shown(p.tool()),
+        shown(p.effect().as_str()),
+        shown(p.resource()),
+        shown(p.purpose()),
+        shown(p.canonical_json()),
+    ]
+}
+
+/// `text` [`shown`], in double quotes: how ids appear in messages.
+pub fn quoted(text: &str) -> String {
+    format!("\"{}\"", shown(text))
 }
 
 #[cfg(feature = "web")]

@@ -7,16 +7,50 @@ use aml_core::{async_trait, Approval, ApprovalError, ApprovalHook, ApprovalReque
 use aml_grants::{Clock, DecisionJournal, DecisionRecord, GrantIssuer, SystemClock};
 
 use crate::keys::Keyring;
+use crate::requester::Requester;
 use crate::statement::{SignedStatement, StatementRules};
 
 /// A proposal waiting for a person's decision.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PendingApproval {
     /// The frozen proposal (canonical JSON, digest, tool, effect, resource, purpose).
     pub proposal: FrozenProposal,
     /// The grant id a decision must name.
     pub grant_id: String,
+    /// Who asks, as far as the host knows.
+    pub requester: Requester,
+    /// When the request stops waiting for a decision (ms since the epoch), if it has a limit.
+    pub expires_at_ms: Option<i64>,
 }
+
+impl PendingApproval {
+    /// `proposal` waiting for a decision that names `grant_id`; nobody known asks, no limit.
+    pub fn new(proposal: FrozenProposal, grant_id: impl Into<String>) -> Self {
+        PendingApproval {
+            proposal,
+            grant_id: grant_id.into(),
+            requester: Requester::unknown(),
+            expires_at_ms: None,
+        }
+    }
+
+    /// Asked by `requester`.
+    pub fn with_requester(mut self, requester: Requester) -> Self {
+        self.requester = requester;
+        self
+    }
+
+    /// Stops waiting at `expires_at_ms` (ms since the epoch).
+    pub fn with_expiry(mut self, expires_at_ms: i64) -> Self {
+        self.expires_at_ms = Some(expires_at_ms);
+        self
+    }
+}
+
+/// What the host tells about who asks, for each request (see
+/// [`SignedApprovalHook::with_requester`]).
+pub type RequesterOf = Arc<dyn Fn(&ApprovalRequest) -> Requester + Send + Sync>;
 
 /// The channel did not produce a decision.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +107,7 @@ pub trait DecisionChannel: Send + Sync + core::fmt::Debug {
 ///
 /// Each request gets a fresh grant id, so a statement approves one request only: replayed
 /// for an identical later request — or to another host's hook — it names the wrong grant.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SignedApprovalHook {
     keyring: Arc<Keyring>,
     channel: Arc<dyn DecisionChannel>,
@@ -83,6 +117,21 @@ pub struct SignedApprovalHook {
     grant_ttl: Option<Duration>,
     rules: StatementRules,
     journal: Option<Arc<dyn DecisionJournal>>,
+    requester: Option<RequesterOf>,
+}
+
+impl core::fmt::Debug for SignedApprovalHook {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SignedApprovalHook")
+            .field("keyring", &self.keyring)
+            .field("channel", &self.channel)
+            .field("timeout", &self.timeout)
+            .field("grant_ttl", &self.grant_ttl)
+            .field("rules", &self.rules)
+            .field("journal", &self.journal)
+            .field("requester", &self.requester.as_ref().map(|_| "host-supplied"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl SignedApprovalHook {
@@ -99,7 +148,18 @@ impl SignedApprovalHook {
             grant_ttl: None,
             rules: StatementRules::default(),
             journal: None,
+            requester: None,
         }
+    }
+
+    /// Tells the channel who asks for each request: `requester` reads it from the request
+    /// (the page shows it, the history keeps it). Without it, nobody is known.
+    pub fn with_requester(
+        mut self,
+        requester: impl Fn(&ApprovalRequest) -> Requester + Send + Sync + 'static,
+    ) -> Self {
+        self.requester = Some(Arc::new(requester));
+        self
     }
 
     /// Records every verified decision (approve or deny) in `journal` before acting on it;
@@ -141,10 +201,14 @@ impl ApprovalHook for SignedApprovalHook {
         let digest = proposal.digest();
         let grant_id =
             aml_grants::new_grant_id().map_err(|e| ApprovalError::with_source("no grant id", e))?;
-        let pending = PendingApproval {
-            proposal,
-            grant_id: grant_id.clone(),
-        };
+        let requester = self
+            .requester
+            .as_ref()
+            .map_or_else(Requester::unknown, |of| of(&request));
+        let limit = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
+        let pending = PendingApproval::new(proposal, grant_id.clone())
+            .with_requester(requester)
+            .with_expiry(self.clock.now_ms().saturating_add(limit));
         let signed = tokio::time::timeout(self.timeout, self.channel.decide(pending))
             .await
             .map_err(|_| ApprovalError::new(format!("no decision within {:?}", self.timeout)))?
@@ -173,6 +237,7 @@ impl ApprovalHook for SignedApprovalHook {
                 grant_id = %grant_id,
                 approver_key_id = statement.approver_key_id(),
                 refusal = refusal.as_str(),
+                reason = statement.reason().map(|r| crate::display::shown(r).to_string()),
                 "signed statement does not approve this request"
             );
             return Ok(Approval::decline(digest));

@@ -6,9 +6,10 @@
 //!   `{"key_id": "alice", "secret_key": "<64 lowercase hex: the Ed25519 seed>"}`;
 //! - a **keyring** (public), which the host reads to verify statements:
 //!   `{"keys": [{"key_id": "alice", "public_key": "<64 lowercase hex>"}, ...]}`. Each entry
-//!   is what `aml-approval keygen` and `aml-approval public` print. Key ids are unique and
-//!   not blank; weak public keys (small-order points, which verify forged signatures) are
-//!   refused.
+//!   is what `aml-approval keygen` and `aml-approval public` print. Key ids are unique, not
+//!   blank, and free of control, bidirectional and invisible characters (they are shown to
+//!   people); weak public keys (small-order points, which verify forged signatures) are
+//!   refused, and so are weak seeds in key files.
 
 use std::collections::BTreeMap;
 
@@ -17,8 +18,24 @@ use ed25519_dalek::{SigningKey, VerifyingKey};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::display::{hidden, quoted};
 use crate::hex;
 use crate::statement::{SignedStatement, Statement, StatementError};
+
+/// A seed has at least this many different byte values. 32 random bytes have fewer with a
+/// probability below 10^-30; all zeros, a repeated byte or a short repeated pattern have
+/// fewer.
+pub const MIN_DISTINCT_SEED_BYTES: usize = 8;
+
+/// Refuses a seed anyone could guess.
+fn strong(seed: [u8; 32]) -> Result<[u8; 32], KeyError> {
+    let mut seen = [false; 256];
+    seed.iter().for_each(|&b| seen[usize::from(b)] = true);
+    if seen.iter().filter(|&&s| s).count() < MIN_DISTINCT_SEED_BYTES {
+        return Err(KeyError::WeakSeed);
+    }
+    Ok(seed)
+}
 
 /// A key file or keyring that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,15 +60,33 @@ pub enum KeyError {
     /// A key id that is blank.
     #[error("a key id must not be blank")]
     BlankKeyId,
+    /// A key id with a character that would make it read differently from its bytes.
+    #[error(
+        "key id {} contains U+{character:04X}, a control, bidirectional or invisible character; \
+         key ids are shown to people and must read as they are written",
+        quoted(.key_id)
+    )]
+    UnreadableKeyId {
+        /// The key id.
+        key_id: String,
+        /// The first such character.
+        character: u32,
+    },
     /// A key id that appears twice in a keyring.
-    #[error("key id {0:?} appears twice")]
+    #[error("key id {} appears twice", quoted(.0))]
     DuplicateKeyId(String),
     /// A public key that is not 64 lowercase hex, or not a point on the curve.
-    #[error("public key of {0:?} is not an Ed25519 public key (64 lowercase hex)")]
+    #[error("public key of {} is not an Ed25519 public key (64 lowercase hex)", quoted(.0))]
     BadPublicKey(String),
     /// A small-order public key: with it, a signature of all zeros verifies any statement.
-    #[error("public key of {0:?} is weak (a small-order point) and would verify forged statements")]
+    #[error("public key of {} is weak (a small-order point) and would verify forged statements", quoted(.0))]
     WeakKey(String),
+    /// A seed anyone could guess (all zeros, one byte repeated, a short pattern).
+    #[error(
+        "the secret key is a weak seed (fewer than {MIN_DISTINCT_SEED_BYTES} different byte values, \
+         such as all zeros): anyone could sign with it; make a new key with `aml-approval keygen`"
+    )]
+    WeakSeed,
     /// No randomness for a new key.
     #[error("no randomness for a new key: {0}")]
     Random(#[source] getrandom::Error),
@@ -97,14 +132,15 @@ fn looks_like(value: &Value) -> Option<&'static str> {
 }
 
 impl ApproverKey {
-    /// A new key from the operating system's randomness.
+    /// A new key from the operating system's randomness (refused, rather than used, should
+    /// the randomness ever give a weak seed).
     pub fn generate(key_id: impl Into<String>) -> Result<Self, KeyError> {
-        let key_id = non_blank(key_id.into())?;
+        let key_id = checked_key_id(key_id.into())?;
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed).map_err(KeyError::Random)?;
         Ok(ApproverKey {
             key_id,
-            signing: SigningKey::from_bytes(&seed),
+            signing: SigningKey::from_bytes(&strong(seed)?),
         })
     }
 
@@ -139,8 +175,8 @@ impl ApproverKey {
         let seed = hex::decode::<32>(&file.secret_key)
             .ok_or_else(|| KeyError::NotAKeyFile("secret_key must be 64 lowercase hex".into()))?;
         Ok(ApproverKey {
-            key_id: non_blank(file.key_id)?,
-            signing: SigningKey::from_bytes(&seed),
+            key_id: checked_key_id(file.key_id)?,
+            signing: SigningKey::from_bytes(&strong(seed)?),
         })
     }
 
@@ -150,9 +186,16 @@ impl ApproverKey {
     }
 }
 
-fn non_blank(key_id: String) -> Result<String, KeyError> {
+/// A key id that is not blank and reads as its bytes (see [`crate::display::hidden`]).
+fn checked_key_id(key_id: String) -> Result<String, KeyError> {
     if key_id.trim().is_empty() {
         return Err(KeyError::BlankKeyId);
+    }
+    if let Some(c) = key_id.chars().find(|&c| hidden(c)) {
+        return Err(KeyError::UnreadableKeyId {
+            character: u32::from(c),
+            key_id,
+        });
     }
     Ok(key_id)
 }
@@ -172,7 +215,7 @@ impl Keyring {
     /// Adds a public key (64 lowercase hex). Blank or repeated ids, points off the curve
     /// and weak (small-order) keys are refused.
     pub fn with_key(mut self, key_id: impl Into<String>, public_key_hex: &str) -> Result<Self, KeyError> {
-        let key_id = non_blank(key_id.into())?;
+        let key_id = checked_key_id(key_id.into())?;
         let key = hex::decode::<32>(public_key_hex)
             .and_then(|bytes| VerifyingKey::from_bytes(&bytes).ok())
             .ok_or_else(|| KeyError::BadPublicKey(key_id.clone()))?;
@@ -372,5 +415,45 @@ mod tests {
         );
         let bad = json!({"keys": [{"key_id": "a", "public_key": "zz"}]}).to_string();
         assert!(matches!(Keyring::from_json(&bad), Err(KeyError::BadPublicKey(_))));
+    }
+
+    #[test]
+    fn weak_seeds_and_unreadable_key_ids_are_refused() {
+        for seed in [[0u8; 32], [0xff; 32], *b"abababababababababababababababab"] {
+            assert_eq!(strong(seed), Err(KeyError::WeakSeed), "{seed:?}");
+            let file = json!({"key_id": "alice", "secret_key": hex::encode(&seed)}).to_string();
+            assert_eq!(ApproverKey::from_json(&file).unwrap_err(), KeyError::WeakSeed);
+        }
+        let seven: Vec<u8> = (0..32).map(|i| i % 7).collect();
+        assert!(strong(seven.try_into().unwrap()).is_err());
+        let eight: Vec<u8> = (0..32).map(|i| i % 8).collect();
+        assert!(strong(eight.try_into().unwrap()).is_ok());
+        let generated = ApproverKey::generate("alice").unwrap();
+        assert!(ApproverKey::from_json(&generated.to_json()).is_ok());
+
+        for (id, character) in [
+            ("a\u{202e}b", 0x202E),
+            ("a\u{1b}[2J", 0x1B),
+            ("\u{feff}x", 0xFEFF),
+        ] {
+            let err = ApproverKey::generate(id).unwrap_err();
+            assert_eq!(
+                err,
+                KeyError::UnreadableKeyId {
+                    key_id: id.into(),
+                    character
+                }
+            );
+            let message = err.to_string();
+            assert!(!message.chars().any(hidden), "{message:?}");
+            assert!(message.contains(&format!("U+{character:04X}")), "{message}");
+            assert!(Keyring::new().with_key(id, &generated.public_key_hex()).is_err());
+            let file = json!({"key_id": id, "secret_key": "5402442e4393df143b229db324cd734fa4b8fd06ce84a6f3453684eb8f2b6bff"});
+            assert!(matches!(
+                ApproverKey::from_json(&file.to_string()),
+                Err(KeyError::UnreadableKeyId { .. })
+            ));
+        }
+        assert!(ApproverKey::generate("alice@example.test (laptop)").is_ok());
     }
 }

@@ -10,13 +10,15 @@
 //! | `approver_key_id` | which key in the host's keyring signed it |
 //! | `decision` | `"approve"` or `"deny"` |
 //! | `issued_at_ms`, `expires_at_ms` | integers, milliseconds since the Unix epoch, each at most 2^53 − 1 in magnitude, `issued_at_ms` ≤ `expires_at_ms` |
+//! | `reason` | optional, only with `"deny"`: why, in the approver's words (for the agent), 1 to 500 characters, none of them control, bidirectional or invisible |
 //! | `signature` | Ed25519 signature, 128 lowercase hex |
 //!
 //! The signature is over the UTF-8 bytes of the statement *without* `signature`, in the
 //! canonical JSON of `aml-core` (keys sorted by UTF-16 code units, written as
 //! `JSON.stringify` writes them — for these keys, plain sorted-key JSON with no spaces).
-//! Another language produces it by sorting the seven keys, serializing compactly, and
-//! signing those bytes with Ed25519.
+//! Another language produces it by sorting the seven keys (eight with a `reason`),
+//! serializing compactly, and signing those bytes with Ed25519. A statement without a
+//! `reason` signs exactly the bytes it signed before reasons existed.
 //!
 //! Why the integer bound: canonical JSON writes every number as a double, as JavaScript
 //! does, and a double holds integers exactly only up to 2^53. Beyond it two different
@@ -94,13 +96,21 @@ pub enum StatementError {
         expires_at_ms: i64,
     },
     /// Signed by a key the host does not know.
-    #[error("unknown approver key {0:?}")]
+    #[error("unknown approver key {}", crate::display::quoted(.0))]
     UnknownKey(String),
     /// The signature does not verify.
     #[error("the signature does not verify")]
     BadSignature,
+    /// A deny reason that cannot be signed: empty, too long, with characters a person would
+    /// not see, or on an approval.
+    #[error("reason refused: {0}")]
+    Reason(&'static str),
     /// The statement names one key and was to be signed with another.
-    #[error("the statement names key {named:?} but the signing key is {signing:?}")]
+    #[error(
+        "the statement names key {} but the signing key is {}",
+        crate::display::quoted(.named),
+        crate::display::quoted(.signing)
+    )]
     KeyMismatch {
         /// The key id in the statement.
         named: String,
@@ -159,8 +169,29 @@ fn safe(field: &'static str, value: i128) -> Result<(), StatementError> {
     Ok(())
 }
 
-/// The signed fields of a statement. Built by [`Statement::new`] or parsed with its
-/// signature ([`SignedStatement::from_json`]); both check every field.
+/// The longest deny reason, in characters.
+pub const MAX_REASON_CHARS: usize = 500;
+
+/// `reason` if it may be signed as a deny reason: 1 to [`MAX_REASON_CHARS`] characters,
+/// not only spaces, none of them [hidden](crate::display::hidden) (what is signed is what
+/// the person saw, and the agent's error carries no control characters).
+fn checked_reason(reason: &str) -> Result<(), StatementError> {
+    if reason.trim().is_empty() {
+        Err(StatementError::Reason("it is empty"))
+    } else if reason.chars().count() > MAX_REASON_CHARS {
+        Err(StatementError::Reason("it is longer than 500 characters"))
+    } else if reason.chars().any(crate::display::hidden) {
+        Err(StatementError::Reason(
+            "it contains control, bidirectional or invisible characters",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The signed fields of a statement. Built by [`Statement::new`] (and, for a deny with a
+/// reason, [`Statement::with_reason`]) or parsed with its signature
+/// ([`SignedStatement::from_json`]); both check every field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Statement {
     proposal_sha256: Sha256Digest,
@@ -168,6 +199,7 @@ pub struct Statement {
     approver_key_id: String,
     decision: StatementDecision,
     validity: Validity,
+    reason: Option<String>,
 }
 
 impl Statement {
@@ -186,7 +218,21 @@ impl Statement {
             approver_key_id: approver_key_id.into(),
             decision,
             validity,
+            reason: None,
         }
+    }
+
+    /// This deny, with the approver's reason (signed with it; the boundary can pass it on to
+    /// the agent). Refused on an approval, and for a reason [`MAX_REASON_CHARS`] long or
+    /// more, blank, or with control, bidirectional or invisible characters.
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Result<Self, StatementError> {
+        if self.decision != StatementDecision::Deny {
+            return Err(StatementError::Reason("only a deny carries a reason"));
+        }
+        let reason = reason.into();
+        checked_reason(&reason)?;
+        self.reason = Some(reason);
+        Ok(self)
     }
 
     /// The decided proposal's digest.
@@ -214,9 +260,14 @@ impl Statement {
         self.validity
     }
 
+    /// Why it denies, in the approver's words, if they gave a reason.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
     /// The statement as JSON, without a signature.
     pub fn to_value(&self) -> Value {
-        json!({
+        let mut value = json!({
             "protocol": STATEMENT_PROTOCOL,
             "proposal_sha256": self.proposal_sha256,
             "grant_id": self.grant_id,
@@ -224,7 +275,11 @@ impl Statement {
             "decision": self.decision,
             "issued_at_ms": self.validity.issued_at_ms,
             "expires_at_ms": self.validity.expires_at_ms,
-        })
+        });
+        if let (Some(reason), Some(fields)) = (&self.reason, value.as_object_mut()) {
+            fields.insert("reason".into(), Value::String(reason.clone()));
+        }
+        value
     }
 
     /// The bytes that are signed: the canonical JSON of [`to_value`](Self::to_value).
@@ -370,6 +425,8 @@ struct Wire {
     decision: StatementDecision,
     issued_at_ms: i64,
     expires_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
     signature: String,
 }
 
@@ -384,6 +441,7 @@ impl From<SignedStatement> for Wire {
             decision: statement.decision,
             issued_at_ms: statement.validity.issued_at_ms,
             expires_at_ms: statement.validity.expires_at_ms,
+            reason: statement.reason,
             signature: hex::encode(&signature),
         }
     }
@@ -398,16 +456,17 @@ impl TryFrom<ObjectOnly<Wire>> for SignedStatement {
         }
         let signature = hex::decode::<64>(&w.signature)
             .ok_or_else(|| StatementError::Malformed("signature must be 128 lowercase hex".into()))?;
-        Ok(SignedStatement {
-            statement: Statement::new(
-                w.proposal_sha256,
-                w.grant_id,
-                w.approver_key_id,
-                w.decision,
-                Validity::new(w.issued_at_ms, w.expires_at_ms)?,
-            ),
-            signature,
-        })
+        let mut statement = Statement::new(
+            w.proposal_sha256,
+            w.grant_id,
+            w.approver_key_id,
+            w.decision,
+            Validity::new(w.issued_at_ms, w.expires_at_ms)?,
+        );
+        if let Some(reason) = w.reason {
+            statement = statement.with_reason(reason)?;
+        }
+        Ok(SignedStatement { statement, signature })
     }
 }
 
@@ -561,6 +620,76 @@ mod tests {
         for text in cases {
             assert!(SignedStatement::from_json(&text).is_err(), "{text}");
         }
+    }
+
+    /// A deny may carry the approver's reason: signed with it (the eighth key, sorted in),
+    /// read back, and refused where it could mislead or on an approval.
+    #[test]
+    fn a_deny_reason_is_signed_and_checked() {
+        let alice = ApproverKey::generate("alice").unwrap();
+        let deny = |reason: &str| {
+            Statement::new(
+                "ab".repeat(32).parse().unwrap(),
+                "g1",
+                "alice",
+                StatementDecision::Deny,
+                Validity::new(1, 2).unwrap(),
+            )
+            .with_reason(reason)
+        };
+        let statement = deny("Not to the whole team, please.").unwrap();
+        assert_eq!(
+            String::from_utf8(statement.signing_bytes().unwrap()).unwrap(),
+            format!(
+                r#"{{"approver_key_id":"alice","decision":"deny","expires_at_ms":2,"grant_id":"g1","issued_at_ms":1,"proposal_sha256":"{}","protocol":"aml-approval-statement/1","reason":"Not to the whole team, please."}}"#,
+                "ab".repeat(32)
+            )
+        );
+        let signed = statement.sign(&alice).unwrap();
+        let ring = crate::Keyring::new().with_approver(&alice).unwrap();
+        let read = SignedStatement::from_json(&signed.to_value().to_string()).unwrap();
+        assert_eq!(
+            ring.verify(&read).unwrap().reason(),
+            Some("Not to the whole team, please.")
+        );
+        // The reason is signed: changed, the signature no longer verifies.
+        let mut changed = signed.to_value();
+        changed["reason"] = json!("Approved after all.");
+        let changed = SignedStatement::from_json(&changed.to_string()).unwrap();
+        assert_eq!(ring.verify(&changed), Err(StatementError::BadSignature));
+        for bad in [
+            "",
+            "   ",
+            "line\nbreak",
+            "rtl\u{202E}",
+            &"x".repeat(MAX_REASON_CHARS + 1),
+        ] {
+            assert!(matches!(deny(bad), Err(StatementError::Reason(_))), "{bad:?}");
+        }
+        assert!(
+            deny(&"é".repeat(MAX_REASON_CHARS)).is_ok(),
+            "characters, not bytes"
+        );
+        let approve_with_reason = Statement::new(
+            "ab".repeat(32).parse().unwrap(),
+            "g1",
+            "alice",
+            StatementDecision::Approve,
+            Validity::new(1, 2).unwrap(),
+        )
+        .with_reason("fine");
+        assert_eq!(
+            approve_with_reason,
+            Err(StatementError::Reason("only a deny carries a reason"))
+        );
+        // Read from the wire, an approval with a reason is refused as well.
+        let mut wire = statement_for_wire(&alice);
+        wire["reason"] = json!("fine");
+        assert!(SignedStatement::from_json(&wire.to_string()).is_err());
+    }
+
+    fn statement_for_wire(key: &ApproverKey) -> Value {
+        statement(key).sign(key).unwrap().to_value()
     }
 
     #[test]

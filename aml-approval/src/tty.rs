@@ -2,7 +2,7 @@
 //! an MCP channel.
 
 use std::io::{BufRead, BufReader, Write};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use aml_core::async_trait;
@@ -16,6 +16,11 @@ use crate::statement::{SignedStatement, Statement, StatementDecision, Validity};
 /// Asks on a terminal and signs the answer with the approver's key. Anything but `y`/`yes`
 /// is a denial. Control, bidirectional and invisible characters in the proposal are shown
 /// as `\u{…}` escapes, with a warning line.
+///
+/// One question at a time: a second request is asked only once the first is answered, so
+/// an answer always belongs to the last question shown. A request that stops waiting (its
+/// caller went away, or its wait ran out) is never asked if it was not yet; if it was, the
+/// terminal says it was withdrawn and that the answer to it will be ignored.
 #[derive(Debug, Clone)]
 pub struct TtyApprovals {
     approver: Arc<ApproverKey>,
@@ -23,6 +28,27 @@ pub struct TtyApprovals {
     output: std::path::PathBuf,
     statement_ttl: Duration,
     clock: Arc<dyn Clock>,
+    /// Held from a question until its answer.
+    terminal: Arc<Mutex<()>>,
+}
+
+/// Where one request's question is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Not asked yet (another question may be on the terminal).
+    Waiting,
+    /// Asked; no answer yet.
+    Asked,
+    /// Answered.
+    Answered,
+    /// The request stopped waiting.
+    Withdrawn,
+}
+
+type Shared = Arc<Mutex<Stage>>;
+
+fn stage(shared: &Shared) -> MutexGuard<'_, Stage> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl TtyApprovals {
@@ -50,6 +76,7 @@ impl TtyApprovals {
             output: output.into(),
             statement_ttl: Duration::from_secs(300),
             clock: Arc::new(SystemClock),
+            terminal: Arc::default(),
         }
     }
 
@@ -65,23 +92,31 @@ impl TtyApprovals {
         self
     }
 
-    fn ask(&self, pending: &PendingApproval) -> Result<StatementDecision, ChannelError> {
-        let open = |path: &std::path::Path, write: bool| {
-            std::fs::OpenOptions::new()
-                .read(!write)
-                .write(write)
-                .open(path)
-                .map_err(|e| ChannelError(format!("cannot open {path:?}: {e}")))
+    fn ask(&self, pending: &PendingApproval, shared: &Shared) -> Result<StatementDecision, ChannelError> {
+        let withdrawn = || ChannelError("the request stopped waiting".into());
+        let _terminal = self.terminal.lock().unwrap_or_else(|p| p.into_inner());
+        let tty = {
+            let mut at = stage(shared);
+            if *at == Stage::Withdrawn {
+                return Err(withdrawn());
+            }
+            let tty = open(&self.input, false)?;
+            let mut out = open(&self.output, true)?;
+            out.write_all(prompt(pending).as_bytes())
+                .and_then(|()| out.flush())
+                .map_err(|e| ChannelError(e.to_string()))?;
+            *at = Stage::Asked;
+            tty
         };
-        let tty = open(&self.input, false)?;
-        let mut out = open(&self.output, true)?;
-        out.write_all(prompt(pending).as_bytes())
-            .and_then(|()| out.flush())
-            .map_err(|e| ChannelError(e.to_string()))?;
         let mut line = String::new();
         BufReader::new(tty)
             .read_line(&mut line)
             .map_err(|e| ChannelError(e.to_string()))?;
+        let mut at = stage(shared);
+        if *at == Stage::Withdrawn {
+            return Err(withdrawn());
+        }
+        *at = Stage::Answered;
         Ok(match line.trim().to_ascii_lowercase().as_str() {
             "y" | "yes" => StatementDecision::Approve,
             _ => StatementDecision::Deny,
@@ -89,16 +124,56 @@ impl TtyApprovals {
     }
 }
 
-/// The prompt: every field that came from the proposal passes through [`shown`].
-fn prompt(pending: &PendingApproval) -> String {
+fn open(path: &std::path::Path, write: bool) -> Result<std::fs::File, ChannelError> {
+    std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .open(path)
+        .map_err(|e| ChannelError(format!("cannot open {path:?}: {e}")))
+}
+
+/// Marks a request withdrawn when its caller stops waiting; if its question is on the
+/// terminal, says so there.
+struct OnWithdraw {
+    shared: Shared,
+    output: std::path::PathBuf,
+    notice: String,
+}
+
+impl Drop for OnWithdraw {
+    fn drop(&mut self) {
+        let mut at = stage(&self.shared);
+        let asked = *at == Stage::Asked;
+        if matches!(*at, Stage::Waiting | Stage::Asked) {
+            *at = Stage::Withdrawn;
+        }
+        if asked {
+            // Written while the question's reader still holds the terminal, so it follows
+            // that question and precedes the next.
+            if let Ok(mut out) = open(&self.output, true) {
+                let _ = out.write_all(self.notice.as_bytes()).and_then(|()| out.flush());
+            }
+        }
+    }
+}
+
+/// Said on the terminal when the request of a question still shown stops waiting.
+fn withdrawn_notice(pending: &PendingApproval) -> String {
     let p = &pending.proposal;
-    let fields = [
+    format!(
+        "\nWithdrawn: {} ({}) -> {} (SHA-256 {}) stopped waiting before a decision; nothing to decide. \
+         Your answer to it will be ignored: press Enter to go on.\n",
         shown(p.tool()),
         shown(p.effect().as_str()),
         shown(p.resource()),
-        shown(p.purpose()),
-        shown(p.canonical_json()),
-    ];
+        p.digest()
+    )
+}
+
+/// The prompt: every field that came from the proposal passes through [`shown`].
+fn prompt(pending: &PendingApproval) -> String {
+    let p = &pending.proposal;
+    let fields = crate::display::proposal_fields(p);
     let warning = if fields.iter().any(|f| f.escaped) {
         format!("{ESCAPE_WARNING}\n")
     } else {
@@ -116,8 +191,14 @@ impl DecisionChannel for TtyApprovals {
     async fn decide(&self, pending: PendingApproval) -> Result<SignedStatement, ChannelError> {
         let this = self.clone();
         let asked = pending.clone();
+        let shared: Shared = Arc::new(Mutex::new(Stage::Waiting));
+        let _withdraw = OnWithdraw {
+            shared: Arc::clone(&shared),
+            output: self.output.clone(),
+            notice: withdrawn_notice(&pending),
+        };
         // Reading a terminal blocks: keep it off the async workers.
-        let decision = tokio::task::spawn_blocking(move || this.ask(&asked))
+        let decision = tokio::task::spawn_blocking(move || this.ask(&asked, &shared))
             .await
             .map_err(|e| ChannelError(e.to_string()))??;
         let fail = |e: crate::StatementError| ChannelError(e.to_string());

@@ -1,6 +1,6 @@
 //! `aml-approval`, run as a user runs it: keys, offline signing, verification with its exit
 //! codes, usage errors that name the bad argument, help and version, and the commands
-//! documented in docs/APPROVAL.md and the README, on the examples in `examples/approval/`.
+//! documented in docs/APPROVAL.md, on the examples in `examples/approval/`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -108,9 +108,64 @@ fn keygen_sign_and_verify_round_trip() {
     let statement = s.sign("approve.json", &[DIGEST, "grant-7", "approve", "--ttl", "60"]);
     let verified = s.verify(&statement, &["--digest", DIGEST, "--grant-id", "grant-7"]);
     assert_eq!(verified.code, 0, "{}", verified.stderr);
-    assert!(verified
-        .stdout
-        .starts_with(&format!("valid: approve of {DIGEST} for grant grant-7 by alice")));
+    assert!(
+        verified.stdout.starts_with(&format!(
+            "valid approval: proposal {DIGEST} (= --digest), grant \"grant-7\" (= --grant-id), \
+             signed by \"alice\" (in the keyring), "
+        )),
+        "{}",
+        verified.stdout
+    );
+}
+
+/// A deny may carry the approver's reason: signed with it, shown by verify; refused on an
+/// approval and when it holds characters a person would not see (usage errors, exit 2).
+#[test]
+fn a_deny_carries_a_signed_reason() {
+    let s = Signed::new("reason");
+    let deny = s.sign(
+        "deny.json",
+        &[
+            DIGEST,
+            "grant-7",
+            "deny",
+            "--reason",
+            "Not the whole team, please.",
+        ],
+    );
+    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&deny).unwrap()).unwrap();
+    assert_eq!(written["reason"], "Not the whole team, please.");
+    let verified = s.verify(&deny, &["--digest", DIGEST, "--grant-id", "grant-7"]);
+    assert_eq!(verified.code, 5, "{}", verified.stderr);
+    assert!(
+        verified
+            .stderr
+            .contains("the approver denied it: \"Not the whole team, please.\" [denied]"),
+        "{}",
+        verified.stderr
+    );
+    for (args, says) in [
+        (
+            vec!["approve", "--reason", "fine"],
+            "only a deny carries a reason",
+        ),
+        (
+            vec!["deny", "--reason", "rtl\u{202E}txt"],
+            "control, bidirectional or invisible",
+        ),
+        (vec!["deny", "--reason", " "], "it is empty"),
+    ] {
+        let mut all = vec!["sign", s.key.as_str(), DIGEST, "grant-7"];
+        all.extend(args.iter().copied());
+        let refused = run(&all);
+        assert_eq!(refused.code, 2, "{args:?}: {}", refused.stderr);
+        assert!(
+            refused.stderr.contains("invalid value for '--reason <TEXT>'") && refused.stderr.contains(says),
+            "{args:?}: {}",
+            refused.stderr
+        );
+        assert!(refused.stdout.is_empty());
+    }
 }
 
 #[test]
@@ -132,43 +187,56 @@ fn verify_exits_zero_only_for_a_valid_current_approval() {
         .unwrap();
     let (later, earlier) = ((issued + 61_000).to_string(), (issued - 3_600_000).to_string());
     let other = "0".repeat(64);
+    let this = ["--digest", DIGEST, "--grant-id", "grant-7"];
     let cases: [(&str, &str, Vec<&str>, i32, &str); 9] = [
-        ("valid", &approve, vec![], 0, ""),
-        ("deny", &deny, vec![], 5, "the approver denied it [denied]"),
-        ("expired", &approve, vec!["--at", &later], 6, "expired at"),
+        ("valid", &approve, this.to_vec(), 0, ""),
+        ("deny", &deny, this.to_vec(), 5, "the approver denied it [denied]"),
+        (
+            "expired",
+            &approve,
+            [&this[..], &["--at", &later]].concat(),
+            6,
+            "expired at",
+        ),
         (
             "issued in the future",
             &approve,
-            vec!["--at", &earlier],
+            [&this[..], &["--at", &earlier]].concat(),
             7,
             "[issued_in_the_future]",
         ),
         (
             "too long",
             &long,
-            vec!["--max-lifetime", "60"],
+            [&this[..], &["--max-lifetime", "60"]].concat(),
             7,
             "[lifetime_too_long]",
         ),
         (
             "other digest",
             &approve,
-            vec!["--digest", &other],
+            vec!["--digest", &other, "--grant-id", "grant-7"],
             8,
             "[other_proposal]",
         ),
         (
             "other grant",
             &approve,
-            vec!["--grant-id", "grant-8"],
+            vec!["--digest", DIGEST, "--grant-id", "grant-8"],
             8,
-            "[other_grant]",
+            "it names grant \"grant-7\" [other_grant]",
         ),
-        ("tampered", &tampered, vec![], 4, "the signature does not verify"),
+        (
+            "tampered",
+            &tampered,
+            this.to_vec(),
+            4,
+            "the signature does not verify",
+        ),
         (
             "malformed",
             &malformed,
-            vec![],
+            this.to_vec(),
             3,
             "not an aml-approval-statement/1 statement",
         ),
@@ -179,10 +247,10 @@ fn verify_exits_zero_only_for_a_valid_current_approval() {
         assert!(out.stderr.contains(says), "{name}: {}", out.stderr);
         assert_eq!(out.stdout.is_empty(), code != 0, "{name}");
     }
-    let out = s.verify(&unknown, &[]);
+    let out = s.verify(&unknown, &this);
     assert_eq!(out.code, 4, "{}", out.stderr);
     assert!(out.stderr.contains("unknown approver key"), "{}", out.stderr);
-    let missing = run(&["verify", "/no/such/keyring.json", &approve]);
+    let missing = run(&["verify", "/no/such/keyring.json", &approve, "--signature-only"]);
     assert_eq!(missing.code, 1);
     assert!(
         missing.stderr.contains("cannot read /no/such/keyring.json"),
@@ -195,7 +263,7 @@ fn verify_exits_zero_only_for_a_valid_current_approval() {
 fn verify_says_when_it_is_given_a_key_file_or_an_entry_instead_of_a_keyring() {
     let s = Signed::new("not-a-keyring");
     let statement = s.sign("approve.json", &[DIGEST, "grant-7", "approve"]);
-    let out = run(&["verify", &s.key, &statement]);
+    let out = run(&["verify", &s.key, &statement, "--signature-only"]);
     assert_eq!(out.code, 1);
     assert!(
         out.stderr.contains(&format!(
@@ -209,7 +277,12 @@ fn verify_says_when_it_is_given_a_key_file_or_an_entry_instead_of_a_keyring() {
     // keygen's own output, the entry alone.
     let entry = s.dir.join("entry.json");
     std::fs::write(&entry, run(&["public", &s.key]).stdout).unwrap();
-    let out = run(&["verify", &entry.display().to_string(), &statement]);
+    let out = run(&[
+        "verify",
+        &entry.display().to_string(),
+        &statement,
+        "--signature-only",
+    ]);
     assert_eq!(out.code, 1);
     assert!(
         out.stderr.contains("this is one keyring entry, not a keyring"),
@@ -244,11 +317,11 @@ fn numeric_options_give_range_errors_that_name_the_option() {
             "for '--ttl <SECONDS>'",
         ),
         (
-            vec!["verify", &s.ring, &statement, "--at", "9007199254740993"],
+            vec!["verify", &s.ring, &statement, "--signature-only", "--at", "9007199254740993"],
             "for '--at <MS>'",
         ),
         (
-            vec!["verify", &s.ring, &statement, "--max-lifetime", "-1"],
+            vec!["verify", &s.ring, &statement, "--signature-only", "--max-lifetime", "-1"],
             "invalid value '-1' for '--max-lifetime <SECONDS>'",
         ),
     ];
@@ -312,6 +385,158 @@ fn help_after_a_subcommand_and_version() {
         version.stdout.trim(),
         format!("aml-approval {}", env!("CARGO_PKG_VERSION"))
     );
+}
+
+/// Without `--digest` and `--grant-id`, any valid signed approval would pass, so that
+/// `verify && run` would accept an approval of another proposal: both are required unless
+/// `--signature-only` says that only the signature is checked, and the output says which.
+#[test]
+fn verify_requires_the_proposal_and_grant_or_says_it_checked_the_signature_only() {
+    let s = Signed::new("requires");
+    let approve = s.sign("approve.json", &[DIGEST, "grant-7", "approve"]);
+    let deny = s.sign("deny.json", &[DIGEST, "grant-7", "deny"]);
+    for (extra, missing) in [
+        (vec![], "--digest <DIGEST>"),
+        (vec![], "--grant-id <GRANT_ID>"),
+        (vec!["--digest", DIGEST], "--grant-id <GRANT_ID>"),
+        (vec!["--grant-id", "grant-7"], "--digest <DIGEST>"),
+    ] {
+        let out = s.verify(&approve, &extra);
+        assert_eq!(out.code, 2, "{extra:?}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("the following required arguments were not provided")
+                && out.stderr.contains(missing),
+            "{extra:?}: {}",
+            out.stderr
+        );
+        assert!(out.stdout.is_empty());
+    }
+    let only = s.verify(&approve, &["--signature-only"]);
+    assert_eq!(only.code, 0, "{}", only.stderr);
+    assert_eq!(
+        only.stdout.trim(),
+        format!(
+            "signature valid: signed by \"alice\" (in the keyring); not checked (--signature-only): \
+             proposal {DIGEST}, grant \"grant-7\", decision approve, issued and expiry times"
+        )
+    );
+    // Signature only: a denial's signature is valid too, and the output says it denies.
+    let denied = s.verify(&deny, &["--signature-only"]);
+    assert_eq!(denied.code, 0, "{}", denied.stderr);
+    assert!(denied.stdout.contains("decision deny"), "{}", denied.stdout);
+    for clash in [
+        vec!["--signature-only", "--digest", DIGEST],
+        vec!["--signature-only", "--grant-id", "grant-7"],
+        vec!["--signature-only", "--at", "1"],
+    ] {
+        let out = s.verify(&approve, &clash);
+        assert_eq!(out.code, 2, "{clash:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("cannot be used with"),
+            "{clash:?}: {}",
+            out.stderr
+        );
+    }
+}
+
+/// What `verify` prints from a statement (the grant id, the key id) is shown with control
+/// and bidirectional characters escaped: an `ESC[2J` in a signed grant id cleared the
+/// terminal.
+#[test]
+fn verify_prints_ids_from_the_statement_escaped() {
+    let s = Signed::new("escapes");
+    let grant = "g\u{1b}[2J\u{202e}1";
+    let statement = s.sign("approve.json", &[DIGEST, grant, "approve"]);
+    let shown = "g\\u{001B}[2J\\u{202E}1";
+    for args in [
+        vec!["--digest", DIGEST, "--grant-id", grant],
+        vec!["--signature-only"],
+        vec!["--digest", DIGEST, "--grant-id", "other"],
+    ] {
+        let out = s.verify(&statement, &args);
+        let printed = format!("{}{}", out.stdout, out.stderr);
+        assert!(
+            !printed.contains('\u{1b}') && !printed.contains('\u{202e}'),
+            "{args:?}: raw control characters printed: {printed:?}"
+        );
+        assert!(printed.contains(shown), "{args:?}: {printed}");
+    }
+    // A statement naming a key the keyring does not have (it cannot be signed by one: keys
+    // with such ids are refused), with the key id escaped in the error.
+    let mut forged: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&statement).unwrap()).unwrap();
+    forged["approver_key_id"] = json!("m\u{1b}]0;owned\u{7}");
+    let forged_path = s.dir.join("forged.json");
+    std::fs::write(&forged_path, forged.to_string()).unwrap();
+    let out = s.verify(&forged_path.display().to_string(), &["--signature-only"]);
+    assert_eq!(out.code, 4, "{}", out.stderr);
+    assert!(
+        !out.stderr.contains('\u{1b}') && !out.stderr.contains('\u{7}'),
+        "{:?}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("unknown approver key \"m\\u{001B}]0;owned\\u{0007}\""),
+        "{}",
+        out.stderr
+    );
+}
+
+/// Key ids are shown to people: keygen refuses ids with control, bidirectional or
+/// invisible characters, naming the character, and writes no key file.
+#[test]
+fn keygen_refuses_key_ids_that_would_not_read_as_their_bytes() {
+    let dir = temp("key-ids");
+    for (id, hidden, named) in [
+        ("alice\u{202e}gpj", '\u{202e}', "U+202E"),
+        ("bob\u{1b}[2J", '\u{1b}', "U+001B"),
+        ("carol\u{200b}", '\u{200b}', "U+200B"),
+        ("dave\u{9b}31m", '\u{9b}', "U+009B"),
+        ("eve\nmallory", '\n', "U+000A"),
+    ] {
+        let file = dir.join("approver.key");
+        let out = run(&["keygen", id, &file.display().to_string()]);
+        assert_eq!(out.code, 2, "{id:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("contains {named}"))
+                && out
+                    .stderr
+                    .contains("control, bidirectional or invisible character"),
+            "{id:?}: {}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.trim_end().contains(hidden),
+            "{id:?}: printed raw: {:?}",
+            out.stderr
+        );
+        assert!(!file.exists(), "{id:?}: a key file was written");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+/// An all-zero (or otherwise degenerate) seed makes a key anyone can recompute: a key file
+/// that holds one is refused wherever it is loaded.
+#[test]
+fn key_files_with_a_weak_seed_are_refused() {
+    let dir = temp("weak-seeds");
+    for seed in ["00".repeat(32), "ff".repeat(32), "abcd".repeat(16)] {
+        let file = dir.join("weak.key");
+        std::fs::write(&file, json!({"key_id": "alice", "secret_key": seed}).to_string()).unwrap();
+        let file = file.display().to_string();
+        for args in [vec!["public", &file], vec!["sign", &file, DIGEST, "g", "approve"]] {
+            let out = run(&args);
+            assert_eq!(out.code, 1, "{seed} {args:?}: {}", out.stderr);
+            assert!(
+                out.stderr.contains("the secret key is a weak seed"),
+                "{seed} {args:?}: {}",
+                out.stderr
+            );
+            assert!(out.stdout.is_empty(), "{seed} {args:?}: signed: {}", out.stdout);
+        }
+    }
 }
 
 /// The example files agree with each other; `AML_BLESS=1` re-signs the statement (and

@@ -16,10 +16,7 @@ fn pending_with(body: &str) -> PendingApproval {
         "resource": "team@example.test", "purpose": "Send a status update",
         "arguments": {"to": "team@example.test", "body": body}}))
     .unwrap();
-    PendingApproval {
-        proposal,
-        grant_id: "g-1".into(),
-    }
+    PendingApproval::new(proposal, "g-1")
 }
 
 #[tokio::test]
@@ -138,4 +135,120 @@ async fn control_and_bidi_characters_are_shown_as_escapes_with_a_warning() {
         "{shown}"
     );
     assert!(shown.contains("Warning: this proposal contains control, bidirectional or invisible characters"));
+}
+
+/// The terminal, read on a thread of its own and collected with deadlines.
+struct Screen {
+    chunks: std::sync::mpsc::Receiver<Vec<u8>>,
+    seen: String,
+}
+
+impl Screen {
+    /// Waits (at most 30 s) until the screen shows `needle` `times` times; what it shows.
+    fn until(&mut self, needle: &str, times: usize) -> &str {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self.seen.matches(needle).count() < times {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => self.seen.push_str(&String::from_utf8_lossy(&chunk)),
+                Err(e) => panic!("{needle:?} x{times} never appeared ({e}): {:?}", self.seen),
+            }
+        }
+        &self.seen
+    }
+}
+
+/// A question whose caller goes away while it is on the terminal is said to be withdrawn;
+/// the next request is asked only after that, so what was typed for the withdrawn one
+/// does not answer the next.
+#[test]
+fn a_withdrawn_question_says_so_and_its_answer_does_not_answer_the_next() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(withdrawn_question_says_so())
+    }));
+    // A question still waiting for a line (a failure) must not keep the test from ending.
+    rt.shutdown_background();
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn withdrawn_question_says_so() {
+    use nix::fcntl::OFlag;
+    use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
+    use std::io::{Read, Write};
+
+    let master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let terminal = ptsname_r(&master).unwrap();
+    // Kept open (never read) so the terminal stays up between questions, as a real one does.
+    let _session = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&terminal)
+        .unwrap();
+    let mut typing = std::fs::File::from(std::os::fd::OwnedFd::from(master));
+    let mut reading = typing.try_clone().unwrap();
+    let (tx, chunks) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reading.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut screen = Screen {
+        chunks,
+        seen: String::new(),
+    };
+
+    let key = ApproverKey::generate("erin").unwrap();
+    let ring = Keyring::new().with_approver(&key).unwrap();
+    let channel = Arc::new(TtyApprovals::on(key, &terminal));
+    let first = pending_with("First.");
+    let second = pending_with("Second.");
+    let (first_digest, second_digest) = (first.proposal.digest(), second.proposal.digest());
+    let asking_first = tokio::spawn({
+        let channel = Arc::clone(&channel);
+        async move { channel.decide(first).await }
+    });
+    screen.until("Approve? [y/N]", 1);
+    let asking_second = tokio::spawn({
+        let channel = Arc::clone(&channel);
+        async move { channel.decide(second).await }
+    });
+
+    // The first request's caller goes away.
+    asking_first.abort();
+    let shown = screen.until("Withdrawn:", 1).to_owned();
+    let notice = shown.split("Withdrawn:").nth(1).unwrap();
+    assert!(notice.contains(&first_digest.to_string()), "{shown}");
+    assert!(notice.contains("Your answer to it will be ignored"), "{shown}");
+    assert!(
+        !shown.contains(&second_digest.to_string()),
+        "the second question was shown while the first was on the terminal: {shown}"
+    );
+
+    // "yes", typed for the withdrawn question, is its answer (ignored); the second question
+    // comes after it and is denied.
+    typing.write_all(b"yes\n").unwrap();
+    let shown = screen.until("Approve? [y/N]", 2).to_owned();
+    let after_notice = shown.split("Withdrawn:").nth(1).unwrap();
+    assert!(after_notice.contains(&second_digest.to_string()), "{shown}");
+    typing.write_all(b"n\n").unwrap();
+    let signed = tokio::time::timeout(std::time::Duration::from_secs(30), asking_second)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let statement = ring.verify(&signed).unwrap();
+    assert_eq!(statement.proposal_sha256(), second_digest);
+    assert_eq!(statement.decision(), StatementDecision::Deny);
 }

@@ -177,11 +177,23 @@ async fn closed_after(stream: &mut tokio::net::TcpStream, started: Instant) -> D
     .expect("the server closes the connection")
 }
 
+/// Waits (bounded) until the page holds `n` connections.
+async fn until_open(host: &common::Host, n: usize) {
+    for _ in 0..500 {
+        if host.page.open_connections() == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(host.page.open_connections(), n);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_and_slow_clients_are_cut_off_and_over_the_cap_get_503() {
-    let host = host_with(|b| b.request_timeout(Duration::from_millis(500)).max_connections(2)).await;
+async fn idle_and_slow_clients_are_cut_off_and_the_oldest_gives_way_to_the_approver() {
+    let host = host_with(|b| b.token_timeout(Duration::from_millis(500)).max_unauthenticated(2)).await;
     let started = Instant::now();
     let mut idle = tokio::net::TcpStream::connect(host.authority()).await.unwrap();
+    until_open(&host, 1).await;
     let mut slow = tokio::net::TcpStream::connect(host.authority()).await.unwrap();
     let dripping = tokio::spawn(async move {
         // Slowloris: a header line a little at a time, never the end of the head.
@@ -194,27 +206,61 @@ async fn idle_and_slow_clients_are_cut_off_and_over_the_cap_get_503() {
         }
         closed_after(&mut slow, started).await
     });
-    // Wait (bounded) until the page holds both connections.
-    for _ in 0..500 {
-        if host.page.open_connections() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(host.page.open_connections(), 2);
-    // Both slots are taken: a third connection is told so at once.
+    until_open(&host, 2).await;
+    // Both places for connections without the token are taken: the approver's connection
+    // is served, and the oldest of the two gives way to it.
+    let ok = host
+        .request("GET", &format!("/?t={}", host.token()), &[], "")
+        .await;
+    assert_eq!(status(&ok), "200", "{ok}");
+    let idle_for = closed_after(&mut idle, started).await;
+    let slow_for = dripping.await.unwrap();
+    assert!(
+        idle_for < Duration::from_millis(500),
+        "the oldest connection was kept {idle_for:?}, not closed to make room"
+    );
+    assert!(
+        slow_for < Duration::from_secs(3),
+        "a slow client without the token was held {slow_for:?}"
+    );
+    assert_eq!(host.page.open_connections(), 0);
+}
+
+/// Connections that have shown the token have places of their own: more of them than
+/// their cap are told to wait, and connections without the token never take them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_with_the_token_have_their_own_cap() {
+    let host = host_with(|b| {
+        b.max_authenticated(1)
+            .max_unauthenticated(1)
+            .request_timeout(Duration::from_secs(5))
+    })
+    .await;
+    // The approver's form whose body is slow to come: it holds the one place.
+    let mut holding = tokio::net::TcpStream::connect(host.authority()).await.unwrap();
+    let head = format!(
+        "POST /decide?t={} HTTP/1.1\r\nHost: {}\r\nOrigin: http://{}\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n",
+        host.token(),
+        host.authority(),
+        host.authority()
+    );
+    holding.write_all(head.as_bytes()).await.unwrap();
+    until_open(&host, 1).await;
+    // Connections without the token come and go; the approver's place stays taken.
+    let mut idle = tokio::net::TcpStream::connect(host.authority()).await.unwrap();
+    until_open(&host, 2).await;
+    let wrong = host.request("GET", "/?t=wrong", &[], "").await;
+    assert_eq!(status(&wrong), "403", "{wrong}");
+    let idle_for = closed_after(&mut idle, Instant::now()).await;
+    assert!(idle_for < Duration::from_secs(3), "{idle_for:?}");
+    // A second request with the token while the first holds the place: told to wait.
     let busy = host
         .request("GET", &format!("/?t={}", host.token()), &[], "")
         .await;
     assert_eq!(status(&busy), "503", "{busy}");
-    let idle_for = closed_after(&mut idle, started).await;
-    let slow_for = dripping.await.unwrap();
-    assert!(
-        idle_for < Duration::from_secs(3),
-        "idle connection held {idle_for:?}"
-    );
-    assert!(slow_for < Duration::from_secs(3), "slow client held {slow_for:?}");
-    // The slots are free again.
+    drop(holding);
+    until_open(&host, 0).await;
     let ok = host
         .request("GET", &format!("/?t={}", host.token()), &[], "")
         .await;
@@ -270,4 +316,169 @@ async fn shutdown_blocks_pending_calls_and_stops_accepting() {
         ReceiptReason::ApprovalError
     );
     assert_eq!(host.calls.load(Ordering::SeqCst), 0);
+}
+
+/// A call whose caller goes away while it waits leaves the pending list and is shown as
+/// withdrawn among the decided ones, without buttons; a click from a page loaded before
+/// says so and approves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_caller_left_is_shown_withdrawn() {
+    let host = host().await;
+    let call = host.propose("Left while waiting.");
+    let [digest] = host.wait_for_pending(1).await[..] else {
+        unreachable!()
+    };
+    let loaded = host
+        .request("GET", &format!("/?t={}", host.token()), &[], "")
+        .await;
+    // The caller goes away (as when an MCP client closes its input mid-call).
+    call.abort();
+    let _ = call.await;
+    host.wait_for_pending(0).await;
+    assert_eq!(host.page.withdrawn_digests(), [digest]);
+
+    let page = host
+        .request("GET", &format!("/?t={}", host.token()), &[], "")
+        .await;
+    let withdrawn = page
+        .split("<li class=\"outcome withdrawn\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the call is not shown withdrawn: {page}"));
+    let withdrawn = withdrawn.split("</li>").next().unwrap();
+    assert!(
+        withdrawn.contains(&format!("data-digest=\"{digest}\"")),
+        "{withdrawn}"
+    );
+    assert!(
+        withdrawn.contains("<span class=\"badge\">Withdrawn</span>")
+            && withdrawn.contains("stopped waiting before anyone decided it; nothing was approved"),
+        "{withdrawn}"
+    );
+    assert!(!withdrawn.contains("<button"), "{withdrawn}");
+    assert!(
+        !page.contains("class=\"member\""),
+        "no request is shown pending: {page}"
+    );
+    assert!(page.contains("Nothing is waiting for a decision."), "{page}");
+    let listed = host
+        .request("GET", &format!("/withdrawn.json?t={}", host.token()), &[], "")
+        .await;
+    let listed: serde_json::Value = serde_json::from_str(listed.split_once("\r\n\r\n").unwrap().1).unwrap();
+    assert_eq!(listed[0]["proposal_sha256"], digest.to_string());
+
+    // The page loaded before it was withdrawn still has its form: clicking approves nothing.
+    let response = host.decide_from_page(&loaded, "approve").await;
+    assert_eq!(status(&response), "409", "{response}");
+    assert!(
+        response.contains("This call was withdrawn") && response.contains("nothing was approved"),
+        "{response}"
+    );
+    assert_eq!(host.calls.load(Ordering::SeqCst), 0);
+    assert!(host.signed.lock().unwrap().is_empty(), "nothing was signed");
+
+    // A decided call is not shown withdrawn.
+    let decided = host.propose("Decided.");
+    host.wait_for_pending(1).await;
+    host.click("deny").await;
+    decided.await.unwrap();
+    assert_eq!(host.page.withdrawn_digests(), [digest]);
+}
+
+/// Identical pending proposals share one card (the proposal shown once); each request in it
+/// has its own requester block ("not known" when the host does not say), countdown and
+/// buttons, and is decided on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_pending_proposals_are_grouped_and_each_request_is_decided_on_its_own() {
+    let host = host().await;
+    let first = host.propose("Same words.");
+    host.wait_for_pending(1).await;
+    let second = host.propose("Same words.");
+    let digests = host.wait_for_pending(2).await;
+    assert_eq!(digests[0], digests[1], "identical proposals");
+    let page = host
+        .request("GET", &format!("/?t={}", host.token()), &[], "")
+        .await;
+    assert_eq!(page.matches("<section class=\"proposal\"").count(), 1, "{page}");
+    assert_eq!(page.matches("<li class=\"member\"").count(), 2, "{page}");
+    assert!(
+        page.contains("<p class=\"same\"><span class=\"n\">2</span> identical requests"),
+        "{page}"
+    );
+    assert_eq!(
+        page.matches("<dd class=\"unknown\">not known</dd>").count(),
+        8,
+        "caller, client, session and server of each: {page}"
+    );
+    assert_eq!(page.matches("data-expires-at-ms=\"").count(), 2, "{page}");
+    assert!(page.contains(":59 left") || page.contains("1:00 left"), "{page}");
+    assert!(
+        page.contains("<span class=\"key\">body</span>: <span class=\"str\">\"Same words.\"</span>"),
+        "{page}"
+    );
+
+    // One request approved from its own form; the other still waits, alone in its card.
+    let response = host.decide_from_page(&page, "approve").await;
+    assert_eq!(status(&response), "200", "{response}");
+    assert_eq!(first.await.unwrap(), ReceiptReason::HostDispatchReturned);
+    host.wait_for_pending(1).await;
+    let page = host
+        .request("GET", &format!("/?t={}", host.token()), &[], "")
+        .await;
+    assert_eq!(page.matches("<li class=\"member\"").count(), 1, "{page}");
+    assert!(page.contains("<p class=\"same\" hidden>"), "{page}");
+    host.click("deny").await;
+    assert_eq!(second.await.unwrap(), ReceiptReason::ApprovalMissingOrMismatched);
+    assert_eq!(host.calls.load(Ordering::SeqCst), 1);
+}
+
+/// The page runs no inline script or style: its own files only, under a CSP that allows
+/// nothing else; they need the token like everything else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_has_no_inline_script_or_style() {
+    let host = host().await;
+    let call = host.propose("Build passed.");
+    host.wait_for_pending(1).await;
+    let token = host.token();
+    let page = host.request("GET", &format!("/?t={token}"), &[], "").await;
+    let (head, body) = page.split_once("\r\n\r\n").unwrap();
+    let csp = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-security-policy: ")
+                .map(str::to_owned)
+        })
+        .unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("style-src 'self'"),
+        "{csp}"
+    );
+    assert!(
+        !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"),
+        "{csp}"
+    );
+    assert_eq!(body.matches("<script").count(), 1, "{body}");
+    assert!(
+        body.contains(&format!("<script src=\"/app.js?t={token}\"></script>")),
+        "{body}"
+    );
+    assert!(body.contains(&format!("<link rel=\"stylesheet\" href=\"/app.css?t={token}\">")));
+    let handler = body.match_indices(" on").any(|(at, _)| {
+        let rest = &body[at + 3..];
+        let name = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_lowercase()).len();
+        name > 0 && rest[name..].starts_with('=')
+    });
+    assert!(
+        !body.contains("<style") && !body.contains(" style=") && !handler,
+        "{body}"
+    );
+    for (path, kind) in [("/app.js", "text/javascript"), ("/app.css", "text/css")] {
+        let asset = host.request("GET", &format!("{path}?t={token}"), &[], "").await;
+        assert_eq!(status(&asset), "200");
+        assert!(asset.contains(&format!("content-type: {kind}")), "{asset}");
+        let refused = host.request("GET", path, &[], "").await;
+        assert_eq!(status(&refused), "403");
+    }
+    host.click("deny").await;
+    call.await.unwrap();
 }

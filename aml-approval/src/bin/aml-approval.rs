@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use aml_approval::display::quoted;
 use aml_approval::{
-    ApproverKey, Keyring, SignedStatement, Statement, StatementDecision, StatementError, StatementRefusal,
-    StatementRules, Validity, MAX_SAFE_INTEGER,
+    ApproverKey, KeyError, Keyring, SignedStatement, Statement, StatementDecision, StatementError,
+    StatementRefusal, StatementRules, Validity, MAX_SAFE_INTEGER,
 };
 use aml_core::Sha256Digest;
 use aml_grants::{Clock, SystemClock};
@@ -14,7 +15,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  success; for `verify`: a valid, current approval
+  0  success; for `verify`: a valid, current approval (with --signature-only: a valid signature)
   1  a file cannot be read or written, or is not what it should be (key file, keyring)
   2  usage error (unknown command or option, missing or malformed argument)
   3  verify: the statement is malformed (not an aml-approval-statement/1 statement)
@@ -23,6 +24,9 @@ Exit codes:
   6  verify: the statement has expired
   7  verify: issued in the future, or valid for longer than --max-lifetime
   8  verify: it decides another proposal or grant than --digest / --grant-id
+
+verify needs --digest and --grant-id (the proposal and the grant the approval must be for);
+--signature-only checks the signature alone and says what it did not check.
 
 Files:
   key file  {\"key_id\": \"…\", \"secret_key\": \"<64 hex>\"}   private, written by keygen
@@ -72,20 +76,29 @@ enum Command {
         #[arg(long, value_name = "SECONDS", default_value_t = 300, allow_negative_numbers = true,
               value_parser = clap::value_parser!(u64).range(1..=MAX_TTL_SECS))]
         ttl: u64,
+        /// With deny: why, for the agent (signed with the decision; at most 500 characters,
+        /// none of them control, bidirectional or invisible).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
     },
-    /// Check a statement against a keyring; exit 0 only for a valid, current approval.
+    /// Check a statement against a keyring; exit 0 only for a valid, current approval of
+    /// the proposal --digest with the grant --grant-id.
     #[command(after_help = EXIT_CODES)]
     Verify {
         /// The keyring: {"keys": [{"key_id", "public_key"}]}.
         keyring: PathBuf,
         /// The signed statement (JSON).
         statement: PathBuf,
-        /// Also require this proposal digest.
-        #[arg(long, value_parser = digest)]
+        /// The digest of the proposal the approval must be for.
+        #[arg(long, value_parser = digest, required_unless_present = "signature_only")]
         digest: Option<Sha256Digest>,
-        /// Also require this grant id.
-        #[arg(long)]
+        /// The grant id the approval must name.
+        #[arg(long, required_unless_present = "signature_only")]
         grant_id: Option<String>,
+        /// Check only that a key in the keyring signed it: not the proposal, the grant, the
+        /// decision or the times (the output lists what was not checked).
+        #[arg(long, conflicts_with_all = ["digest", "grant_id", "at", "max_lifetime"])]
+        signature_only: bool,
         /// Judge the times as of this instant (ms since the Unix epoch) instead of now.
         #[arg(long, value_name = "MS", allow_negative_numbers = true,
               value_parser = clap::value_parser!(i64).range(-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER))]
@@ -131,22 +144,31 @@ fn main() -> ExitCode {
             grant_id,
             decision,
             ttl,
-        } => sign(&key_file, digest, &grant_id, decision, ttl),
+            reason,
+        } => sign(&key_file, digest, &grant_id, decision, ttl, reason),
         Command::Verify {
             keyring,
             statement,
             digest,
             grant_id,
+            signature_only,
             at,
             max_lifetime,
-        } => verify(
-            &keyring,
-            &statement,
-            digest,
-            grant_id.as_deref(),
-            at,
-            max_lifetime,
-        ),
+        } => match (digest, grant_id) {
+            _ if signature_only => verify_signature(&keyring, &statement),
+            (Some(digest), Some(grant_id)) => verify(
+                &keyring,
+                &statement,
+                &For {
+                    digest,
+                    grant_id,
+                    at,
+                    max_lifetime,
+                },
+            ),
+            // clap requires both unless --signature-only is given.
+            _ => Err(Failure(2, "verify needs --digest and --grant-id".into())),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -172,7 +194,12 @@ fn keygen(key_id: &str, file: &Path) -> Result<(), Failure> {
             format!("{} exists; refusing to overwrite a key", file.display()),
         ));
     }
-    let key = ApproverKey::generate(key_id).map_err(|e| Failure(1, e.to_string()))?;
+    let key = ApproverKey::generate(key_id).map_err(|e| match e {
+        KeyError::BlankKeyId | KeyError::UnreadableKeyId { .. } => {
+            Failure(2, format!("invalid value for '<KEY_ID>': {e}"))
+        }
+        e => Failure(1, e.to_string()),
+    })?;
     write_private(file, &key.to_json())?;
     println!("{}", key.public_entry());
     Ok(())
@@ -203,6 +230,7 @@ fn sign(
     grant: &str,
     decision: Decision,
     ttl_secs: u64,
+    reason: Option<String>,
 ) -> Result<(), Failure> {
     let key = read_key(file)?;
     let decision = match decision {
@@ -211,44 +239,62 @@ fn sign(
     };
     let validity = Validity::lasting(SystemClock.now_ms(), Duration::from_secs(ttl_secs))
         .map_err(|e| Failure(1, e.to_string()))?;
-    let signed = Statement::new(digest, grant, key.key_id(), decision, validity)
-        .sign(&key)
-        .map_err(|e| Failure(1, e.to_string()))?;
+    let mut statement = Statement::new(digest, grant, key.key_id(), decision, validity);
+    if let Some(reason) = reason {
+        statement = statement
+            .with_reason(reason)
+            .map_err(|e| Failure(2, format!("invalid value for '--reason <TEXT>': {e}")))?;
+    }
+    let signed = statement.sign(&key).map_err(|e| Failure(1, e.to_string()))?;
     println!("{}", signed.to_value());
     Ok(())
 }
 
-fn verify(
-    keyring: &Path,
-    statement: &Path,
-    digest: Option<Sha256Digest>,
-    grant_id: Option<&str>,
+/// What an approval must be for, and when and how long it may count.
+struct For {
+    digest: Sha256Digest,
+    grant_id: String,
     at: Option<i64>,
     max_lifetime: u64,
-) -> Result<(), Failure> {
+}
+
+/// The keyring at `keyring`, the statement at `statement`, and that statement once a key in
+/// the keyring is shown to have signed it.
+fn signed_by_keyring(keyring: &Path, statement: &Path) -> Result<SignedStatement, Failure> {
     let ring =
         Keyring::from_json(&read(keyring)?).map_err(|e| Failure(1, format!("{}: {e}", keyring.display())))?;
     let name = statement.display();
     let signed =
         SignedStatement::from_json(&read(statement)?).map_err(|e| Failure(3, format!("{name}: {e}")))?;
-    let s = ring.verify(&signed).map_err(|e| {
+    ring.verify(&signed).map_err(|e| {
         let code = match e {
             StatementError::UnknownKey(_) | StatementError::BadSignature => 4,
             _ => 3,
         };
         Failure(code, format!("{name}: {e}"))
     })?;
-    let now = at.unwrap_or_else(|| SystemClock.now_ms());
+    Ok(signed)
+}
+
+fn verify(keyring: &Path, statement: &Path, want: &For) -> Result<(), Failure> {
+    let signed = signed_by_keyring(keyring, statement)?;
+    let s = signed.statement();
+    let name = statement.display();
+    let now = want.at.unwrap_or_else(|| SystemClock.now_ms());
+    let max_lifetime = want.max_lifetime;
     let rules = StatementRules {
         max_lifetime: Duration::from_secs(max_lifetime),
         ..StatementRules::default()
     };
     let validity = s.validity();
-    if let Err(refusal) = s.check(now, &rules, digest, grant_id) {
+    if let Err(refusal) = s.check(now, &rules, Some(want.digest), Some(&want.grant_id)) {
         let (code, why) = match refusal {
             StatementRefusal::OtherProposal => (8, format!("it decides proposal {}", s.proposal_sha256())),
-            StatementRefusal::OtherGrant => (8, format!("it names grant {:?}", s.grant_id())),
-            StatementRefusal::Denied => (5, "the approver denied it".to_owned()),
+            StatementRefusal::OtherGrant => (8, format!("it names grant {}", quoted(s.grant_id()))),
+            StatementRefusal::Denied => match s.reason() {
+                Some(reason) => (5, format!("the approver denied it: {}", quoted(reason))),
+                None => (5, "the approver denied it".to_owned()),
+            },
             StatementRefusal::IssuedInTheFuture => (
                 7,
                 format!(
@@ -269,11 +315,27 @@ fn verify(
         return Err(Failure(code, format!("{name}: {why} [{refusal}]")));
     }
     println!(
-        "valid: approve of {} for grant {} by {}, until {}",
+        "valid approval: proposal {} (= --digest), grant {} (= --grant-id), signed by {} (in the keyring), \
+         issued at {}, current at {now}, until {}",
         s.proposal_sha256(),
-        s.grant_id(),
-        s.approver_key_id(),
+        quoted(s.grant_id()),
+        quoted(s.approver_key_id()),
+        validity.issued_at_ms(),
         validity.expires_at_ms()
+    );
+    Ok(())
+}
+
+fn verify_signature(keyring: &Path, statement: &Path) -> Result<(), Failure> {
+    let signed = signed_by_keyring(keyring, statement)?;
+    let s = signed.statement();
+    println!(
+        "signature valid: signed by {} (in the keyring); not checked (--signature-only): \
+         proposal {}, grant {}, decision {}, issued and expiry times",
+        quoted(s.approver_key_id()),
+        s.proposal_sha256(),
+        quoted(s.grant_id()),
+        s.decision()
     );
     Ok(())
 }

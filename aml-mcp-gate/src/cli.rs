@@ -14,7 +14,10 @@ Without --tools every tools/call is refused (invalid_or_unregistered_call); with
 --approve, rules that require approval block with approval_unavailable. tools/list shows only
 the tools in --tools that the policy can allow, with the input schema the host enforces.
 Everything else (resources, prompts, completion, logging, tasks, notifications, _meta) is
-relayed unchanged. Receipts never hold tool output, only its SHA-256 and size. Nothing is
+relayed as sent, but for request ids (the server sees the gate's own), the task-call
+capability taken out of the server's initialize answer, and client messages parsed strictly
+first (duplicate keys, lone surrogates, 1e400: -32700, never relayed); tools/call reaches the
+server re-encoded as the canonical JSON that was approved. Receipts never hold tool output, only its SHA-256 and size. Nothing is
 ever written to stdout but MCP messages.
 
 State (--state): one-use grants, the intent written before each call is forwarded, its
@@ -29,14 +32,16 @@ pinned tools.json and an empty policy.json to edit.
 Examples (in an MCP client's configuration, instead of the server command):
   aml-mcp-gate --policy examples/policy.json --tools examples/tools.json \\
     -- npx -y @modelcontextprotocol/server-filesystem@2026.8.31 examples/files
-  aml-mcp-gate --config gate.toml        (everything from one file; flags given as well win)
+  aml-mcp-gate --config gate.toml        (everything from one file; flags given as well win;
+                                         its server command runs in the file's folder)
 
 Reload: the gate re-reads --policy and --tools when either file changes and on SIGHUP
 (kill -HUP PID; the PID is in the first log line). A file that does not load blocks every
 call with invalid_policy, and the log says why, until a valid one is in place.
 
 Exit status:
-  0  the client closed the session (calls still in flight got their receipts first)
+  0  the client closed the session (requests it had sent were answered first, within
+     10 s; calls still waiting for approval were withdrawn)
   1  runtime failure: the server could not start, did not complete the MCP handshake (it
      sent initialize back, or did not answer within --handshake-timeout), or exited while
      the session ran; the state database could not be opened
@@ -82,10 +87,15 @@ pub(crate) enum Command {
 /// Options of `run`. Every option may also come from `--config`; a flag given here wins.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// A TOML file with any of the options below (see the README's "Configure with one
-    /// file"); relative paths in it are relative to the file
+    /// A TOML file with any of the options below (see docs/GATE.md, "Configure with one
+    /// file"); relative paths in it are relative to the file, and its `server` command runs
+    /// in the file's folder (a server command given after `--` runs here)
     #[arg(long, value_name = "GATE.toml")]
     pub(crate) config: Option<PathBuf>,
+    /// Where the server command runs: the config file's folder when the command came from
+    /// it, else this process's working directory.
+    #[arg(skip)]
+    pub(crate) server_dir: Option<PathBuf>,
     /// The aml-action-policy/1 document; a malformed policy is refused at start
     #[arg(long, value_name = "POLICY.json", required_unless_present = "config")]
     pub(crate) policy: Option<PathBuf>,
@@ -115,6 +125,8 @@ pub(crate) struct RunArgs {
     /// The approval page's port on 127.0.0.1 (default: any free port); with --approve web
     #[arg(long, value_name = "PORT")]
     pub(crate) approval_port: Option<u16>,
+    #[command(flatten)]
+    pub(crate) approval_page: crate::approvals::PageLimitArgs,
     /// How long a forwarded request may wait for the server; a tools/call that runs out of
     /// time is recorded `unknown` and the server is sent notifications/cancelled [default: 120]
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]

@@ -1,6 +1,8 @@
 //! `--config gate.toml`: every `run` option in one file, so an MCP client's configuration
 //! needs one argument. Flags given on the command line win over the file; relative paths in
-//! the file are relative to the file's folder; unknown keys are errors.
+//! the file are relative to the file's folder, and so is the `server` command: it runs in
+//! the file's folder (an MCP client starts the gate in a folder of its own choosing, so a
+//! server's relative arguments would otherwise name files there); unknown keys are errors.
 //!
 //! ```toml
 //! policy = "policy.json"
@@ -14,6 +16,11 @@
 //! key = "approver-key.json"
 //! timeout_seconds = 300
 //! port = 8765
+//! max_unauthenticated_connections = 64
+//! max_authenticated_connections = 16
+//! token_timeout_seconds = 2
+//! max_streams = 64
+//! notify = "tell-me"               # a program for each new pending proposal
 //!
 //! [limits]
 //! upstream_timeout_seconds = 120
@@ -52,6 +59,11 @@ struct Approval {
     key: Option<PathBuf>,
     timeout_seconds: Option<u64>,
     port: Option<u16>,
+    max_unauthenticated_connections: Option<u64>,
+    max_authenticated_connections: Option<u64>,
+    token_timeout_seconds: Option<u64>,
+    max_streams: Option<u64>,
+    notify: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -83,20 +95,55 @@ pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
     fill(&mut args.approver_key, file.approval.key.map(relative));
     fill(&mut args.approval_timeout, file.approval.timeout_seconds);
     fill(&mut args.approval_port, file.approval.port);
+    let page = &mut args.approval_page;
+    fill(
+        &mut page.approval_max_unauthenticated,
+        file.approval.max_unauthenticated_connections,
+    );
+    fill(
+        &mut page.approval_max_authenticated,
+        file.approval.max_authenticated_connections,
+    );
+    fill(
+        &mut page.approval_token_timeout,
+        file.approval.token_timeout_seconds,
+    );
+    fill(&mut page.approval_max_streams, file.approval.max_streams);
+    // A bare name is looked up on PATH; a path is relative to the file, as the others.
+    let notify = file.approval.notify.map(|p| {
+        if p.components().count() > 1 {
+            relative(p)
+        } else {
+            p
+        }
+    });
+    fill(&mut page.approval_notify, notify);
     fill(&mut args.upstream_timeout, file.limits.upstream_timeout_seconds);
     fill(&mut args.handshake_timeout, file.limits.handshake_timeout_seconds);
     fill(&mut args.max_message_bytes, file.limits.max_message_bytes);
     fill(&mut args.sampling, file.limits.sampling);
     fill(&mut args.elicitation, file.limits.elicitation);
     if args.command.is_empty() {
-        args.command = file
-            .server
-            .unwrap_or_default()
-            .into_iter()
-            .map(OsString::from)
-            .collect();
+        if let Some(server) = file.server.filter(|s| !s.is_empty()) {
+            let folder = std::path::absolute(base)
+                .map_err(|e| format!("{}: cannot resolve its folder: {e}", path.display()))?;
+            args.command = server_command(&folder, server);
+            args.server_dir = Some(folder);
+        }
     }
     Ok(())
+}
+
+/// The file's `server` command, to run in `folder`: a relative program path (one with a
+/// `/`, such as `./server.sh`) names a file there; a bare name (`npx`) is looked up in
+/// `PATH`; the arguments are passed as written.
+fn server_command(folder: &Path, server: Vec<String>) -> Vec<OsString> {
+    let mut command: Vec<OsString> = server.into_iter().map(OsString::from).collect();
+    let program = Path::new(&command[0]);
+    if program.is_relative() && program.components().count() > 1 {
+        command[0] = folder.join(program).into_os_string();
+    }
+    command
 }
 
 fn fill<T>(slot: &mut Option<T>, from_file: Option<T>) {

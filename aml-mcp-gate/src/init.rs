@@ -9,11 +9,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use aml_core::catalog::{definition_digest, pin_text};
-use aml_mcp::relay::stdio::spawn_child;
 use aml_mcp::relay::{Connection, Inbound};
 use bytes::Bytes;
 use clap::Args;
 use serde_json::{json, Value};
+
+use crate::child::ServerCommand;
 
 /// What `init` writes for each tool's effect: not an effect, so the gate refuses to start
 /// until the host replaces it with one.
@@ -32,9 +33,30 @@ pub(crate) struct InitArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) timeout: u64,
+    /// The client capabilities init declares to the server, as a JSON object: a server may
+    /// list some tools only to clients that declare what those tools need (sampling,
+    /// elicitation, roots). Declare what your MCP client declares [default: roots, sampling
+    /// and elicitation in form and URL mode]
+    #[arg(long, value_name = "JSON", value_parser = parse_capabilities)]
+    pub(crate) client_capabilities: Option<Value>,
     /// The MCP server to start and its arguments
     #[arg(last = true, required = true, value_name = "SERVER_COMMAND")]
     pub(crate) command: Vec<OsString>,
+}
+
+/// The capabilities `init` declares unless told otherwise: what an MCP client in front of
+/// the gate commonly declares, and the gate can pass on (`--sampling relay`,
+/// `--elicitation relay`; roots are always relayed).
+fn default_capabilities() -> Value {
+    json!({"roots": {"listChanged": true}, "sampling": {}, "elicitation": {"form": {}, "url": {}}})
+}
+
+fn parse_capabilities(text: &str) -> Result<Value, String> {
+    match aml_core::strict::parse_str(text) {
+        Ok(object @ Value::Object(_)) => Ok(object),
+        Ok(_) => Err("the client capabilities must be a JSON object".into()),
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
 }
 
 /// Runs `init`: 0 when both files are written, 1 when the server cannot be read, 2 for
@@ -61,7 +83,11 @@ pub(crate) fn main(args: InitArgs) -> ExitCode {
         }
     };
     let limit = Duration::from_secs(args.timeout);
-    let listed = runtime.block_on(list_server_tools(&args.command, limit));
+    let capabilities = args
+        .client_capabilities
+        .clone()
+        .unwrap_or_else(default_capabilities);
+    let listed = runtime.block_on(list_server_tools(&args.command, &capabilities, limit));
     runtime.shutdown_timeout(Duration::from_millis(100));
     let tools = match listed {
         Ok(tools) => tools,
@@ -122,14 +148,62 @@ pub(crate) fn skeleton(tools: &[Value]) -> Result<Value, String> {
     Ok(json!({"tools": entries}))
 }
 
+/// Why a tools file cannot load, when the reason is an effect `init` left as its placeholder:
+/// naming the tools that still have it. `None` when none has.
+pub(crate) fn placeholder_error(path: &Path, text: &str) -> Option<String> {
+    let document: Value = serde_json::from_str(text).ok()?;
+    let left: Vec<&str> = document["tools"]
+        .as_array()?
+        .iter()
+        .filter(|t| t["effect"] == EFFECT_PLACEHOLDER)
+        .map(|t| t["name"].as_str().unwrap_or("(a tool without a name)"))
+        .collect();
+    let (first, rest) = left.split_first()?;
+    let more = match rest {
+        [] => String::new(),
+        rest => format!(" (and {} more: {})", rest.len(), rest.join(", ")),
+    };
+    Some(format!(
+        "{}: tool {first:?}{more} still has the effect placeholder init wrote ({EFFECT_PLACEHOLDER:?}): replace it with read, write, send, pay or delete, or remove the tool",
+        path.display()
+    ))
+}
+
 fn write_json(path: &Path, value: &Value) -> std::io::Result<()> {
     let mut text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
     text.push('\n');
     std::fs::write(path, text)
 }
 
+/// Whether the server says, in the tool's description, that it is deprecated (MCP has no
+/// field for it; servers write it there, e.g. server-filesystem's `read_file`).
+fn deprecated(tool: &Value) -> bool {
+    tool["description"]
+        .as_str()
+        .is_some_and(|d| d.to_ascii_lowercase().contains("deprecated"))
+}
+
 fn next_steps(tools: &[Value], tools_path: &Path, policy_path: &Path, command: &[OsString]) -> String {
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    let old: Vec<&str> = tools
+        .iter()
+        .filter(|t| deprecated(t))
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    // The example rule names a tool the server does not call deprecated.
+    let example = tools
+        .iter()
+        .filter(|t| !deprecated(t))
+        .find_map(|t| t["name"].as_str())
+        .or(names.first().copied())
+        .unwrap_or("TOOL");
+    let old = match old.as_slice() {
+        [] => String::new(),
+        old => format!(
+            "     The server calls these deprecated (in their descriptions); prefer what they name: {}.\n",
+            old.join(", ")
+        ),
+    };
     let server: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     format!(
         "Wrote {tools} ({count} tools, each pinned to the definition the server advertises now: {names})
@@ -140,8 +214,8 @@ Next:
      (\"{EFFECT_PLACEHOLDER}\") with what the tool does, check \"purpose\", and choose its
      \"resource\": {{\"fixed\": …}} or {{\"argument\": \"NAME\"}} (a string argument, e.g. a path).
      The gate refuses to start while a placeholder is left.
-  2. In {policy}, add one rule per allowed call, e.g.
-     {{\"tool\": \"{first}\", \"effect\": \"read\", \"resource\": \"{first}\", \"requires_approval\": false}}
+{old}  2. In {policy}, add one rule per allowed call, e.g.
+     {{\"tool\": \"{example}\", \"effect\": \"read\", \"resource\": \"{example}\", \"requires_approval\": false}}
   3. Run the gate in place of the server (in your MCP client's configuration):
      aml-mcp-gate --policy {policy} --tools {tools} -- {server}
 
@@ -153,25 +227,30 @@ another directory and copy the new \"pin\").
         policy = policy_path.display(),
         count = names.len(),
         names = names.join(", "),
-        first = names.first().copied().unwrap_or("TOOL"),
         server = server.join(" "),
     )
 }
 
-/// Starts the server, completes the MCP handshake and reads every page of `tools/list`.
-pub(crate) async fn list_server_tools(command: &[OsString], limit: Duration) -> Result<Vec<Value>, String> {
-    let child =
-        spawn_child(command, 16 << 20).map_err(|e| format!("cannot start the server {command:?}: {e}"))?;
+/// Starts the server, completes the MCP handshake (declaring `capabilities`) and reads
+/// every page of `tools/list`.
+pub(crate) async fn list_server_tools(
+    command: &[OsString],
+    capabilities: &Value,
+    limit: Duration,
+) -> Result<Vec<Value>, String> {
+    let child = ServerCommand::new(command.to_vec(), None)
+        .spawn(16 << 20)
+        .map_err(|e| format!("cannot start the server {command:?}: {e}"))?;
     let mut connection = child.upstream.connection;
-    let listed = tokio::time::timeout(limit, handshake_and_list(&mut connection)).await;
+    let listed = tokio::time::timeout(limit, handshake_and_list(&mut connection, capabilities)).await;
     let _ = child.stop.send(Duration::from_secs(2));
     drop(connection);
     let _ = tokio::time::timeout(Duration::from_secs(3), child.stopped).await;
     listed.map_err(|_| format!("the server did not list its tools within {limit:?}"))?
 }
 
-async fn handshake_and_list(connection: &mut Connection) -> Result<Vec<Value>, String> {
-    let initialize = json!({"protocolVersion": "2025-06-18", "capabilities": {},
+async fn handshake_and_list(connection: &mut Connection, capabilities: &Value) -> Result<Vec<Value>, String> {
+    let initialize = json!({"protocolVersion": "2025-11-25", "capabilities": capabilities,
                             "clientInfo": {"name": "aml-mcp-gate-init", "version": env!("CARGO_PKG_VERSION")}});
     request(connection, 1, "initialize", initialize).await?;
     send(

@@ -15,8 +15,19 @@ Examples:
   aml-mcp-gate journal receipts --since 1h         receipts of the last hour
 
 An unresolved intent is a call the gate was about to forward (its grant spent, if it had one)
-when it stopped without learning the outcome: the server may or may not have acted. Check
-with the server, then reconcile it. Nothing ever re-sends it.
+when it stopped without learning the outcome: the server may or may not have acted. A gate
+killed outright (SIGKILL, a crash, power loss) also leaves unresolved the calls it answered just
+before (a few milliseconds' worth; more under load): their outcome and receipt are committed
+together, after the answer, with the next group commit (ADR 021); such a call has no receipt
+either. A clean exit (end of input, SIGTERM, SIGINT) commits every outcome and receipt first.
+Each line names the tool, when the gate was about to forward it (intent_at, UTC, and its
+age), the grant it spent and, for a call a person approved, who approved it and when.
+proposal_sha256 is the SHA-256 of the call's canonical proposal (tool, effect, resource,
+purpose and the arguments, as docs/PROTOCOL.md defines it): the digest the approver signed and
+that every receipt of the call names (`journal receipts`). The state keeps no arguments and no
+resource (tool input never goes into records). Check with the server (its log, or the effect
+itself) whether it did the call, then reconcile it; the note then shows in `journal receipts`.
+Nothing ever re-sends it.
 
 Exit status: 0 done; 1 the state could not be read, or ID is not an unresolved intent;
 2 bad usage.";
@@ -34,7 +45,8 @@ pub(crate) struct JournalArgs {
 
 #[derive(Debug, Subcommand)]
 enum What {
-    /// Intents without an outcome (the call's outcome is unknown), oldest first, one JSON
+    /// Intents without an outcome (the call's outcome is unknown: it was in flight when the
+    /// gate stopped, or answered just before the gate was killed), oldest first, one JSON
     /// line each
     Unresolved,
     /// Mark intent ID reconciled: the host checked what the server did
@@ -99,24 +111,55 @@ pub(crate) fn main(args: JournalArgs) -> ExitCode {
     }
 }
 
+/// The record `journal reconcile` appends to the receipts, so that `journal receipts` shows
+/// what the host found beside what the gate recorded.
+const RECONCILE_RECORD: &str = "aml-reconcile-record/1";
+
 async fn run(location: &Location, what: What) -> Result<(), String> {
     let (journal, receipts) = state::open_journal(location).await?;
     match what {
         What::Unresolved => {
-            for intent in journal.unresolved().await.map_err(|e| e.to_string())? {
-                println!(
-                    "{}",
-                    json!({"id": intent.id, "proposal_sha256": intent.proposal_sha256,
-                           "grant_id": intent.grant_id, "tool": intent.tool,
-                           "intent_at_ms": intent.intent_at_ms})
-                );
+            let intents = journal.unresolved().await.map_err(|e| e.to_string())?;
+            let approvals =
+                approvals(receipts.as_ref(), intents.iter().any(|i| i.grant_id.is_some())).await?;
+            let now = now_ms();
+            for intent in intents {
+                let mut line = json!({"id": intent.id, "tool": intent.tool,
+                    "intent_at": utc(intent.intent_at_ms), "age": age(now - intent.intent_at_ms),
+                    "intent_at_ms": intent.intent_at_ms, "proposal_sha256": intent.proposal_sha256,
+                    "grant_id": intent.grant_id});
+                if let Some(approval) = intent.grant_id.as_ref().and_then(|g| approvals.get(g)) {
+                    line["approved"] = approval.clone();
+                }
+                println!("{line}");
             }
         }
         What::Reconcile { id, note } => {
-            if !journal.reconcile(id, &note).await.map_err(|e| e.to_string())? {
+            let intent = journal
+                .unresolved()
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .find(|i| i.id == id);
+            let reconciled = journal.reconcile(id, &note).await.map_err(|e| e.to_string())?;
+            let Some(intent) = intent.filter(|_| reconciled) else {
                 return Err(format!(
                     "{id} is not an unresolved intent (see `journal unresolved`)"
                 ));
+            };
+            let record = json!({"record": RECONCILE_RECORD, "intent_id": id, "tool": intent.tool,
+                "proposal_sha256": intent.proposal_sha256, "grant_id": intent.grant_id,
+                "intent_at_ms": intent.intent_at_ms, "reconciled_at_ms": now_ms(), "note": note});
+            // The intent is reconciled either way; the record only lets `receipts` show it.
+            // A group-committing store only queues the append: the flush makes it durable
+            // before this process exits.
+            let stored = async {
+                receipts.append_records(&[record.to_string()]).await?;
+                receipts.flush_records().await
+            }
+            .await;
+            if let Err(e) = stored {
+                eprintln!("aml-mcp-gate journal: intent {id} reconciled, but its note could not be added to the receipts: {e}");
             }
             eprintln!("aml-mcp-gate journal: intent {id} reconciled");
         }
@@ -133,9 +176,76 @@ async fn run(location: &Location, what: What) -> Result<(), String> {
     Ok(())
 }
 
+/// Who approved each grant, from the approval records among the receipts (only read when an
+/// intent has a grant): `{"by": KEY, "decided_at": UTC}` by grant id.
+async fn approvals(
+    receipts: &dyn aml_grants::ReceiptStore,
+    wanted: bool,
+) -> Result<std::collections::HashMap<String, serde_json::Value>, String> {
+    let mut by_grant = std::collections::HashMap::new();
+    if !wanted {
+        return Ok(by_grant);
+    }
+    for stored in receipts.records_since(0).await.map_err(|e| e.to_string())? {
+        let Ok(record) = serde_json::from_str::<serde_json::Value>(&stored.record) else {
+            continue;
+        };
+        let statement = &record["statement"];
+        let approved = record["record"] == "aml-approval-record/1" && record["approved"] == true;
+        if let (true, Some(grant)) = (approved, record["grant_id"].as_str()) {
+            let decided = statement["issued_at_ms"].as_i64().map(utc);
+            by_grant.insert(
+                grant.to_owned(),
+                json!({"by": statement["approver_key_id"], "decided_at": decided}),
+            );
+        }
+    }
+    Ok(by_grant)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as i64
+}
+
+/// `ms` since the epoch as an RFC 3339 UTC time with milliseconds.
+fn utc(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
+}
+
+/// A duration in ms, as an operator reads it: `42s`, `17m`, `3h12m`, `2d4h`.
+fn age(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h{}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_since;
+    use super::{age, parse_since, utc};
+
+    #[test]
+    fn times_read_as_utc_and_ages() {
+        assert_eq!(utc(1_796_063_547_867), "2026-11-30T18:32:27.867Z");
+        assert_eq!(
+            [
+                age(-5),
+                age(42_000),
+                age(17 * 60_000),
+                age(3 * 3_600_000 + 12 * 60_000)
+            ],
+            ["0s", "42s", "17m", "3h12m"]
+        );
+        assert_eq!(age(2 * 86_400_000 + 4 * 3_600_000), "2d4h");
+    }
 
     #[test]
     fn since_takes_epoch_ms_or_an_age() {

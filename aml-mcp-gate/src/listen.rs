@@ -5,7 +5,7 @@
 //! first of them and again after it ends; the server sees their messages as the clients sent
 //! them, so it speaks the era they carry. All share the host's policy, grants and receipt log.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -18,10 +18,11 @@ use crate::upstream::Server;
 /// The HTTP front's settings, from the command line.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ListenArgs {
-    /// Serve MCP over Streamable HTTP at http://ADDR/mcp (e.g. 127.0.0.1:8080) instead of on
-    /// stdin/stdout; a loopback address unless --listen-public
-    #[arg(long, value_name = "ADDR")]
-    pub(crate) listen: Option<SocketAddr>,
+    /// Serve MCP over Streamable HTTP at http://ADDR/mcp (e.g. 127.0.0.1:8080 or
+    /// localhost:8080: a name binds every address it resolves to) instead of on
+    /// stdin/stdout; loopback addresses only unless --listen-public
+    #[arg(long, value_name = "ADDR", value_parser = ListenAddr::parse)]
+    pub(crate) listen: Option<ListenAddr>,
     /// Allow --listen on an address other than loopback (requires --tokens)
     #[arg(long, requires_all = ["listen", "tokens"])]
     pub(crate) listen_public: bool,
@@ -29,18 +30,40 @@ pub(crate) struct ListenArgs {
     /// request without a valid one gets 401 and reaches nothing
     #[arg(long, value_name = "FILE", requires = "listen")]
     pub(crate) tokens: Option<PathBuf>,
-    /// An Origin accepted besides loopback ones (repeatable); any other Origin gets 403
+    /// An Origin accepted besides the gate's own (repeatable, e.g. http://localhost:5173 for a
+    /// browser client served there); any other Origin gets 403
     #[arg(long, value_name = "ORIGIN", requires = "listen")]
     pub(crate) allow_origin: Vec<String>,
+    /// How long a connection may take to send a request's headers (from its start, or from
+    /// its previous answer when kept alive); a connection still short of them is closed
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) header_timeout: u64,
+    /// How long a request's body may take to arrive after its headers; a body still short
+    /// of its Content-Length gets 408 and its connection is closed
+    #[arg(long, value_name = "SECONDS", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) body_timeout: u64,
+    /// How many client connections may be open at once; connections that have not yet sent
+    /// a request with a valid token (and an accepted Origin) may hold three quarters, and
+    /// the oldest of them is closed to make room for a new one [default: 1024, or fewer if
+    /// the open-file limit needs it]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) max_connections: Option<u64>,
     /// The largest request body; a larger one gets 413
     #[arg(long, value_name = "BYTES", default_value_t = 4 << 20, value_parser = clap::value_parser!(u64).range(1024..=1 << 30))]
     pub(crate) max_body_bytes: u64,
     /// How many MCP sessions may be open at once; one more initialize gets 503
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub(crate) max_sessions: u64,
+    /// How many MCP sessions one client (one token, or without --tokens one IP address) may
+    /// have open at once; its next initialize gets 429
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub(crate) max_sessions_per_client: u64,
     /// A session with no request for this long is closed
     #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) session_idle_timeout: u64,
+    /// A session that sent no request after initialize is closed after this long
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) unused_session_timeout: u64,
     /// How many requests of one session may wait for an answer at once; one more gets 429
     #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub(crate) max_calls_per_session: u64,
@@ -57,15 +80,28 @@ pub(crate) struct ListenArgs {
 
 impl ListenArgs {
     /// The front's settings; `Err` names what is wrong (exit 2).
-    pub(crate) fn front_config(&self, addr: SocketAddr) -> Result<FrontConfig, String> {
-        if !addr.ip().is_loopback() && !self.listen_public {
-            return Err(format!(
-                "--listen {addr} is not a loopback address: add --listen-public (and --tokens) to serve other machines"
-            ));
+    pub(crate) fn front_config(&self, addr: &ListenAddr) -> Result<FrontConfig, String> {
+        if let Some(public) = addr.addrs.iter().find(|a| !a.ip().is_loopback()) {
+            if !self.listen_public {
+                let named = match addr.text == public.to_string() {
+                    true => String::new(),
+                    false => format!(" ({} is {public})", addr.text),
+                };
+                return Err(format!(
+                    "--listen {}{named} is not a loopback address: add --listen-public (and --tokens) to serve other machines",
+                    addr.text
+                ));
+            }
         }
+        let max_connections = self.max_connections(open_files::raise())?;
         let mut config = FrontConfig::default()
             .with_max_body_bytes(self.max_body_bytes as usize)
+            .with_header_read_timeout(Duration::from_secs(self.header_timeout))
+            .with_body_read_timeout(Duration::from_secs(self.body_timeout))
+            .with_max_connections(max_connections)
             .with_max_sessions(self.max_sessions as usize)
+            .with_max_sessions_per_client(self.max_sessions_per_client as usize)
+            .with_unused_session_timeout(Duration::from_secs(self.unused_session_timeout))
             .with_session_idle_timeout(Duration::from_secs(self.session_idle_timeout))
             .with_max_calls_per_session(self.max_calls_per_session as usize)
             .with_max_stateless_calls(self.max_stateless_calls as usize)
@@ -81,20 +117,114 @@ impl ListenArgs {
         }
         Ok(config)
     }
+
+    /// The connection cap: `--max-connections`, or the default, within what the open-file
+    /// limit `files` leaves once the gate's other files are counted (a cap above what the
+    /// gate can open would let a flood take the descriptors every other file needs).
+    fn max_connections(&self, files: u64) -> Result<usize, String> {
+        // The state database, the approval page, logs, the listener, and for each session
+        // (and the stateless relay) its child's pipes or its upstream connections.
+        let others = 64 + 4 * (self.max_sessions + 1);
+        let room = files.saturating_sub(others);
+        match self.max_connections {
+            Some(n) if n > room => Err(format!(
+                "--max-connections {n} needs {} open files with --max-sessions {}, and this process may open {files} (ulimit -n): lower them or raise the limit",
+                n + others,
+                self.max_sessions
+            )),
+            Some(n) => Ok(n as usize),
+            None if room < 16 => Err(format!(
+                "the open-file limit ({files}, ulimit -n) leaves {room} connections with --max-sessions {}: raise the limit or lower --max-sessions",
+                self.max_sessions
+            )),
+            None => Ok(room.min(1024) as usize),
+        }
+    }
+}
+
+/// Where `--listen` listens: an address, or a host name and every address it resolves to
+/// (`localhost:8080`: `127.0.0.1` and, where the system says so, `::1`).
+#[derive(Debug, Clone)]
+pub(crate) struct ListenAddr {
+    /// As given.
+    text: String,
+    pub(crate) addrs: Vec<SocketAddr>,
+}
+
+impl ListenAddr {
+    fn parse(text: &str) -> Result<ListenAddr, String> {
+        let addrs = match text.parse::<SocketAddr>() {
+            Ok(addr) => vec![addr],
+            Err(_) => {
+                let port = text
+                    .rsplit_once(':')
+                    .map(|(host, port)| (host, port.parse::<u16>()));
+                let (host, Ok(port)) =
+                    port.ok_or("expected HOST:PORT, e.g. 127.0.0.1:8080 or localhost:8080")?
+                else {
+                    return Err("the port must be a number from 0 to 65535".into());
+                };
+                if host.is_empty() {
+                    return Err("expected HOST:PORT with a host, e.g. localhost:8080".into());
+                }
+                let mut addrs = Vec::new();
+                for addr in (host, port)
+                    .to_socket_addrs()
+                    .map_err(|e| format!("cannot resolve {host}: {e}"))?
+                {
+                    if !addrs.contains(&addr) {
+                        addrs.push(addr);
+                    }
+                }
+                addrs
+            }
+        };
+        if addrs.is_empty() {
+            return Err(format!("{text} resolves to no address"));
+        }
+        Ok(ListenAddr {
+            text: text.to_string(),
+            addrs,
+        })
+    }
+}
+
+/// The process's open-file limit.
+mod open_files {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+
+    /// Raises the soft open-file limit to the hard one (the soft one is often 1024 where
+    /// the hard one is far higher); what the process may open now. A limit that cannot be
+    /// read counts as 1024, the common soft default.
+    pub(super) fn raise() -> u64 {
+        let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+            return 1024;
+        };
+        if soft < hard {
+            match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                Ok(()) => return hard,
+                Err(e) => tracing::warn!("cannot raise the open-file limit from {soft} to {hard}: {e}"),
+            }
+        }
+        soft
+    }
 }
 
 /// Serves until SIGINT or SIGTERM, then ends every session (calls in flight get their
 /// receipts within the relay's drain limit).
 pub(crate) async fn serve(
-    addr: SocketAddr,
+    addr: &ListenAddr,
     front: FrontConfig,
     tools: RelayTools,
     config: RelayConfig,
     server: Server,
 ) -> Result<(), String> {
-    let mut front = HttpFront::bind(addr, front)
+    let mut front = HttpFront::bind_all(&addr.addrs, front)
         .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        .map_err(|e| format!("cannot listen on {} ({:?}): {e}", addr.text, addr.addrs))?;
+    if addr.addrs.len() > 1 {
+        tracing::info!("listening on {:?} (every address of {})", addr.addrs, addr.text);
+    }
     // The one line on stdout in this mode: where to connect (port 0 picks one).
     println!("aml-mcp-gate: MCP at http://{}/mcp", front.local_addr());
     let mut sessions = JoinSet::new();
@@ -114,7 +244,7 @@ pub(crate) async fn serve(
             Ok(started) => started,
             Err(e) => {
                 // Dropping the connection answers the client's initialize with an error.
-                tracing::error!("session {}: {e}", info.id);
+                tracing::error!("{}: {e}", info.name);
                 continue;
             }
         };
@@ -124,13 +254,13 @@ pub(crate) async fn serve(
             if info.stateless {
                 tracing::info!(
                     "{}: a relay for protocol 2026-07-28 requests (no sessions)",
-                    info.id
+                    info.name
                 );
             }
             let end = relay::run(tools, config, client, upstream, Vec::new()).await;
             match end {
-                RelayEnd::ClientClosed => tracing::info!("session {} ended", info.id),
-                other => tracing::warn!("session {} with {name} ended: {other:?}", info.id),
+                RelayEnd::ClientClosed => tracing::info!("{} ended", info.name),
+                other => tracing::warn!("{} with {name} ended: {other:?}", info.name),
             }
             stopper.stop(Duration::from_secs(2)).await;
         });
@@ -144,4 +274,49 @@ pub(crate) async fn serve(
         eprintln!("aml-mcp-gate: some sessions did not end within {drain:?}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Flags {
+        #[command(flatten)]
+        listen: ListenArgs,
+    }
+
+    fn flags(extra: &[&str]) -> ListenArgs {
+        let args = ["gate", "--listen", "127.0.0.1:0"].iter().chain(extra);
+        Flags::try_parse_from(args).unwrap().listen
+    }
+
+    #[test]
+    fn a_name_binds_its_loopback_addresses_and_a_public_one_needs_the_flag() {
+        let local = ListenAddr::parse("localhost:8080").unwrap();
+        assert!(!local.addrs.is_empty());
+        assert!(local
+            .addrs
+            .iter()
+            .all(|a| a.ip().is_loopback() && a.port() == 8080));
+        assert!(flags(&[]).front_config(&local).is_ok());
+        for bad in ["localhost", "localhost:http", ":8080", "localhost:65536"] {
+            assert!(ListenAddr::parse(bad).is_err(), "{bad}");
+        }
+        // A name that resolves beyond loopback (here as if resolved) is refused, naming it.
+        let public = ListenAddr {
+            text: "gate.example.test:8080".into(),
+            addrs: vec![
+                "127.0.0.1:8080".parse().unwrap(),
+                "192.0.2.7:8080".parse().unwrap(),
+            ],
+        };
+        let refused = flags(&[]).front_config(&public).unwrap_err();
+        assert!(
+            refused.contains("gate.example.test:8080 (gate.example.test:8080 is 192.0.2.7:8080)"),
+            "{refused}"
+        );
+        assert!(refused.contains("--listen-public"), "{refused}");
+    }
 }

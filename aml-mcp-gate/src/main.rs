@@ -4,11 +4,13 @@
 //! what the gate's durable state says happened.
 
 mod approvals;
+mod child;
 mod cli;
 mod config;
 mod init;
 mod journal;
 mod listen;
+mod parent_death;
 mod reload;
 mod run;
 mod sinks;
@@ -106,6 +108,10 @@ fn settle(args: RunArgs) -> run::Settings {
     if args.approval_port.is_some() && args.approve != Some(Channel::Web) {
         usage_error(ErrorKind::ArgumentConflict, "--approval-port needs --approve web");
     }
+    let approval_page = args
+        .approval_page
+        .settle(args.approve)
+        .unwrap_or_else(|(kind, message)| usage_error(kind, message));
     for (given, flag) in [
         (args.approver_key.is_some(), "--approver-key"),
         (args.approval_timeout.is_some(), "--approval-timeout"),
@@ -143,6 +149,7 @@ fn settle(args: RunArgs) -> run::Settings {
         approver_key: args.approver_key,
         approval_timeout: seconds(args.approval_timeout, 300, "--approval-timeout"),
         approval_port: args.approval_port.unwrap_or(0),
+        approval_page,
         relay: aml_mcp::relay::RelayConfig::default()
             .with_upstream_timeout(seconds(args.upstream_timeout, 120, "--upstream-timeout"))
             .with_handshake_timeout(seconds(args.handshake_timeout, 30, "--handshake-timeout"))
@@ -150,6 +157,7 @@ fn settle(args: RunArgs) -> run::Settings {
             .with_elicitation(args.elicitation.unwrap_or(cli::Setting::Refuse).into())
             .with_max_message_bytes(max_message_bytes as usize),
         command: args.command,
+        server_dir: args.server_dir,
         listen: args.listen,
         upstream: args.upstream,
     }

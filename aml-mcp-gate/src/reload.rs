@@ -136,16 +136,20 @@ impl Reloader {
         if let Some(e) = policy.error() {
             return Err(format!("{}: {e}", self.policy_path.display()));
         }
+        let mut tools = None;
         if let Some(path) = &self.tools_path {
             let text =
                 String::from_utf8(read(path)?).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
-            self.tools
-                .replace_from_json(&text)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            self.tools.replace_from_json(&text).map_err(|e| {
+                crate::init::placeholder_error(path, &text)
+                    .unwrap_or_else(|| format!("{}: {e}", path.display()))
+            })?;
+            tools = Some(text);
         }
         let digest = policy
             .digest()
             .ok_or_else(|| format!("{}: the policy has no canonical form", self.policy_path.display()))?;
+        crate::run::warn_typos(tools.as_deref(), &policy);
         self.policy.replace(policy);
         Ok(digest)
     }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aml_core::{ActionBoundary, JsonLinesSink, LivePolicy, Policy};
-use aml_grants::StoredReceipts;
 use aml_mcp::relay::{self, stdio, DeferredSink, RelayConfig, RelayEnd, RelayTools};
 
 use crate::{listen, upstream};
@@ -28,8 +27,11 @@ pub(crate) struct Settings {
     pub(crate) approver_key: Option<PathBuf>,
     pub(crate) approval_timeout: Duration,
     pub(crate) approval_port: u16,
+    pub(crate) approval_page: approvals::PageLimits,
     pub(crate) relay: RelayConfig,
     pub(crate) command: Vec<OsString>,
+    /// Where the server command runs (`None`: here).
+    pub(crate) server_dir: Option<PathBuf>,
     pub(crate) listen: crate::listen::ListenArgs,
     pub(crate) upstream: crate::upstream::UpstreamArgs,
 }
@@ -55,7 +57,9 @@ pub(crate) fn load(settings: &Settings) -> Result<Loaded, String> {
             let text = read(path)?;
             // Checked now; built again with the boundary below.
             let probe = ActionBoundary::builder(Arc::new(Policy::empty())).build();
-            RelayTools::from_json(&text, probe).map_err(|e| named(path, &e))?;
+            RelayTools::from_json(&text, probe).map_err(|e| {
+                crate::init::placeholder_error(path, &text).unwrap_or_else(|| named(path, &e))
+            })?;
             Some(text)
         }
         None => None,
@@ -63,7 +67,17 @@ pub(crate) fn load(settings: &Settings) -> Result<Loaded, String> {
     if let Some(key) = &settings.approver_key {
         read(key)?;
     }
+    warn_typos(tools.as_deref(), &policy);
     Ok(Loaded { policy, tools })
+}
+
+/// Logs what in the tools file and policy looks like a typo (they load, and do less than
+/// they say): at start and after each reload. The relay warns of a registered tool the server
+/// does not list once it sees the server's list.
+pub(crate) fn warn_typos(tools: Option<&str>, policy: &Policy) {
+    for warning in aml_mcp::relay::catalog_warnings(tools, policy) {
+        tracing::warn!("{warning}");
+    }
 }
 
 /// Waits for the relay, or for SIGTERM or SIGINT: MCP clients close the gate's input, wait
@@ -88,6 +102,21 @@ async fn until_stopped(mut relay: tokio::task::JoinHandle<RelayEnd>) -> Result<R
     Ok(RelayEnd::ClientClosed)
 }
 
+/// Makes every record and outcome durable before the gate exits (bounded), and says how the
+/// state grouped its writes.
+async fn settle(receipts: &Receipts, grouped: Option<&dyn state::Grouped>) {
+    if !receipts.flush(Duration::from_secs(5)).await {
+        eprintln!("aml-mcp-gate: some receipt records could not be written");
+    }
+    if let Some(stats) = grouped.map(state::Grouped::commit_stats) {
+        tracing::info!(
+            writes = stats.writes,
+            commits = stats.transactions,
+            "state: writes committed"
+        );
+    }
+}
+
 /// Why the gate stopped, when it was not the client closing the session.
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -104,7 +133,9 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
     tracing::info!("state: {}", settings.state.describe());
     // Records: into the state, and as JSON lines into --receipts (stderr when nothing else
     // keeps them). Never on stdout.
-    let log = match (&settings.receipts, &state.receipts) {
+    let (stored, stored_task) = state.receipts.unzip();
+    let grouped = state.grouped.clone();
+    let log = match (&settings.receipts, &stored) {
         (Some(path), _) => Some(JsonLinesSink::append(path)),
         (None, None) => Some(JsonLinesSink::stderr()),
         (None, Some(_)) => None,
@@ -112,13 +143,6 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
     .transpose()
     .map_err(|e| Failure::Config(format!("cannot open the receipt log: {e}")))?
     .map(Arc::new);
-    let (stored, stored_task) = match &state.receipts {
-        Some(store) => {
-            let (sink, task) = StoredReceipts::spawn(Arc::clone(store));
-            (Some(sink), Some(task))
-        }
-        None => (None, None),
-    };
     let receipts = Receipts::new(log, stored);
     // Call records go out after each answer; approval decisions straight away.
     let (deferred, records) = DeferredSink::spawn(Arc::new(receipts.clone()));
@@ -135,10 +159,12 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
                 key: settings.approver_key.as_deref(),
                 timeout: settings.approval_timeout,
                 port: settings.approval_port,
+                page_limits: settings.approval_page.clone(),
                 records: receipts.clone(),
                 issuer: Arc::clone(&state.issuer),
                 decisions: state.decisions.clone(),
                 shared: state.open.clone(),
+                history: state.history.clone(),
             },
         )
         .await
@@ -162,17 +188,20 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
     .map_err(|e| Failure::Runtime(format!("cannot listen for SIGHUP: {e}")))?;
     let config = settings.relay;
 
-    let server = upstream::Server::from_args(&settings.upstream, &settings.command, config.max_message_bytes)
-        .map_err(Failure::Config)?;
-    if let Some(addr) = settings.listen.listen {
+    let server = upstream::Server::from_args(
+        &settings.upstream,
+        &settings.command,
+        settings.server_dir.as_deref(),
+        config.max_message_bytes,
+    )
+    .map_err(Failure::Config)?;
+    if let Some(addr) = &settings.listen.listen {
         let front = settings.listen.front_config(addr).map_err(Failure::Config)?;
         let served = listen::serve(addr, front, tools, config, server).await;
         // Every relay has ended; with the reloader, every other handle to the deferred sink.
         reloader.abort();
         let _ = tokio::time::timeout(Duration::from_secs(5), records).await;
-        if !receipts.flush(Duration::from_secs(5)).await {
-            eprintln!("aml-mcp-gate: some receipt records could not be written");
-        }
+        settle(&receipts, grouped.as_deref()).await;
         return served.map_err(Failure::Runtime);
     }
     let program = server.name();
@@ -215,9 +244,7 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
         eprintln!("aml-mcp-gate: some call records were not written in time");
     }
     stopper.stop(Duration::from_secs(2)).await;
-    if !receipts.flush(Duration::from_secs(5)).await {
-        eprintln!("aml-mcp-gate: some receipt records could not be written");
-    }
+    settle(&receipts, grouped.as_deref()).await;
     drop((receipts, stored_task));
     match end {
         Ok(RelayEnd::ClientClosed) => Ok(()),

@@ -1,15 +1,22 @@
 //! `--state`: where the gate keeps its one-use grants, the intent written before each call is
 //! forwarded and its outcome, approval decisions and receipts.
+//!
+//! One synchronous commit is on a call's path: its intent (for an approved call, the claim
+//! that writes it), shared with every call in flight at once (group commit). The outcome is
+//! left for the call's receipt record; the two are stored together by the next commit, after
+//! the answer (ADR 021).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use aml_core::{GrantStore, ToolExecutor};
 use aml_grants::{
-    ClaimsWithIntent, DecisionJournal, GrantIssuer, GrantLifetimes, JournaledGrants, MemoryGrants,
-    OpenGrants, PostgresStore, ReceiptJournal, ReceiptStore, SqliteStore,
+    ClaimsWithIntent, CommitStats, DecisionJournal, GrantIssuer, GrantLifetimes, JournaledGrants,
+    MemoryGrants, OpenGrants, PostgresStore, ReceiptJournal, ReceiptStore, SettlesCalls, SqliteStore,
+    StoredReceipts,
 };
 use aml_mcp::relay::ForwardWrapper;
+use tokio::task::JoinHandle;
 
 /// Where the state is, as `--state` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +77,7 @@ fn without_password(url: &str) -> String {
 }
 
 /// An open state store: every part the gate needs, all in one database (or in memory).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct State {
     /// Claims grants; with a database, each claim also writes the call's intent.
     pub(crate) grants: Arc<dyn GrantStore>,
@@ -80,17 +87,43 @@ pub(crate) struct State {
     pub(crate) forward: Option<Arc<dyn ForwardWrapper>>,
     /// Keeps verified approval decisions; `None` in memory.
     pub(crate) decisions: Option<Arc<dyn DecisionJournal>>,
-    /// Keeps receipt records; `None` in memory.
-    pub(crate) receipts: Option<Arc<dyn ReceiptStore>>,
+    /// Stores each receipt record, with its call's outcome, from a task; `None` in memory.
+    pub(crate) receipts: Option<(StoredReceipts, JoinHandle<()>)>,
+    /// The store's receipt table itself, where the approval page keeps its history; `None`
+    /// in memory.
+    pub(crate) history: Option<Arc<dyn ReceiptStore>>,
     /// Finds a grant a person issued on any gate sharing this store; `None` in memory.
     pub(crate) open: Option<Arc<dyn OpenGrants>>,
+    /// How the store grouped its writes into commits; `None` in memory.
+    pub(crate) grouped: Option<Arc<dyn Grouped>>,
+}
+
+/// A store that groups writes into commits (both databases do).
+pub(crate) trait Grouped: Send + Sync + std::fmt::Debug {
+    fn commit_stats(&self) -> CommitStats;
+}
+
+impl Grouped for SqliteStore {
+    fn commit_stats(&self) -> CommitStats {
+        SqliteStore::commit_stats(self)
+    }
+}
+
+impl Grouped for PostgresStore {
+    fn commit_stats(&self) -> CommitStats {
+        PostgresStore::commit_stats(self)
+    }
 }
 
 /// A store that keeps everything: grants, intents, decisions, receipts.
-trait Everything: ClaimsWithIntent + GrantIssuer + DecisionJournal + ReceiptStore + OpenGrants {}
-impl<T: ClaimsWithIntent + GrantIssuer + DecisionJournal + ReceiptStore + OpenGrants> Everything for T {}
+trait Everything: ClaimsWithIntent + GrantIssuer + DecisionJournal + SettlesCalls + OpenGrants + Grouped {}
+impl<T: ClaimsWithIntent + GrantIssuer + DecisionJournal + SettlesCalls + OpenGrants + Grouped> Everything
+    for T
+{
+}
 
-/// Opens (creating it if needed) the state at `location`.
+/// Opens (creating it if needed) the state at `location`; with a database, starts the task
+/// that stores receipts (on the current runtime).
 pub(crate) async fn open(location: &Location) -> Result<State, String> {
     let Some(store) = database(location).await? else {
         let grants = Arc::new(MemoryGrants::default());
@@ -100,17 +133,23 @@ pub(crate) async fn open(location: &Location) -> Result<State, String> {
             forward: None,
             decisions: None,
             receipts: None,
+            history: None,
             open: None,
+            grouped: None,
         });
     };
-    let journaled = JournaledGrants::new(store.clone());
+    let (receipts, task) = StoredReceipts::settling(store.clone());
+    let outcomes = receipts.outcomes().ok_or("the receipt sink keeps no outcomes")?;
+    let journaled = JournaledGrants::new(store.clone()).settled_by(outcomes);
     Ok(State {
         grants: Arc::new(journaled.clone()),
         issuer: store.clone(),
         forward: Some(Arc::new(Journaling(journaled))),
         decisions: Some(store.clone()),
-        receipts: Some(store.clone()),
-        open: Some(store),
+        receipts: Some((receipts, task)),
+        history: Some(store.clone()),
+        open: Some(store.clone()),
+        grouped: Some(store),
     })
 }
 
@@ -150,8 +189,9 @@ async fn database(location: &Location) -> Result<Option<Arc<dyn Everything>>, St
     }))
 }
 
-/// Wraps each forward so its intent is durable before the server is sent the call and its
-/// outcome after (for a granted call the claim wrote the intent in its own transaction).
+/// Wraps each forward so its intent is durable before the server is sent the call (for a
+/// granted call the claim wrote it in its own transaction); its outcome is left for the
+/// call's record, and the two are stored together after the answer.
 #[derive(Debug)]
 struct Journaling(JournaledGrants);
 

@@ -2,13 +2,15 @@
 //! server over Streamable HTTP (`--upstream URL`).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use aml_mcp::relay::{stdio, Upstream};
+use aml_mcp::relay::Upstream;
 use aml_mcp_http::{http_upstream, UpstreamConfig};
 use tokio::sync::oneshot;
+
+use crate::child::ServerCommand;
 
 /// Where the server is, from the command line.
 #[derive(Debug, Clone, clap::Args)]
@@ -28,19 +30,31 @@ pub(crate) struct UpstreamArgs {
 /// How to reach the server, checked before anything starts.
 #[derive(Debug, Clone)]
 pub(crate) enum Server {
-    Child(Vec<OsString>),
+    Child(ServerCommand),
     Http { url: String, config: UpstreamConfig },
 }
 
 impl Server {
-    /// The server from the arguments; `Err` names what is wrong (exit 2).
-    pub(crate) fn from_args(args: &UpstreamArgs, command: &[OsString], max: usize) -> Result<Server, String> {
+    /// The server from the arguments; `Err` names what is wrong (exit 2). `dir` is where a
+    /// server command runs (`None`: here).
+    pub(crate) fn from_args(
+        args: &UpstreamArgs,
+        command: &[OsString],
+        dir: Option<&Path>,
+        max: usize,
+    ) -> Result<Server, String> {
         let Some(url) = &args.upstream else {
             // clap's `requires` is not enforced next to a `conflicts_with` that fires.
             if !args.upstream_header.is_empty() || args.upstream_token.is_some() {
                 return Err("--upstream-header and --upstream-token need --upstream".into());
             }
-            return Ok(Server::Child(command.to_vec()));
+            if let Some(dir) = dir {
+                tracing::info!(
+                    "the server command runs in {} (the --config file's folder)",
+                    dir.display()
+                );
+            }
+            return Ok(Server::Child(ServerCommand::new(command.to_vec(), dir)));
         };
         let mut config = UpstreamConfig::default().with_max_message_bytes(max);
         for header in &args.upstream_header {
@@ -68,7 +82,7 @@ impl Server {
     /// What to call it in messages.
     pub(crate) fn name(&self) -> String {
         match self {
-            Server::Child(command) => format!("{:?}", command[0].to_string_lossy()),
+            Server::Child(command) => command.name(),
             Server::Http { url, .. } => url.clone(),
         }
     }
@@ -77,7 +91,8 @@ impl Server {
     pub(crate) fn start(&self, max: usize) -> Result<Started, String> {
         match self {
             Server::Child(command) => {
-                let child = stdio::spawn_child(command, max)
+                let child = command
+                    .spawn(max)
                     .map_err(|e| format!("cannot start {}: {e}", self.name()))?;
                 Ok(Started {
                     upstream: child.upstream,

@@ -53,6 +53,14 @@ fn http_usage_errors_exit_2_and_say_why() {
             vec!["--policy", p, "--listen", "not-an-address", "--", "s"],
             "not-an-address",
         ),
+        (
+            vec!["--policy", p, "--listen", "localhost", "--", "s"],
+            "HOST:PORT",
+        ),
+        (
+            vec!["--policy", p, "--listen", "localhost:99999", "--", "s"],
+            "port",
+        ),
         (vec!["--policy", p, "--tokens", &tokens, "--", "s"], "--listen"),
         (
             vec!["--policy", p, "--upstream", "https://example.com/mcp"],
@@ -133,6 +141,32 @@ fn http_usage_errors_exit_2_and_say_why() {
             ],
             "--sse-keep-alive",
         ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--listen",
+                "127.0.0.1:0",
+                "--max-connections",
+                "999999",
+                "--",
+                "s",
+            ],
+            "open files",
+        ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--listen",
+                "127.0.0.1:0",
+                "--header-timeout",
+                "0",
+                "--",
+                "s",
+            ],
+            "--header-timeout",
+        ),
     ];
     for (args, why) in cases {
         let out = gate(&args);
@@ -161,6 +195,11 @@ fn help_lists_the_http_flags() {
         "--max-calls-per-session",
         "--max-stateless-calls",
         "--sse-keep-alive",
+        "--header-timeout",
+        "--body-timeout",
+        "--max-connections",
+        "--max-sessions-per-client",
+        "--unused-session-timeout",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
     }

@@ -15,25 +15,8 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 
-/// The gate with `extra` flags, its server-everything children logging what they receive to
-/// `dir/reached.log`.
 fn gate(dir: &Path, extra: &[&str]) -> Gate {
-    write_everything_config(dir);
-    let mut args = gate_args(dir);
-    args.extend(["--listen", "127.0.0.1:0"].map(String::from));
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let log = dir.join("reached.log");
-    args.extend([
-        "--".into(),
-        "sh".into(),
-        "-c".into(),
-        format!("tee -a '{}' | '{}'", log.display(), everything().display()),
-    ]);
-    Gate::start(&args)
-}
-
-fn reached(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("reached.log")).unwrap_or_default()
+    gate_logging_what_reaches_the_server(dir, extra)
 }
 
 fn call(id: u64, tool: &str, arguments: serde_json::Value) -> String {
@@ -82,11 +65,9 @@ fn without_a_valid_token_401_and_nothing_forwarded_a_foreign_origin_403() {
     assert_eq!(reply.json()["error"]["code"], -32000);
     assert_eq!(reached(&dir), "", "nothing reached the server");
 
-    // With the token (and a loopback Origin): the session opens and the server sees it.
-    let session = open_session(
-        gate.addr,
-        &[("authorization", &bearer), ("origin", "http://localhost:3000")],
-    );
+    // With the token (and the gate's own Origin): the session opens and the server sees it.
+    let own = format!("http://{}", gate.addr);
+    let session = open_session(gate.addr, &[("authorization", &bearer), ("origin", &own)]);
     assert!(reached(&dir).contains("\"initialize\""));
     // A call in that session without the token: 401, and the server never sees it.
     let reply = request(
@@ -153,6 +134,7 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
     assert!(!reached(&dir).contains("xxxxxxxx"));
 
     // Sessions: the third gets 503 with the initialize's id.
+    let two_opened = std::time::Instant::now();
     let two = open_session(addr, &[]);
     let reply = request(addr, "POST", &[JSON_ONLY, CONTENT_JSON], &initialize_body(9));
     assert_eq!(reply.status, 503);
@@ -165,7 +147,16 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         json!({"duration": 1, "steps": 2}),
     );
     let mut waiting = send(addr, "POST", &in_one, &long);
-    std::thread::sleep(Duration::from_millis(300));
+    // The first call holds the session's one place once the server has it.
+    aml_test_support::wait_until(
+        "the long call to reach the server",
+        Duration::from_secs(10),
+        || {
+            reached(&dir)
+                .contains("trigger-long-running-operation")
+                .then_some(())
+        },
+    );
     let reply = request(
         addr,
         "POST",
@@ -224,7 +215,20 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
     );
 
     // Idle: session two had no request for longer than 2 s; it is gone, and its slot free.
-    std::thread::sleep(Duration::from_millis(3500));
+    // A new session is refused (two are open) until the idle one is closed; not before 2 s.
+    let three =
+        aml_test_support::wait_until("the idle session to be closed", Duration::from_secs(15), || {
+            let reply = request(addr, "POST", &[JSON_ONLY, CONTENT_JSON], &initialize_body(13));
+            if reply.status == 503 {
+                return None;
+            }
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            Some(reply.header("mcp-session-id").unwrap().to_owned())
+        });
+    assert!(
+        two_opened.elapsed() >= Duration::from_secs(2),
+        "closed before its idle timeout"
+    );
     let in_two = [JSON_ONLY, CONTENT_JSON, ("mcp-session-id", two.as_str())];
     assert_eq!(
         request(
@@ -236,8 +240,9 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         .status,
         404
     );
-    let three = open_session(addr, &[]);
     let in_three = [JSON_ONLY, CONTENT_JSON, ("mcp-session-id", three.as_str())];
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert_eq!(request(addr, "POST", &in_three, initialized).status, 202);
     let reply = request(
         addr,
         "POST",

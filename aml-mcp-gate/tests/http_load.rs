@@ -5,7 +5,7 @@
 //! receipt digests equals the set of digests of the calls made (none lost, none twice). The
 //! p50/p99 latencies of both runs and their difference (what the gate adds) are printed.
 //!
-//! `AML_HTTP_LOAD_SESSIONS` and `AML_HTTP_LOAD_SECONDS` change the size. The README's numbers
+//! `AML_HTTP_LOAD_SESSIONS` and `AML_HTTP_LOAD_SECONDS` change the size. The numbers in docs/GATE.md
 //! come from `cargo test --release -p aml-mcp-gate --test http_load -- --nocapture`.
 
 mod common;
@@ -34,6 +34,7 @@ fn setting(name: &str, default: u64) -> u64 {
 async fn fixture_server() -> String {
     let config = FrontConfig::default()
         .with_max_sessions(4096)
+        .with_max_sessions_per_client(4096)
         .with_max_calls_per_session(64);
     let mut front = HttpFront::bind("127.0.0.1:0".parse().unwrap(), config)
         .await
@@ -215,7 +216,7 @@ fn two_hundred_sessions_for_thirty_seconds_every_call_has_one_receipt() {
     );
 
     let mut args = gate_args(&dir);
-    // The relay's own cost, as the README's table reports it; a durable state adds a
+    // The relay's own cost, as the table in docs/GATE.md reports it; a durable state adds a
     // synchronous write per call.
     let state = args.iter().position(|a| a == "--state").unwrap() + 1;
     args[state] = "memory".into();
@@ -225,6 +226,9 @@ fn two_hundred_sessions_for_thirty_seconds_every_call_has_one_receipt() {
             "--listen",
             "127.0.0.1:0",
             "--max-sessions",
+            &limit,
+            // Every session comes from this one client.
+            "--max-sessions-per-client",
             &limit,
             "--upstream",
             &server,

@@ -45,19 +45,10 @@ fn init_writes_files_that_with_one_rule_gate_a_call_end_to_end() {
     );
 
     // Unedited, the files start nothing: every effect is still a placeholder.
-    let command = gate_command(&dir, &everything());
-    let out = wait_bounded(
-        std::process::Command::new(&command[0])
-            .args(&command[1..])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (code, stderr) = start_unedited(&dir, &everything());
+    assert_eq!(code, Some(2));
     assert!(stderr.contains("CHOOSE ONE"), "{stderr}");
+    let command = gate_command(&dir, &everything());
 
     // The host keeps echo, chooses its effect, and adds one rule.
     let mut echo = entries.iter().find(|t| t["name"] == "echo").unwrap().clone();
@@ -115,4 +106,85 @@ fn init_refuses_to_overwrite_and_says_why_a_server_cannot_be_read() {
     let out = init(&empty, &[missing.display().to_string()], &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start the server"));
+}
+
+/// The gate started on `dir`'s files as written, in front of `server`: its exit and stderr.
+fn start_unedited(dir: &Path, server: &[String]) -> (Option<i32>, String) {
+    let command = gate_command(dir, server);
+    let out = wait_bounded(
+        std::process::Command::new(&command[0])
+            .args(&command[1..])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn init_declares_client_capabilities_suggests_no_deprecated_tool_and_the_gate_names_placeholders() {
+    // server-everything lists its sampling, elicitation and roots tools only to a client
+    // that declares those capabilities.
+    let dir = work("init-capabilities");
+    run_init(&dir);
+    let tools = read_json(&dir.join("tools.json"));
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for needs_a_capability in [
+        "trigger-sampling-request",
+        "trigger-elicitation-request",
+        "trigger-url-elicitation",
+        "get-roots-list",
+    ] {
+        assert!(
+            names.contains(&needs_a_capability),
+            "{needs_a_capability}: {names:?}"
+        );
+    }
+    // Declaring none (as a client that declares none would see it): they are not listed.
+    let bare = work("init-no-capabilities");
+    let mut server = everything();
+    let out = init_with(&bare, &["--client-capabilities", "{}"], &server);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed = std::fs::read_to_string(bare.join("tools.json")).unwrap();
+    assert!(!listed.contains("trigger-sampling-request"), "{listed}");
+
+    // server-filesystem lists `read_file`, which it calls deprecated, first.
+    let files = work("init-filesystem");
+    let served = files.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let filesystem = repo().join("target/interop/node/node_modules/.bin/mcp-server-filesystem");
+    server = vec![filesystem.display().to_string(), served.display().to_string()];
+    let out = init(&files.join("gate"), &server, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains(r#"{"tool": "read_text_file", "effect": "read""#),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("deprecated (in their descriptions); prefer what they name: read_file"),
+        "{stdout}"
+    );
+
+    // Started unedited, the gate names the tools whose effect is still the placeholder.
+    let (code, stderr) = start_unedited(&files.join("gate"), &server);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(r#"tool "read_file" (and 13 more: read_text_file,"#),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("replace it with read, write, send, pay or delete"),
+        "{stderr}"
+    );
 }

@@ -34,9 +34,7 @@ pub fn everything() -> PathBuf {
 }
 
 pub fn work(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-gate-http-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = aml_test_support::scratch_dir("gate-http", tag);
     std::fs::write(dir.join("tokens"), format!("# the test client\n{TOKEN}\n")).unwrap();
     dir
 }
@@ -96,6 +94,28 @@ pub fn gate_args(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The gate with `--listen 127.0.0.1:0` and `extra` flags, its server-everything children
+/// logging what they receive to `dir/reached.log` (read with [`reached`]).
+pub fn gate_logging_what_reaches_the_server(dir: &Path, extra: &[&str]) -> Gate {
+    write_everything_config(dir);
+    let mut args = gate_args(dir);
+    args.extend(["--listen", "127.0.0.1:0"].map(String::from));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let log = dir.join("reached.log");
+    args.extend([
+        "--".into(),
+        "sh".into(),
+        "-c".into(),
+        format!("tee -a '{}' | '{}'", log.display(), everything().display()),
+    ]);
+    Gate::start(&args)
+}
+
+/// What reached the servers of [`gate_logging_what_reaches_the_server`].
+pub fn reached(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("reached.log")).unwrap_or_default()
+}
+
 /// A gate serving HTTP; ended with SIGTERM (so its receipts are flushed) when dropped.
 pub struct Gate {
     pub child: Child,
@@ -107,8 +127,15 @@ impl Gate {
     /// Starts `aml-mcp-gate ARGS` (which include `--listen 127.0.0.1:0`) and reads where it
     /// listens from its first line of output.
     pub fn start(args: &[String]) -> Gate {
-        let mut child = Command::new(GATE)
-            .args(args)
+        let mut command = Command::new(GATE);
+        command.args(args);
+        Gate::start_command(command)
+    }
+
+    /// [`Gate::start`] with the command given whole (a wrapper that sets limits first, for
+    /// instance); it must end in the gate's `exec`.
+    pub fn start_command(mut command: Command) -> Gate {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -292,6 +319,11 @@ pub fn python_report(script: &Path, args: &[String]) -> Value {
         .args(args)
         .output()
         .unwrap();
+    report_of(&out)
+}
+
+/// A Python client's JSON report on stdout; fails, showing its stderr, if it failed.
+pub fn report_of(out: &std::process::Output) -> Value {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),

@@ -16,18 +16,25 @@ mod session;
 pub use session::{lines, outcome, pair, python, repo, GATE, WAIT};
 
 pub fn work(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-gate-pins-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    aml_test_support::scratch_dir("gate-pinned", tag)
 }
 
 /// `aml-mcp-gate init --out DIR -- SERVER…`, bounded.
 pub fn init(dir: &Path, server: &[String], env: &[(&str, String)]) -> Output {
+    init_run(dir, &[], server, env)
+}
+
+/// `aml-mcp-gate init --out DIR OPTIONS… -- SERVER…`, bounded.
+pub fn init_with(dir: &Path, options: &[&str], server: &[String]) -> Output {
+    init_run(dir, options, server, &[])
+}
+
+fn init_run(dir: &Path, options: &[&str], server: &[String], env: &[(&str, String)]) -> Output {
     let child = Command::new(GATE)
         .arg("init")
         .arg("--out")
         .arg(dir)
+        .args(options)
         .arg("--")
         .args(server)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))

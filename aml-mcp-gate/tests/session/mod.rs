@@ -30,10 +30,7 @@ pub fn python() -> PathBuf {
 }
 
 pub fn work(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-gate-reload-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    aml_test_support::scratch_dir("gate-reload", tag)
 }
 
 pub fn policy(requires_approval: Option<bool>) -> String {

@@ -2,10 +2,10 @@
 //! protocol (size limits, envelope, catalog and function, arguments, bindings, argument
 //! schema, call-id claim, boundary).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use aml_core::{ActionBoundary, CallStatus, GateOutcome, Plan, Receipt, ToolGate};
+use aml_core::{ActionBoundary, CallOutcome, CallRequest, Plan, Receipt, Refusal, TokioRuntime, ToolGate};
 use serde_json::{Map, Value};
 
 use crate::binding::{find_unresolved, BindingRequest, BindingResolver};
@@ -97,16 +97,20 @@ impl MessageOutcome {
 
 /// Gates agent `callRendererFunction` requests for one renderer session.
 ///
-/// Each `functionCallId` is taken up at most once per gate: create one gate per session
-/// (or surface) and share the [`FunctionRegistry`] between them. Every message ends in one
-/// record in the boundary's receipt sink (adapter `a2ui`), refusals included.
+/// Each `functionCallId` is taken up at most once per gate: the core claims it, scoped to
+/// this gate, in the boundary's one-use grant store before the call runs (ADR 019). Create
+/// one gate per session (or surface) and share the [`FunctionRegistry`] between them. Every
+/// message ends in one record in the boundary's receipt sink (adapter `a2ui`), refusals
+/// included.
 #[derive(Debug)]
 pub struct FunctionGate {
     registry: Arc<FunctionRegistry>,
     gate: ToolGate,
     limits: GateLimits,
     resolver: Option<Arc<dyn BindingResolver>>,
-    claimed_ids: Mutex<HashSet<String>>,
+    call_timeout: Option<Duration>,
+    /// Scopes this gate's call ids in a grant store other sessions share.
+    session: String,
 }
 
 impl FunctionGate {
@@ -117,19 +121,30 @@ impl FunctionGate {
         registry: Arc<FunctionRegistry>,
         boundary: ActionBoundary,
     ) -> Result<Self, FunctionCatalogError> {
-        let gate = ToolGate::new(registry.tool_catalog()?, boundary).for_adapter("a2ui");
+        let gate = ToolGate::new(registry.tool_catalog()?, boundary)
+            .for_adapter("a2ui")
+            .with_runtime(TokioRuntime);
         Ok(FunctionGate {
             registry,
             gate,
             limits: GateLimits::default(),
             resolver: None,
-            claimed_ids: Mutex::default(),
+            call_timeout: None,
+            session: new_session(),
         })
     }
 
     /// Sets the size limits.
     pub fn with_limits(mut self, limits: GateLimits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Answers each call within `timeout` (A2UI carries no deadline of its own): approval
+    /// stops waiting then (blocked), and a tool still running is answered as uncertain and
+    /// finishes on its own.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = Some(timeout);
         self
     }
 
@@ -186,51 +201,32 @@ impl FunctionGate {
             }
             None => "{}",
         };
-        let prepared = match self.arguments(&call, args_text).await {
-            Ok(Some(args)) => self.gate.prepare_value(tool.name(), args),
-            // Text the strict parser refuses skips the checks: the boundary blocks it with its
-            // canonical code and leaves a receipt.
-            Ok(None) => self.gate.prepare_json(tool.name(), args_text.as_bytes()),
+        // The agent's own bytes go to the gate, unless a resolver replaced bindings.
+        let request = match self.arguments(&call, args_text).await {
+            Ok(None) => CallRequest::bytes(tool.name(), args_text.as_bytes()),
+            Ok(Some(resolved)) => CallRequest::value(tool.name(), resolved),
             Err(MessageRefusal { reason, detail }) => return refuse(id, reason, detail),
         };
-        if prepared.refusal().is_some() {
-            // The arguments are outside the function's schema: refused before the call id.
-            let outcome = self.gate.run(prepared, None, None).await;
-            let detail = outcome.detail().unwrap_or_default().to_owned();
-            return Ok(MessageOutcome::refused(
-                form,
-                id,
-                GateReason::ArgsSchemaMismatch,
-                detail,
-            ));
+        let scoped = format!("{}/{id}", self.session);
+        let mut request = request.call_id(&scoped);
+        if let Some(timeout) = self.call_timeout {
+            request = request.deadline(Instant::now() + timeout);
         }
-        let fresh = self
-            .claimed_ids
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.clone());
-        if !fresh {
-            let detail = "functionCallId already taken up".to_owned();
-            self.gate.refuse(
-                prepared,
-                GateReason::Replayed.refusal(),
-                format!("replayed: {detail}"),
-            );
-            return Ok(MessageOutcome::refused(form, id, GateReason::Replayed, detail));
-        }
-        Ok(answered(form, id, self.gate.run(prepared, None, None).await))
+        let outcome = self.gate.call(request).await;
+        Ok(answered(form, id, outcome))
     }
 
     /// Records a refusal the gate made before the tool gate could prepare the call.
     fn record(&self, reason: &GateReason, function: &str, detail: &str) {
         self.gate
-            .refused(function, reason.refusal(), format!("{reason}: {detail}"));
+            .refuse_request(function, reason.refusal(), format!("{reason}: {detail}"));
     }
 }
 
 impl FunctionGate {
-    /// The arguments to run with: resolved literal arguments, or `None` for text the strict
-    /// parser refuses.
+    /// The arguments to run with: `None` for the agent's text as sent (bindings-free, or
+    /// refused by the strict parser, which the gate then blocks with its code), or the
+    /// literal arguments the host's resolver returned.
     async fn arguments(
         &self,
         call: &CallRendererFunction<'_>,
@@ -245,10 +241,10 @@ impl FunctionGate {
             Ok(_) => return refusal(GateReason::ArgsNotObject, "args is not an object".into()),
             Err(_) => return Ok(None),
         };
-        Ok(Some(Value::Object(match find_unresolved(call.form, &map) {
-            None => map,
-            Some((reason, at)) => self.resolve(call, &map, reason, &at).await?,
-        })))
+        match find_unresolved(call.form, &map) {
+            None => Ok(None),
+            Some((reason, at)) => Ok(Some(Value::Object(self.resolve(call, &map, reason, &at).await?))),
+        }
     }
 
     /// Bindings and nested calls: refused (`reason` at `at`) without a resolver, else
@@ -288,6 +284,16 @@ impl FunctionGate {
     }
 }
 
+/// A scope no other gate of any process shares: the process, its clock at start, a counter.
+fn new_session() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{started}-{n}", std::process::id())
+}
+
 /// At most `max` characters of agent text, for a log line that must not echo it whole.
 fn clip(text: &str, max: usize) -> String {
     let end = text.char_indices().nth(max).map_or(text.len(), |(i, _)| i);
@@ -295,18 +301,31 @@ fn clip(text: &str, max: usize) -> String {
     format!("{}{ellipsis}", &text[..end])
 }
 
-fn answered(form: WireForm, function_call_id: String, outcome: GateOutcome) -> MessageOutcome {
-    let answer = match outcome.status() {
-        CallStatus::Dispatched => Answer::Value(outcome.output().cloned().unwrap_or_default()),
-        CallStatus::Unknown => Answer::Uncertain,
-        CallStatus::Blocked(reason) => Answer::Blocked(reason),
-        // Prepared calls are neither refused nor anything else here.
-        _ => Answer::HostError,
+fn answered(form: WireForm, function_call_id: String, outcome: CallOutcome) -> MessageOutcome {
+    let answer = match &outcome {
+        CallOutcome::Refused(refused) => {
+            let reason = match refused.refusal() {
+                Refusal::DuplicateCall => GateReason::Replayed,
+                Refusal::InexactNumber => GateReason::ArgsInexactNumber,
+                // Outside the function's schema, or not an object.
+                _ => GateReason::ArgsSchemaMismatch,
+            };
+            let detail = refused.detail().to_owned();
+            return MessageOutcome::refused(form, function_call_id, reason, detail);
+        }
+        CallOutcome::Dispatched(done) => Answer::Value(done.output().clone()),
+        CallOutcome::Unknown(_) => Answer::Uncertain,
+        CallOutcome::Blocked(blocked) => Answer::Blocked(blocked.reason()),
+        CallOutcome::HostError(_) => Answer::HostError,
+    };
+    let invocation = match &outcome {
+        CallOutcome::HostError(_) => Invocation::NotReached,
+        _ => Invocation::Claimed,
     };
     MessageOutcome {
         response: respond(form, function_call_id, answer),
         form,
-        invocation: Invocation::Claimed,
+        invocation,
         refusal: None,
         plan: outcome.plan().cloned(),
         receipt: outcome.receipt().cloned(),

@@ -42,6 +42,9 @@ pub enum GateReason {
     BindingsUnresolved,
     /// `"args_schema_mismatch"`: the arguments do not match the function's host schema.
     ArgsSchemaMismatch,
+    /// `"args_inexact_number"`: a number in `args` is not kept exactly by the canonical form
+    /// (an integer beyond ±2^53, or more digits than a double keeps); refused, never rounded.
+    ArgsInexactNumber,
     /// `"replayed"`: this gate already took up this `functionCallId`; nothing ran.
     Replayed,
 }
@@ -62,6 +65,7 @@ impl GateReason {
         GateReason::ArgsReservedKey,
         GateReason::BindingsUnresolved,
         GateReason::ArgsSchemaMismatch,
+        GateReason::ArgsInexactNumber,
         GateReason::Replayed,
     ];
 
@@ -81,6 +85,7 @@ impl GateReason {
             GateReason::ArgsReservedKey => "args_reserved_key",
             GateReason::BindingsUnresolved => "bindings_unresolved",
             GateReason::ArgsSchemaMismatch => "args_schema_mismatch",
+            GateReason::ArgsInexactNumber => "args_inexact_number",
             GateReason::Replayed => "replayed",
         }
     }
@@ -97,6 +102,7 @@ impl GateReason {
                 Refusal::InvalidOrUnregisteredCall
             }
             GateReason::Replayed => Refusal::DuplicateCall,
+            GateReason::ArgsInexactNumber => Refusal::InexactNumber,
             GateReason::ArgsMissing
             | GateReason::ArgsNotObject
             | GateReason::ArgsDataBinding
@@ -126,6 +132,6 @@ mod tests {
             assert_eq!(r.to_string(), r.as_str());
             assert!(seen.insert(r.as_str()), "{r}");
         }
-        assert_eq!(seen.len(), 14);
+        assert_eq!(seen.len(), 15);
     }
 }

@@ -302,6 +302,15 @@ fn each_hostile_input_gets_its_own_code_in_both_forms() {
             "INVALID_FUNCTION_CALL",
         ),
         (
+            // Beyond 2^53 a double no longer holds every integer: refused, never rounded.
+            "integer beyond 2^53",
+            "sendMessage",
+            args(r#"{"to":"team@example.test","body":"b","priority":9007199254740993}"#),
+            "args_inexact_number",
+            "INVALID_FUNCTION_CALL",
+            "INVALID_FUNCTION_CALL",
+        ),
+        (
             "unknown field",
             "sendMessage",
             format!(r#"{},"returnType":"any""#, args("{}")),
@@ -621,6 +630,53 @@ fn a_call_id_is_taken_up_once_across_both_forms() {
         assert_eq!(again.invocation.as_str(), "replayed");
     }
     assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn call_ids_are_claimed_in_the_boundarys_grant_store_one_session_at_a_time() {
+    #[derive(Debug, Default)]
+    struct Claims(Mutex<Vec<aml_core::GrantRef>>);
+    #[async_trait]
+    impl aml_core::GrantStore for Claims {
+        async fn claim(
+            &self,
+            grant: &aml_core::GrantRef,
+        ) -> Result<aml_core::ClaimStatus, aml_core::ClaimError> {
+            let mut seen = self.0.lock().unwrap();
+            let fresh = !seen.contains(grant);
+            seen.push(grant.clone());
+            Ok(if fresh {
+                aml_core::ClaimStatus::Claimed
+            } else {
+                aml_core::ClaimStatus::AlreadyClaimed
+            })
+        }
+    }
+    let store = Arc::new(Claims::default());
+    let boundary = ActionBoundary::builder(policy())
+        .grants_arc(store.clone())
+        .build();
+    let seen = Seen::default();
+    // Two sessions of one host share its boundary, and so its grant store.
+    let (first, second) = (gate_with(&seen, boundary.clone()), gate_with(&seen, boundary));
+    let ok = args(r#"{"to":"team@example.test","body":"b"}"#);
+    let call = |gate: &FunctionGate| {
+        block_on(gate.handle(&message(WireForm::Current, "c1", "sendMessage", &ok))).unwrap()
+    };
+    assert_eq!(call(&first).code(), "host_dispatch_returned");
+    assert_eq!(call(&first).code(), "replayed");
+    assert_eq!(
+        call(&second).code(),
+        "host_dispatch_returned",
+        "another session's c1"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    // Every claim went to the host's store, each naming its call id.
+    let claims = store.0.lock().unwrap();
+    assert_eq!(claims.len(), 3);
+    assert!(claims
+        .iter()
+        .all(|g| g.approval_id.as_deref().is_some_and(|id| id.ends_with("/c1"))));
 }
 
 #[test]

@@ -66,6 +66,9 @@ pub const fn refusal_message(reason: GateReason) -> &'static str {
             "The host could not resolve the bindings in the function arguments."
         }
         GateReason::ArgsSchemaMismatch => SCHEMA_MISMATCH,
+        GateReason::ArgsInexactNumber => {
+            "Function arguments hold a number this host cannot keep exactly; send it as a string."
+        }
         GateReason::Replayed => REPLAYED,
     }
 }

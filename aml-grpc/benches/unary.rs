@@ -13,6 +13,9 @@
 
 mod common;
 
+#[path = "../../aml-testkit/benches/support/summary.rs"]
+mod summary;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -95,7 +98,30 @@ fn bench(c: &mut Criterion) {
         let added = p50.saturating_sub(percentiles[0].0);
         println!("  {name:27} p50 {p50:>10.1?} p99 {p99:>10.1?}  p50 minus no gate {added:.1?}");
     }
+    write_summary(
+        &variants.iter().map(|(name, _)| *name).collect::<Vec<_>>(),
+        &percentiles,
+    );
     let _ = std::fs::remove_file(&receipts);
+}
+
+/// What this run measured, for `scripts/perf-table` (docs/PERFORMANCE.md):
+/// `target/criterion/interleaved/grpc_unary.json`.
+fn write_summary(names: &[&str], percentiles: &[(Duration, Duration)]) {
+    let rows: Vec<serde_json::Value> = names
+        .iter()
+        .zip(percentiles)
+        .map(|(name, (p50, p99))| {
+            serde_json::json!({"name": name, "p50_us": summary::micros(*p50), "p99_us": summary::micros(*p99),
+                "added_p50_us": summary::micros(p50.saturating_sub(percentiles[0].0))})
+        })
+        .collect();
+    let gate_alone = summary::micros(percentiles[1].0.saturating_sub(percentiles[0].0));
+    let goals = vec![
+        serde_json::json!({"goal": format!("{} minus {} <= 10 µs (p50)", names[1], names[0]),
+        "measured": format!("{gate_alone:.1} µs"), "met": gate_alone <= 10.0}),
+    ];
+    summary::write_summary("grpc_unary", rows, goals);
 }
 
 criterion_group!(benches, bench);

@@ -20,13 +20,12 @@
 //! - [`ToolClient`], a typed client over any transport whose errors say whether the tool
 //!   ran ([`CallError`]).
 //!
-//! `examples/tool_server.rs` is a runnable server configured from a JSON file.
+//! `examples/tool_server/` is a runnable server configured from a JSON file.
 #![forbid(unsafe_code)]
 
 mod client;
 mod convert;
 mod fields;
-mod finish;
 mod frames;
 mod route;
 mod server;
@@ -48,5 +47,7 @@ pub use convert::{plan_from_message, plan_message, receipt_from_message, receipt
 pub use route::{RouteFuture, ToolServiceRoute};
 pub use server::{serve, ServeError, ServerLimits, FILE_DESCRIPTOR_SET};
 pub use service::{GatedToolService, ADAPTER};
-pub use status::{code_for, report_of, status_for, ServiceReason, StatusReport, DETAIL_LIMIT, DOMAIN};
+pub use status::{
+    code_for, receipt_code, report_of, status_for, ServiceReason, StatusReport, DETAIL_LIMIT, DOMAIN,
+};
 pub use timeout::{parse_grpc_timeout, InvalidTimeout};

@@ -1,11 +1,10 @@
 //! The gated tool service: the host's [`ToolGate`] as `aml.v1.ToolService`.
 
-use aml_core::{CallClock, CallRecord, CallStatus, Deadline, GateAuthorization, Record, Refusal, ToolGate};
+use aml_core::{CallOutcome, CallRequest, Refusal, TokioRuntime, ToolGate};
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use crate::convert::{plan_message, receipt_message};
-use crate::finish::FinishOnDrop;
 use crate::pb;
 use crate::route::ToolServiceRoute;
 use crate::server::ServerLimits;
@@ -30,10 +29,11 @@ pub struct GatedToolService {
 }
 
 impl GatedToolService {
-    /// Serves `gate` (renamed to adapter `grpc` in records) with [`ServerLimits::default`].
+    /// Serves `gate` (renamed to adapter `grpc` in records, on tokio's clock and tasks)
+    /// with [`ServerLimits::default`].
     pub fn new(gate: ToolGate) -> Self {
         GatedToolService {
-            gate: gate.for_adapter(ADAPTER),
+            gate: gate.for_adapter(ADAPTER).with_runtime(TokioRuntime),
             limits: ServerLimits::default(),
         }
     }
@@ -61,14 +61,13 @@ impl GatedToolService {
 
     async fn call(&self, request: Request<pb::CallToolRequest>) -> Result<pb::CallToolResponse, Status> {
         let arrived = Instant::now();
-        let clock = CallClock::start();
         let (metadata, _, message) = request.into_parts();
         let tool = match String::from_utf8(message.tool) {
             Ok(tool) => tool,
             Err(e) => {
                 let tool = String::from_utf8_lossy(e.as_bytes()).into_owned();
                 let detail = "the tool name is not UTF-8";
-                self.record_refusal(&tool, &clock, Err(Refusal::InvalidOrUnregisteredCall), detail);
+                self.refuse(&tool, Refusal::InvalidOrUnregisteredCall, detail.to_owned());
                 return Err(refusal_status(Refusal::InvalidOrUnregisteredCall, detail));
             }
         };
@@ -80,91 +79,37 @@ impl GatedToolService {
             None => self.limits.default_timeout,
             Some(Err(invalid)) => {
                 let detail = invalid.to_string();
-                self.record_refusal(&tool, &clock, Ok(ServiceReason::InvalidTimeout), &detail);
+                let reason = ServiceReason::InvalidTimeout;
+                self.refuse(&tool, Refusal::MalformedRequest, format!("{reason}: {detail}"));
                 return Err(service_status(
-                    ServiceReason::InvalidTimeout,
+                    reason,
                     "the grpc-timeout header is malformed; nothing was planned",
                     &detail,
                     None,
                 ));
             }
         };
-        let due = budget.and_then(|budget| answer_by(arrived, budget));
-        if due.is_some_and(|due| Instant::now() >= due) {
-            let detail = "the deadline had passed when the request arrived";
-            self.record_refusal(&tool, &clock, Ok(ServiceReason::DeadlineExceeded), detail);
-            return Err(service_status(
-                ServiceReason::DeadlineExceeded,
-                "the deadline passed before planning; nothing was planned",
-                detail,
-                None,
-            ));
+        // The service answers a little before the caller's deadline, so the answer arrives.
+        let mut call = CallRequest::bytes(&tool, &message.arguments_json);
+        if let Some(due) = budget.and_then(|budget| answer_by(arrived, budget)) {
+            call = call.deadline(due.into_std());
         }
-        // Lookup, schema, strict parse and plan happen now; the gate records every outcome.
-        let prepared = self.gate.prepare_json(&tool, &message.arguments_json);
-        let deadline = due.map(|due| Deadline::new(due.into_std(), tokio::time::sleep_until(due)));
-        // Approval and the claim run in this handler: if the caller goes away, tonic drops
-        // this future and nothing is claimed or entered (the gate records it as blocked).
-        let authorized = match self.gate.authorize(prepared, deadline).await {
-            GateAuthorization::Authorized(authorized) => authorized,
-            GateAuthorization::Ended(outcome) => return Err(status_for(&outcome)),
-            _ => return Err(Status::internal("the gate ended a call in an unknown way")),
-        };
-        // From the claim on, the dispatch completes even when the caller is gone: it runs on
-        // this task, and if tonic drops the handler, on a task of its own.
-        let plan = due.map(|_| authorized.plan().clone());
-        let mut running = FinishOnDrop::new(authorized.execute(None));
-        let outcome = match due {
-            Some(due) => match tokio::time::timeout_at(due, &mut running).await {
-                Ok(outcome) => outcome,
-                Err(_) => {
-                    return Err(service_status(
-                        ServiceReason::DispatchInProgress,
-                        "the deadline passed while the tool was running; its receipt is in the host's record: do not retry automatically",
-                        "the tool was entered and had not returned by the deadline",
-                        plan.as_ref(),
-                    ))
-                }
-            },
-            None => running.await,
-        };
-        if outcome.status() != CallStatus::Dispatched {
-            return Err(status_for(&outcome));
+        // If the caller goes away, tonic drops this future: before the claim nothing runs;
+        // from the claim on, the gate finishes the call on its own (ADR 019).
+        match self.gate.call(call).await {
+            CallOutcome::Dispatched(done) => Ok(pb::CallToolResponse {
+                result_json: done.output().to_string(),
+                plan: Some(plan_message(done.plan())),
+                receipt: Some(receipt_message(done.receipt())),
+            }),
+            other => Err(status_for(&other)),
         }
-        Ok(pb::CallToolResponse {
-            result_json: outcome
-                .output()
-                .map(serde_json::Value::to_string)
-                .unwrap_or_else(|| "null".to_owned()),
-            plan: outcome.plan().map(plan_message),
-            receipt: outcome.receipt().map(receipt_message),
-        })
     }
 
-    /// Records a call the service ended before the gate saw it: a core refusal, or a
-    /// [`ServiceReason`] at the head of the detail.
-    fn record_refusal(
-        &self,
-        tool: &str,
-        clock: &CallClock,
-        why: Result<ServiceReason, Refusal>,
-        detail: &str,
-    ) {
-        let mut record = CallRecord::new(ADAPTER, tool, clock);
-        let reason = match why {
-            Ok(reason) => {
-                record.refusal = reason.refusal();
-                record.detail = Some(format!("{reason}: {detail}"));
-                reason.as_str()
-            }
-            Err(refusal) => {
-                record.refusal = Some(refusal);
-                record.detail = Some(detail.to_owned());
-                refusal.as_str()
-            }
-        };
-        tracing::info!(target: "aml.grpc", tool, reason, "call refused before the gate");
-        self.gate.boundary().sink().record(&Record::Call(record));
+    /// Records a call the service could not make a request of.
+    fn refuse(&self, tool: &str, refusal: Refusal, detail: String) {
+        tracing::info!(target: "aml.grpc", tool, reason = refusal.as_str(), "call refused before the gate");
+        self.gate.refuse_request(tool, refusal, detail);
     }
 }
 
@@ -176,8 +121,8 @@ impl pb::tool_service_server::ToolService for GatedToolService {
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
         let tools = self
             .gate
-            .catalog()
-            .tools()
+            .listing()
+            .iter()
             .map(|tool| pb::ToolDescription {
                 name: tool.name().to_owned(),
                 description: tool.description().to_owned(),

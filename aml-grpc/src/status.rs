@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use aml_core::{CallStatus, GateOutcome, Plan, Receipt, ReceiptReason};
+use aml_core::{CallOutcome, Plan, Receipt, ReceiptReason, Refusal};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -89,61 +89,78 @@ impl core::fmt::Display for ServiceReason {
     }
 }
 
-/// The status code of a gate outcome. `Ok` only for a dispatched call.
+/// The status code of a receipt reason. `Ok` only for a dispatched call.
 ///
 /// Nothing maps to `UNAVAILABLE` or `ABORTED`: client retry policies retry those, and a
 /// blocked or uncertain call must not be retried automatically. A blocked call whose
 /// deadline passed is `DEADLINE_EXCEEDED` instead (see [`status_for`]).
-pub const fn code_for(status: CallStatus) -> Code {
+pub const fn receipt_code(reason: ReceiptReason) -> Code {
     use ReceiptReason::*;
-    match status {
-        CallStatus::Dispatched => Code::Ok,
-        CallStatus::Unknown => Code::Unknown,
-        CallStatus::HostError => Code::Internal,
-        CallStatus::Refused(_) => Code::InvalidArgument,
-        CallStatus::Blocked(reason) => match reason {
-            NoExactRule | ApprovalUnavailable | ApprovalError | ApprovalMissingOrMismatched => {
-                Code::PermissionDenied
-            }
-            ApprovalReusedOrExpired
-            | PolicyChanged
-            | ApprovalConsumeError
-            | AmbiguousPolicy
-            | InvalidPolicy
-            | MissingHostDispatch => Code::FailedPrecondition,
-            // Proposal and argument refusals (invalid_proposal, proposal_too_large, AML_*).
-            _ => Code::InvalidArgument,
-        },
-        // A status added to the core later: not run is the one claim we cannot make.
+    match reason {
+        HostDispatchReturned => Code::Ok,
+        HostDispatchError => Code::Unknown,
+        NoExactRule | ApprovalUnavailable | ApprovalError | ApprovalMissingOrMismatched => {
+            Code::PermissionDenied
+        }
+        ApprovalReusedOrExpired
+        | PolicyChanged
+        | ApprovalConsumeError
+        | AmbiguousPolicy
+        | InvalidPolicy
+        | MissingHostDispatch => Code::FailedPrecondition,
+        // Proposal and argument refusals (invalid_proposal, proposal_too_large, AML_*), and
+        // any blocking reason the protocol adds: the tool was not entered.
+        other if matches!(other.execution_status(), aml_core::ExecutionStatus::Blocked) => {
+            Code::InvalidArgument
+        }
+        // Not blocked and not known here: "not run" is the one claim this cannot make.
         _ => Code::Unknown,
     }
 }
 
-/// The error status of a gate outcome that did not dispatch, with its `ErrorInfo`: the
-/// reason, the plan and receipt when made, and the detail (capped at [`DETAIL_LIMIT`]).
-pub fn status_for(outcome: &GateOutcome) -> Status {
-    let call = outcome.status();
-    let (reason, message) = match call {
-        CallStatus::Refused(refusal) => (refusal.as_str(), "the host refused this call before planning"),
-        CallStatus::HostError => (
+/// The status code of a call's outcome: every refusal before planning is
+/// `INVALID_ARGUMENT` (a passed deadline `DEADLINE_EXCEEDED`), a host error `INTERNAL`, a tool
+/// still running at the deadline `DEADLINE_EXCEEDED`, and receipts by [`receipt_code`].
+pub fn code_for(outcome: &CallOutcome) -> Code {
+    match outcome {
+        CallOutcome::Refused(r) if r.refusal() == Refusal::DeadlinePassed => Code::DeadlineExceeded,
+        CallOutcome::Refused(_) => Code::InvalidArgument,
+        CallOutcome::HostError(_) => Code::Internal,
+        CallOutcome::Blocked(b) if b.deadline_passed() => Code::DeadlineExceeded,
+        CallOutcome::Blocked(b) => receipt_code(b.reason()),
+        CallOutcome::Dispatched(_) => Code::Ok,
+        CallOutcome::Unknown(u) if u.still_running() => Code::DeadlineExceeded,
+        CallOutcome::Unknown(_) => Code::Unknown,
+    }
+}
+
+/// The status of a call's outcome, with its `ErrorInfo`: the reason, the plan and receipt
+/// when made, and the detail (capped at [`DETAIL_LIMIT`]).
+pub fn status_for(outcome: &CallOutcome) -> Status {
+    let (reason, message) = match outcome {
+        CallOutcome::Refused(r) if r.refusal() == Refusal::DeadlinePassed => (
+            ServiceReason::DeadlineExceeded.as_str(),
+            "the deadline passed before planning; nothing was planned",
+        ),
+        CallOutcome::Refused(r) => (r.refusal().as_str(), "the host refused this call before planning"),
+        CallOutcome::HostError(_) => (
             ServiceReason::HostError.as_str(),
             "the host failed before planning this call",
         ),
-        CallStatus::Blocked(reason) if outcome.deadline_passed() => (
-            reason.as_str(),
+        CallOutcome::Blocked(b) if b.deadline_passed() => (
+            b.reason().as_str(),
             "the deadline passed before the one-use claim; the tool was not entered",
         ),
-        CallStatus::Blocked(reason) => (reason.as_str(), "the action boundary blocked this call"),
-        CallStatus::Unknown => (
+        CallOutcome::Blocked(b) => (b.reason().as_str(), "the action boundary blocked this call"),
+        CallOutcome::Unknown(u) if u.still_running() => (
+            ServiceReason::DispatchInProgress.as_str(),
+            "the deadline passed while the tool was running; its receipt is in the host's record: do not retry automatically",
+        ),
+        CallOutcome::Unknown(_) => (
             ReceiptReason::HostDispatchError.as_str(),
             "the tool was entered and failed; its outcome is uncertain: do not retry automatically",
         ),
-        CallStatus::Dispatched => ("host_dispatch_returned", "the tool returned"),
-        _ => ("unknown", "the call ended in a way this service does not know"),
-    };
-    let code = match call {
-        CallStatus::Blocked(_) if outcome.deadline_passed() => Code::DeadlineExceeded,
-        other => code_for(other),
+        CallOutcome::Dispatched(_) => ("host_dispatch_returned", "the tool returned"),
     };
     let mut metadata = HashMap::new();
     if let Some(plan) = outcome.plan() {
@@ -152,11 +169,16 @@ pub fn status_for(outcome: &GateOutcome) -> Status {
     if let Some(receipt) = outcome.receipt() {
         metadata.insert("receipt".to_owned(), receipt.to_value().to_string());
     }
-    let detail = outcome.host_error().or(outcome.detail());
+    let detail = match outcome {
+        CallOutcome::Unknown(u) if u.still_running() => {
+            Some("the tool was entered and had not returned by the deadline")
+        }
+        _ => outcome.detail(),
+    };
     if let Some(detail) = detail {
         insert_detail(&mut metadata, detail);
     }
-    with_info(code, message, reason, metadata)
+    with_info(code_for(outcome), message, reason, metadata)
 }
 
 /// The status of a call the service ended itself, with `detail` (capped) and, when one was
@@ -181,7 +203,7 @@ pub(crate) fn refusal_status(refusal: aml_core::Refusal, detail: &str) -> Status
     let mut metadata = HashMap::new();
     insert_detail(&mut metadata, detail);
     with_info(
-        code_for(CallStatus::Refused(refusal)),
+        Code::InvalidArgument,
         "the host refused this call before planning",
         refusal.as_str(),
         metadata,
@@ -241,14 +263,13 @@ impl StatusReport {
         if let Some(receipt) = &self.receipt {
             return receipt.execution_status() == aml_core::ExecutionStatus::Blocked;
         }
-        let refused_before_planning = ["invalid_or_unregistered_call", "invalid_arguments"];
         let ended_by_service = [
             ServiceReason::HostError,
             ServiceReason::RequestTooLarge,
             ServiceReason::InvalidTimeout,
             ServiceReason::DeadlineExceeded,
         ];
-        refused_before_planning.contains(&self.reason.as_str())
+        Refusal::ALL.iter().any(|r| r.as_str() == self.reason)
             || ended_by_service.iter().any(|r| r.as_str() == self.reason)
     }
 }
@@ -270,22 +291,13 @@ pub fn report_of(status: &Status) -> Option<StatusReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aml_core::Refusal;
 
     #[test]
     fn no_outcome_maps_to_a_retried_code() {
         for reason in ReceiptReason::ALL {
-            let status = match reason.execution_status() {
-                aml_core::ExecutionStatus::Dispatched => CallStatus::Dispatched,
-                aml_core::ExecutionStatus::Unknown => CallStatus::Unknown,
-                _ => CallStatus::Blocked(*reason),
-            };
-            let code = code_for(status);
+            let code = receipt_code(*reason);
             assert!(!matches!(code, Code::Unavailable | Code::Aborted), "{reason}");
             assert_eq!(code == Code::Ok, *reason == ReceiptReason::HostDispatchReturned);
-        }
-        for refusal in Refusal::ALL {
-            assert_eq!(code_for(CallStatus::Refused(*refusal)), Code::InvalidArgument);
         }
         for reason in ServiceReason::ALL {
             assert!(!matches!(
@@ -293,15 +305,11 @@ mod tests {
                 Code::Unavailable | Code::Aborted | Code::Ok
             ));
         }
+        assert_eq!(receipt_code(ReceiptReason::NoExactRule), Code::PermissionDenied);
         assert_eq!(
-            code_for(CallStatus::Blocked(ReceiptReason::NoExactRule)),
-            Code::PermissionDenied
-        );
-        assert_eq!(
-            code_for(CallStatus::Blocked(ReceiptReason::ApprovalReusedOrExpired)),
+            receipt_code(ReceiptReason::ApprovalReusedOrExpired),
             Code::FailedPrecondition
         );
-        assert_eq!(code_for(CallStatus::HostError), Code::Internal);
     }
 
     #[test]

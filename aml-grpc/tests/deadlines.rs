@@ -171,9 +171,11 @@ async fn a_request_that_arrives_after_its_deadline_is_not_planned() {
     assert_eq!(host.entries(), 0);
     let records = host.records();
     assert_eq!(records.len(), 3);
+    // The core refused them (ADR 019): the same record every adapter writes.
     assert!(records
         .iter()
-        .all(|r| r.detail.as_deref().unwrap().starts_with("deadline_exceeded:")));
+        .all(|r| r.refusal == Some(aml_core::Refusal::DeadlinePassed)
+            && r.detail.as_deref() == Some("the deadline had passed when the request arrived")));
 }
 
 #[tokio::test(start_paused = true)]

@@ -307,8 +307,5 @@ fn a_tool_failing_with_100_kb_of_error_text_is_unknown_with_error_info() {
 }
 
 fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-grpc-interop-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    aml_test_support::scratch_dir("grpc-interop", name)
 }

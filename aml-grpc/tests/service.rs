@@ -93,6 +93,14 @@ fn every_refusal_has_an_actionable_code_error_info_and_one_record() {
                 "invalid_or_unregistered_call",
                 false,
             ),
+            // Beyond 2^53 a double no longer holds every integer: refused, never rounded.
+            case(
+                "fetch_record",
+                r#"{"id":9007199254740993}"#,
+                Code::InvalidArgument,
+                "inexact_number",
+                false,
+            ),
             case("mapped", "{}", Code::Internal, "host_error", false),
             case("flaky", "{}", Code::Unknown, "host_dispatch_error", true),
             case(

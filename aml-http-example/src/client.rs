@@ -121,6 +121,27 @@ impl HttpToolClient {
         }
     }
 
+    /// `GET /tools`: the names the server lists (what the host's policy can allow).
+    pub async fn list_tools(&self) -> Result<Vec<String>, ClientError> {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(crate::TOOLS_PATH)
+            .header(HOST, self.addr.to_string())
+            .body(Full::new(Bytes::new()))?;
+        let (status, body) = tokio::time::timeout(self.timeout, self.exchange(request))
+            .await
+            .map_err(|_| ClientError::Timeout(self.timeout))??;
+        let listing: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| ClientError::NotAReply {
+                status,
+                detail: e.to_string(),
+            })?;
+        let names = listing["tools"].as_array().into_iter().flatten();
+        Ok(names
+            .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
+            .collect())
+    }
+
     async fn exchange(&self, request: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), ClientError> {
         let stream = TcpStream::connect(self.addr)
             .await

@@ -7,20 +7,21 @@
 //!   JSON body calls the tool through the host's [`aml_core::ToolGate`]; the answer is a
 //!   JSON [`CallReply`] (`aml-http-tool-reply/1`: status, reason, plan, receipt, the
 //!   tool's result) with an HTTP status code mapped from the outcome ([`status_code`]).
-//!   `GET /tools` lists the catalog. Requests are held to [`ServerLimits`].
+//!   `GET /tools` lists what the host's policy can allow ([`aml_core::ToolGate::listing`]).
+//!   Requests are held to [`ServerLimits`].
 //! - [`HttpToolClient`]: the agent's side, on hyper's client.
 //!
-//! It depends on `aml-core` (feature `catalog`) and its HTTP stack (hyper 1, hyper-util,
+//! It depends on `aml-core` (features `catalog` and `tokio`) and its HTTP stack (hyper 1, hyper-util,
 //! http-body-util) only, and holds no policy: the gate decides, the adapter translates. How
 //! to write one of your own, and what it must and must not do, is
 //! `docs/CUSTOM_ADAPTER.md`; its code is compiled here as doctests. The crate is not
 //! published (`publish = false`).
 //!
-//! | outcome (`CallStatus`) | reply `status` | HTTP |
+//! | outcome ([`aml_core::CallOutcome`]) | reply `status` | HTTP |
 //! |---|---|---|
 //! | `Dispatched` | `dispatched` | 200 |
-//! | `Blocked(reason)` | `blocked` | 403 policy or approval, 409 grant spent, policy changed or host misconfigured, 400/413/422 arguments |
-//! | `Refused(refusal)` | `refused` | 404 unknown tool, 422 outside the schema, 400 malformed, 405 method, 415 content type, 413 too large, 408 body too slow |
+//! | `Blocked` | `blocked` | 403 policy or approval, 409 grant spent, policy changed or host misconfigured, 400/413/422 arguments |
+//! | `Refused` | `refused` | 404 unknown tool, 422 outside the schema or an inexact number, 400 malformed, 405 method, 415 content type, 413 too large, 408 body too slow or deadline passed, 409 reused call id |
 //! | `HostError` | `host_error` | 500 |
 //! | `Unknown` | `unknown` | 502, or 504 `dispatch_in_progress` when the tool had not returned by the deadline |
 //!

@@ -1,7 +1,7 @@
 //! The wire out: the JSON body of every answer to a call (`aml-http-tool-reply/1`), and
 //! [`status_code`], the one place a gate outcome becomes an HTTP status code.
 
-use aml_core::{CallStatus, GateOutcome, Plan, Receipt, ReceiptReason, Refusal};
+use aml_core::{CallOutcome, Plan, Receipt, ReceiptReason, Refusal};
 use hyper::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -140,77 +140,47 @@ pub struct CallReply {
 }
 
 impl CallReply {
-    /// The reply for a gate outcome.
-    pub fn of(outcome: &GateOutcome) -> Self {
-        let (status, reason) = match outcome.status() {
-            CallStatus::Dispatched => (
-                ReplyStatus::Dispatched,
-                ReceiptReason::HostDispatchReturned.as_str(),
+    /// The reply for the outcome of a call of `tool`.
+    pub fn of(tool: &str, outcome: &CallOutcome) -> Self {
+        let status = match outcome {
+            CallOutcome::Refused(_) => ReplyStatus::Refused,
+            CallOutcome::HostError(_) => ReplyStatus::HostError,
+            CallOutcome::Blocked(_) => ReplyStatus::Blocked,
+            CallOutcome::Dispatched(_) => ReplyStatus::Dispatched,
+            CallOutcome::Unknown(_) => ReplyStatus::Unknown,
+        };
+        let (detail, deadline_passed) = match outcome {
+            CallOutcome::Unknown(u) if u.still_running() => (
+                Some(
+                    "the tool was entered and had not returned by the deadline; its receipt goes to \
+                     the host's record: do not retry automatically",
+                ),
+                false,
             ),
-            CallStatus::Unknown => (ReplyStatus::Unknown, ReceiptReason::HostDispatchError.as_str()),
-            CallStatus::Blocked(reason) => (ReplyStatus::Blocked, reason.as_str()),
-            CallStatus::Refused(refusal) => (ReplyStatus::Refused, refusal.as_str()),
-            CallStatus::HostError => (ReplyStatus::HostError, AdapterReason::HostError.as_str()),
-            // A status added to the core later: "not run" is the one claim we cannot make.
-            _ => (ReplyStatus::Unknown, "unrecognized_outcome"),
+            CallOutcome::Blocked(b) => (b.detail(), b.deadline_passed()),
+            other => (other.detail(), false),
         };
         let mut reply = CallReply {
             protocol: REPLY_PROTOCOL.to_owned(),
-            tool: outcome.tool().to_owned(),
+            tool: tool.to_owned(),
             status,
-            reason: reason.to_owned(),
+            reason: outcome.reason().to_owned(),
             plan: outcome.plan().cloned(),
             receipt: outcome.receipt().cloned(),
-            result: None,
+            result: outcome.output().cloned(),
             detail: None,
             detail_truncated: false,
-            deadline_passed: outcome.deadline_passed(),
+            deadline_passed,
         };
-        if status == ReplyStatus::Dispatched {
-            reply.result = Some(outcome.output().cloned().unwrap_or(Value::Null));
-        }
-        if let Some(detail) = outcome.host_error().or(outcome.detail()) {
+        if let Some(detail) = detail {
             reply.set_detail(detail);
         }
         reply
     }
 
-    /// The reply for a call whose deadline passed while the tool was running.
-    pub fn in_progress(tool: &str, plan: Plan, detail: &str) -> Self {
-        let mut reply = CallReply {
-            protocol: REPLY_PROTOCOL.to_owned(),
-            tool: tool.to_owned(),
-            status: ReplyStatus::Unknown,
-            reason: AdapterReason::DispatchInProgress.as_str().to_owned(),
-            plan: Some(plan),
-            receipt: None,
-            result: None,
-            detail: None,
-            detail_truncated: false,
-            deadline_passed: false,
-        };
-        reply.set_detail(detail);
-        reply
-    }
-
-    /// The HTTP status code this reply is sent with.
+    /// The HTTP status code this reply is sent with ([`status_code`]).
     pub fn status_code(&self) -> StatusCode {
-        if self.reason == AdapterReason::DispatchInProgress.as_str() {
-            return StatusCode::GATEWAY_TIMEOUT;
-        }
-        match self.status {
-            ReplyStatus::Dispatched => StatusCode::OK,
-            ReplyStatus::Unknown => StatusCode::BAD_GATEWAY,
-            ReplyStatus::HostError => StatusCode::INTERNAL_SERVER_ERROR,
-            ReplyStatus::Refused => match self.reason.parse::<Refusal>() {
-                Ok(refusal) => status_code(CallStatus::Refused(refusal)),
-                Err(_) => StatusCode::BAD_REQUEST,
-            },
-            ReplyStatus::Blocked => match self.reason.parse::<ReceiptReason>() {
-                Ok(reason) => status_code(CallStatus::Blocked(reason)),
-                Err(_) => StatusCode::FORBIDDEN,
-            },
-        }
+        status_code(self.status, &self.reason)
     }
 
     /// The JSON text.
@@ -225,47 +195,51 @@ impl CallReply {
     }
 }
 
-/// The HTTP status code of a call that ended with `status`.
+/// The HTTP status code of a call that ended with `status` for `reason` (the reply's own
+/// fields): the one place an outcome becomes a status code.
 ///
 /// Every 4xx and the 500 of a host error mean the tool was not entered; 200 that it
-/// returned; 502 that it was entered and failed (and 504, from the server, that it had not
-/// returned by the deadline): outcome unknown. No outcome maps to 503 or 429, which
+/// returned; 502 that it was entered and failed, and 504 that it had not returned by the
+/// deadline (`dispatch_in_progress`): outcome unknown. No outcome maps to 503 or 429, which
 /// clients retry.
-pub const fn status_code(status: CallStatus) -> StatusCode {
+pub fn status_code(status: ReplyStatus, reason: &str) -> StatusCode {
     use ReceiptReason::*;
     match status {
-        CallStatus::Dispatched => StatusCode::OK,
-        CallStatus::Unknown => StatusCode::BAD_GATEWAY,
-        CallStatus::HostError => StatusCode::INTERNAL_SERVER_ERROR,
-        CallStatus::Refused(refusal) => match refusal {
-            Refusal::InvalidOrUnregisteredCall => StatusCode::NOT_FOUND,
-            Refusal::InvalidArguments => StatusCode::UNPROCESSABLE_ENTITY,
-            Refusal::RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Refusal::DeadlinePassed => StatusCode::REQUEST_TIMEOUT,
-            Refusal::DuplicateCall => StatusCode::CONFLICT,
-            // malformed_request, and refusals added to the core later.
+        ReplyStatus::Dispatched => StatusCode::OK,
+        ReplyStatus::Unknown if reason == AdapterReason::DispatchInProgress.as_str() => {
+            StatusCode::GATEWAY_TIMEOUT
+        }
+        ReplyStatus::Unknown => StatusCode::BAD_GATEWAY,
+        ReplyStatus::HostError => StatusCode::INTERNAL_SERVER_ERROR,
+        ReplyStatus::Refused => match reason.parse::<Refusal>() {
+            Ok(Refusal::InvalidOrUnregisteredCall) => StatusCode::NOT_FOUND,
+            Ok(Refusal::InvalidArguments | Refusal::InexactNumber) => StatusCode::UNPROCESSABLE_ENTITY,
+            Ok(Refusal::RequestTooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
+            Ok(Refusal::DeadlinePassed) => StatusCode::REQUEST_TIMEOUT,
+            Ok(Refusal::DuplicateCall) => StatusCode::CONFLICT,
+            // malformed_request, and every other refusal before planning: not run.
             _ => StatusCode::BAD_REQUEST,
         },
-        CallStatus::Blocked(reason) => match reason {
-            NoExactRule | ApprovalUnavailable | ApprovalError | ApprovalMissingOrMismatched => {
+        ReplyStatus::Blocked => match reason.parse::<ReceiptReason>() {
+            Ok(NoExactRule | ApprovalUnavailable | ApprovalError | ApprovalMissingOrMismatched) => {
                 StatusCode::FORBIDDEN
             }
-            ApprovalReusedOrExpired
-            | PolicyChanged
-            | ApprovalConsumeError
-            | AmbiguousPolicy
-            | InvalidPolicy
-            | MissingHostDispatch => StatusCode::CONFLICT,
-            JsonSyntax | JsonInvalidUtf8 | JsonDuplicateKey | JsonLoneSurrogate | JsonTooDeep => {
+            Ok(
+                ApprovalReusedOrExpired
+                | PolicyChanged
+                | ApprovalConsumeError
+                | AmbiguousPolicy
+                | InvalidPolicy
+                | MissingHostDispatch,
+            ) => StatusCode::CONFLICT,
+            Ok(JsonSyntax | JsonInvalidUtf8 | JsonDuplicateKey | JsonLoneSurrogate | JsonTooDeep) => {
                 StatusCode::BAD_REQUEST
             }
-            JsonTooLarge | ProposalTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            InvalidProposal | NonFiniteNumber | UnsupportedValue => StatusCode::UNPROCESSABLE_ENTITY,
-            // A blocking reason added to the core later: still not run.
+            Ok(JsonTooLarge | ProposalTooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
+            Ok(InvalidProposal | NonFiniteNumber | UnsupportedValue) => StatusCode::UNPROCESSABLE_ENTITY,
+            // A blocking reason the protocol adds later: still not run.
             _ => StatusCode::FORBIDDEN,
         },
-        // A status added to the core later: "not run" is the one claim we cannot make.
-        _ => StatusCode::BAD_GATEWAY,
     }
 }
 
@@ -300,11 +274,11 @@ mod tests {
     fn only_entered_calls_map_to_codes_other_than_4xx_and_500() {
         for reason in ReceiptReason::ALL {
             let (status, entered) = match reason.execution_status() {
-                ExecutionStatus::Dispatched => (CallStatus::Dispatched, true),
-                ExecutionStatus::Unknown => (CallStatus::Unknown, true),
-                _ => (CallStatus::Blocked(*reason), false),
+                ExecutionStatus::Dispatched => (ReplyStatus::Dispatched, true),
+                ExecutionStatus::Unknown => (ReplyStatus::Unknown, true),
+                _ => (ReplyStatus::Blocked, false),
             };
-            let code = status_code(status);
+            let code = status_code(status, reason.as_str());
             assert_eq!(code.is_client_error(), !entered, "{reason}: {code}");
             assert!(
                 !matches!(code.as_u16(), 429 | 503),
@@ -313,21 +287,25 @@ mod tests {
         }
         for refusal in Refusal::ALL {
             assert!(
-                status_code(CallStatus::Refused(*refusal)).is_client_error(),
+                status_code(ReplyStatus::Refused, refusal.as_str()).is_client_error(),
                 "{refusal}"
             );
         }
         assert_eq!(
-            status_code(CallStatus::HostError),
+            status_code(ReplyStatus::HostError, "host_error"),
             StatusCode::INTERNAL_SERVER_ERROR
         );
         assert_eq!(
-            status_code(CallStatus::Blocked(ReceiptReason::NoExactRule)),
-            StatusCode::FORBIDDEN
+            status_code(ReplyStatus::Unknown, "dispatch_in_progress"),
+            StatusCode::GATEWAY_TIMEOUT
         );
         assert_eq!(
-            status_code(CallStatus::Blocked(ReceiptReason::ApprovalReusedOrExpired)),
+            status_code(ReplyStatus::Blocked, "approval_reused_or_expired"),
             StatusCode::CONFLICT
+        );
+        assert_eq!(
+            status_code(ReplyStatus::Refused, "inexact_number"),
+            StatusCode::UNPROCESSABLE_ENTITY
         );
     }
 

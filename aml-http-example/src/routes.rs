@@ -5,7 +5,7 @@
 
 use std::error::Error as StdError;
 
-use aml_core::{Deadline, GateAuthorization, GateOutcome, Refusal};
+use aml_core::{CallOutcome, CallRequest, Refusal};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Body, Bytes};
 use hyper::header::{HeaderMap, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
@@ -62,14 +62,12 @@ where
         Err(_) => {
             let lossy =
                 String::from_utf8_lossy(&percent_decode_str(encoded_tool).collect::<Vec<u8>>()).into_owned();
-            return refused(
-                gate.refused(
-                    &lossy,
-                    Refusal::MalformedRequest,
-                    "the tool name is not UTF-8".into(),
-                ),
-                StatusCode::BAD_REQUEST,
+            let outcome = gate.refuse_request(
+                &lossy,
+                Refusal::MalformedRequest,
+                "the tool name is not UTF-8".into(),
             );
+            return refused(&lossy, outcome, StatusCode::BAD_REQUEST);
         }
     };
     let (parts, body) = request.into_parts();
@@ -78,13 +76,13 @@ where
             "method {} is not allowed: a call is POST /tools/{{name}}",
             parts.method
         );
-        let outcome = gate.refused(&tool, Refusal::MalformedRequest, detail);
-        return with_allow(refused(outcome, StatusCode::METHOD_NOT_ALLOWED), "POST");
+        let outcome = gate.refuse_request(&tool, Refusal::MalformedRequest, detail);
+        return with_allow(refused(&tool, outcome, StatusCode::METHOD_NOT_ALLOWED), "POST");
     }
     if !is_json(&parts.headers) {
         let detail = "a call's body is its arguments as JSON: Content-Type: application/json".to_owned();
-        let outcome = gate.refused(&tool, Refusal::MalformedRequest, detail);
-        return refused(outcome, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let outcome = gate.refuse_request(&tool, Refusal::MalformedRequest, detail);
+        return refused(&tool, outcome, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     }
     let too_large = || {
         let detail = format!(
@@ -92,7 +90,8 @@ where
             limits.max_body_bytes
         );
         refused(
-            gate.refused(&tool, Refusal::RequestTooLarge, detail),
+            &tool,
+            gate.refuse_request(&tool, Refusal::RequestTooLarge, detail),
             StatusCode::PAYLOAD_TOO_LARGE,
         )
     };
@@ -109,65 +108,31 @@ where
         Ok(Err(e)) if e.is::<LengthLimitError>() => return too_large(),
         Ok(Err(e)) => {
             let detail = format!("the body was cut off: {e}");
-            return refused(
-                gate.refused(&tool, Refusal::MalformedRequest, detail),
-                StatusCode::BAD_REQUEST,
-            );
+            let outcome = gate.refuse_request(&tool, Refusal::MalformedRequest, detail);
+            return refused(&tool, outcome, StatusCode::BAD_REQUEST);
         }
         Err(_) => {
             let detail = format!("the body did not arrive within {:?}", limits.read_timeout);
-            return refused(
-                gate.refused(&tool, Refusal::MalformedRequest, detail),
-                StatusCode::REQUEST_TIMEOUT,
-            );
+            let outcome = gate.refuse_request(&tool, Refusal::MalformedRequest, detail);
+            return refused(&tool, outcome, StatusCode::REQUEST_TIMEOUT);
         }
     };
 
-    // Lookup, schema, strict parse, capture and plan happen now, on these bytes; the gate
-    // records every outcome from here on. Only the frozen arguments can reach the tool.
-    let prepared = gate.prepare_json(&tool, &arguments);
-    let due = arrived + limits.call_timeout;
-    let deadline = Deadline::new(due.into_std(), tokio::time::sleep_until(due));
-    // Approval and the claim run in this handler: if hyper drops it (the client went away),
-    // nothing is claimed or entered, and the gate records the call as blocked.
-    let authorized = match gate.authorize(prepared, Some(deadline)).await {
-        GateAuthorization::Authorized(authorized) => authorized,
-        GateAuthorization::Ended(outcome) => return reply(&CallReply::of(&outcome), None),
-        // A stage added to the core later, which recorded the call itself: not knowing it,
-        // "not run" is the one claim we cannot make.
-        _ => {
-            return error(
-                StatusCode::BAD_GATEWAY,
-                "unrecognized_gate_stage",
-                "the gate ended the call in a way this adapter does not know",
-            )
-        }
-    };
-    // From the claim on, the dispatch completes even if the caller goes away: it runs on a
-    // task of its own, whose outcome the gate records.
-    let plan = authorized.plan().clone();
-    let running = tokio::spawn(authorized.execute(None));
-    match tokio::time::timeout_at(due, running).await {
-        Ok(Ok(outcome)) => reply(&CallReply::of(&outcome), None),
-        Ok(Err(lost)) => {
-            tracing::error!(target: "aml.http", tool, error = %lost, "the dispatch task ended without an outcome");
-            let detail = "the dispatch task ended without an outcome; the host's record has the call";
-            reply(&CallReply::in_progress(&tool, plan, detail), None)
-        }
-        Err(_) => {
-            let detail = "the tool was entered and had not returned by the deadline; its receipt goes to \
-                          the host's record: do not retry automatically";
-            reply(&CallReply::in_progress(&tool, plan, detail), None)
-        }
-    }
+    // Everything from here is the gate's, on these bytes (ADR 019). If hyper drops this
+    // handler (the client went away), nothing is claimed before the claim, and from the
+    // claim on the gate finishes the call on its own; at the deadline a tool still running
+    // is answered `dispatch_in_progress`.
+    let request = CallRequest::bytes(&tool, &arguments).deadline((arrived + limits.call_timeout).into_std());
+    let outcome = gate.call(request).await;
+    reply(&CallReply::of(&tool, &outcome), None)
 }
 
 /// `GET /tools`: what an agent may call, with the input schemas the host enforces.
 fn listing(server: &HttpToolServer) -> Response<Full<Bytes>> {
     let tools: Vec<_> = server
         .gate()
-        .catalog()
-        .tools()
+        .listing()
+        .iter()
         .map(|tool| {
             json!({"name": tool.name(), "description": tool.description(), "effect": tool.effect(),
                    "input_schema": tool.input_schema()})
@@ -192,8 +157,8 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
 }
 
 /// A refusal this adapter found, already recorded by the gate, with its own status code.
-fn refused(outcome: GateOutcome, code: StatusCode) -> Response<Full<Bytes>> {
-    reply(&CallReply::of(&outcome), Some(code))
+fn refused(tool: &str, outcome: CallOutcome, code: StatusCode) -> Response<Full<Bytes>> {
+    reply(&CallReply::of(tool, &outcome), Some(code))
 }
 
 fn reply(reply: &CallReply, code: Option<StatusCode>) -> Response<Full<Bytes>> {

@@ -83,7 +83,7 @@ impl HttpToolServer {
     /// Serves `gate` (renamed to adapter `http` in records) with [`ServerLimits::default`].
     pub fn new(gate: ToolGate) -> Self {
         HttpToolServer {
-            gate: gate.for_adapter(ADAPTER),
+            gate: gate.for_adapter(ADAPTER).with_runtime(aml_core::TokioRuntime),
             limits: ServerLimits::default(),
         }
     }

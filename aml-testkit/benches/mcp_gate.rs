@@ -7,6 +7,8 @@
 //! Needs the release `aml-mcp-gate`: `cargo build --release -p aml-mcp-gate` first.
 #![allow(missing_docs)]
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -21,68 +23,6 @@ use serde_json::json;
 
 type Client = RunningService<RoleClient, ()>;
 
-/// A bare forwarding process: starts the server, then copies stdin to it and its stdout
-/// back, as read, with poll(2). The physical cost of one more process on the path.
-const FORWARDER_C: &str = r#"
-#include <poll.h>
-#include <signal.h>
-#include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
-static int copy(int from, int to) {
-    char buf[65536];
-    ssize_t n = read(from, buf, sizeof buf);
-    if (n <= 0) return -1;
-    for (ssize_t off = 0; off < n;) {
-        ssize_t w = write(to, buf + off, n - off);
-        if (w <= 0) return -1;
-        off += w;
-    }
-    return 0;
-}
-int main(int argc, char **argv) {
-    int in[2], out[2];
-    if (argc < 2 || pipe(in) || pipe(out)) return 2;
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(in[0], 0); dup2(out[1], 1);
-        close(in[0]); close(in[1]); close(out[0]); close(out[1]);
-        execvp(argv[1], argv + 1);
-        _exit(127);
-    }
-    close(in[0]); close(out[1]);
-    struct pollfd fds[2] = {{0, POLLIN, 0}, {out[0], POLLIN, 0}};
-    for (;;) {
-        if (poll(fds, 2, -1) < 0) break;
-        if (fds[0].revents && copy(0, in[1])) { close(in[1]); fds[0].fd = -1; }
-        if (fds[1].revents && copy(out[0], 1)) break;
-    }
-    kill(pid, SIGTERM);
-    waitpid(pid, 0, 0);
-    return 0;
-}
-"#;
-
-fn build_forwarder(dir: &Path) -> PathBuf {
-    let source = dir.join("forward.c");
-    let binary = dir.join("forward");
-    std::fs::write(&source, FORWARDER_C).unwrap();
-    let status = std::process::Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .status()
-        .expect("a C compiler (cc) builds the baseline forwarder");
-    assert!(status.success(), "cc failed to build the forwarder");
-    binary
-}
-
-fn gate_binary() -> PathBuf {
-    // Needs the release build: `cargo build --release -p aml-mcp-gate`.
-    aml_testkit::mcp::gate_binary_path()
-        .expect("aml-mcp-gate (release): cargo build --release -p aml-mcp-gate")
-}
-
 async fn connect(program: &Path, args: &[String], audit: &Path) -> (Client, Option<u32>) {
     let mut command = tokio::process::Command::new(program);
     command.args(args).env("AML_NOTICE_AUDIT", audit);
@@ -91,27 +31,9 @@ async fn connect(program: &Path, args: &[String], audit: &Path) -> (Client, Opti
     (().serve(transport).await.expect("initialize"), pid)
 }
 
-/// The CPU time a process's threads have used so far (Linux `schedstat`, ns); `None` where
-/// it cannot be read.
-fn cpu_ns(pid: Option<u32>) -> Option<u64> {
-    let tasks = std::fs::read_dir(format!("/proc/{}/task", pid?)).ok()?;
-    let mut total = 0;
-    for task in tasks.flatten() {
-        let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
-        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(total)
-}
-
 fn params() -> CallToolRequestParams {
     let args = json!({"to": "team@example.test", "body": "Build passed."});
     CallToolRequestParams::new("send_notice").with_arguments(args.as_object().cloned().unwrap_or_default())
-}
-
-fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
-    samples.sort();
-    let n = samples.len();
-    (samples[n / 2], samples[n * 99 / 100])
 }
 
 fn schema() -> serde_json::Value {
@@ -144,7 +66,7 @@ fn bench(c: &mut Criterion) {
     let fixture = PathBuf::from(env!("CARGO_BIN_EXE_aml-testkit"));
     let serve = vec!["serve-notice-fixture".to_owned()];
     let (direct, _) = rt.block_on(connect(&fixture, &serve, &dir.join("direct.jsonl")));
-    let forwarder = build_forwarder(&dir);
+    let forwarder = support::build_forwarder(&dir);
     let (forwarded, forwarder_pid) = rt.block_on(connect(
         &forwarder,
         &[fixture.display().to_string(), serve[0].clone()],
@@ -164,7 +86,11 @@ fn bench(c: &mut Criterion) {
         fixture.display().to_string(),
         serve[0].clone(),
     ];
-    let (gated, gate_pid) = rt.block_on(connect(&gate_binary(), &gate_args, &dir.join("gated.jsonl")));
+    let (gated, gate_pid) = rt.block_on(connect(
+        &support::gate_binary(),
+        &gate_args,
+        &dir.join("gated.jsonl"),
+    ));
 
     let catalog = ToolCatalog::new()
         .with(
@@ -206,7 +132,7 @@ fn bench(c: &mut Criterion) {
     // all of them alike.
     const N: usize = 2000;
     let mut samples: [Vec<Duration>; 4] = Default::default();
-    let cpu_before = [forwarder_pid, gate_pid].map(cpu_ns);
+    let cpu_before = [forwarder_pid, gate_pid].map(support::cpu_ns);
     for _ in 0..N {
         for (i, client) in [&direct, &forwarded, &gated].into_iter().enumerate() {
             let start = Instant::now();
@@ -217,8 +143,8 @@ fn bench(c: &mut Criterion) {
         drop(rt.block_on(gated_client.call_tool(params())));
         samples[3].push(start.elapsed());
     }
-    let cpu_after = [forwarder_pid, gate_pid].map(cpu_ns);
-    let [d, f, g, c] = samples.map(percentiles);
+    let cpu_after = [forwarder_pid, gate_pid].map(support::cpu_ns);
+    let [d, f, g, c] = samples.map(support::percentiles);
     let added = |(p50, p99): (Duration, Duration)| (p50.saturating_sub(d.0), p99.saturating_sub(d.1));
     let (f_add, g_add, c_add) = (added(f), added(g), added(c));
     println!(
@@ -241,6 +167,25 @@ fn bench(c: &mut Criterion) {
         "  aml-mcp-gate added / bare forwarder added: p50 {:.2}x, p99 {:.2}x",
         g_add.0.as_secs_f64() / f_add.0.as_secs_f64().max(1e-9),
         g_add.1.as_secs_f64() / f_add.1.as_secs_f64().max(1e-9)
+    );
+    let ratio = g_add.0.as_secs_f64() / f_add.0.as_secs_f64().max(1e-9);
+    let row = |name: &str, (p50, p99): (Duration, Duration), (a50, a99): (Duration, Duration)| {
+        serde_json::json!({"name": name, "p50_us": support::summary::micros(p50), "p99_us": support::summary::micros(p99),
+            "added_p50_us": support::summary::micros(a50), "added_p99_us": support::summary::micros(a99)})
+    };
+    let zero = (Duration::ZERO, Duration::ZERO);
+    support::summary::write_summary(
+        "mcp_call",
+        vec![
+            row("direct", d, zero),
+            row("bare forwarder (C)", f, f_add),
+            row("aml-mcp-gate --state memory", g, g_add),
+            row("GatedClient", c, c_add),
+        ],
+        vec![
+            serde_json::json!({"goal": "gate added p50 <= 2 x forwarder added p50",
+            "measured": format!("{ratio:.2} x"), "met": ratio <= 2.0}),
+        ],
     );
     // The processes' own CPU per call, whatever the machine's load did to their latency.
     if let ([Some(f0), Some(g0)], [Some(f1), Some(g1)]) = (cpu_before, cpu_after) {

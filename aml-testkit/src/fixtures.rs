@@ -180,6 +180,21 @@ impl GrantStore for FixtureClaims {
             }
         }
     }
+
+    /// A wire's one-use call id (A2UI's `functionCallId`) is no grant: the documented host
+    /// events and counters are the grants', so call ids are kept once, silently.
+    async fn claim_call_id(&self, id: &GrantRef) -> Result<ClaimStatus, ClaimError> {
+        let fresh = self
+            .spent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone());
+        Ok(if fresh {
+            ClaimStatus::Claimed
+        } else {
+            ClaimStatus::AlreadyClaimed
+        })
+    }
 }
 
 /// The simulated `send_message` tool.

@@ -24,7 +24,9 @@ const REHEARSE_HELP: &str = "\
 Without a report name: a table with one row per documented case and one column per adapter
 (core, mcp, a2ui, grpc, and http: the worked example of a custom adapter, aml-http-example). `pass` = the adapter reproduced the case in fixtures/; `pass*` and
 `pass~` = a documented deviation (fixtures/README.md); `-` = the case is not played through
-that adapter (the A2UI and MCP reports are specific to their wire).
+that adapter (the A2UI and MCP reports are specific to their wire). The `conformance/` rows
+send the same hostile calls through every adapter and require the same status, reason,
+record and tool-entry count from each (docs/adr/019-one-call-contract.md).
 
 Exit status: 0 every case matches fixtures/; 1 a case deviates or an adapter could not run;
 2 bad usage.";

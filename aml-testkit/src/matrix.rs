@@ -22,8 +22,13 @@ pub fn fixture(text: &str) -> Value {
     aml_core::strict::parse_str(text).unwrap_or(Value::Null)
 }
 
-/// The harness that carries guarded-tool calls through `adapter`, if it is known.
-pub fn harness_for(adapter: &str) -> Option<Box<dyn Harness>> {
+/// A built-in adapter's harnesses: the documented cases' and the conformance probes'.
+pub trait AdapterHarness: Harness + crate::conformance::ConformanceHarness {}
+
+impl<T: Harness + crate::conformance::ConformanceHarness> AdapterHarness for T {}
+
+/// The harnesses of `adapter`, if it is known.
+pub fn adapter_harness(adapter: &str) -> Option<Box<dyn AdapterHarness>> {
     Some(match adapter {
         "core" => Box::new(CoreHarness),
         "mcp" => Box::new(crate::mcp::McpHarness),
@@ -32,6 +37,41 @@ pub fn harness_for(adapter: &str) -> Option<Box<dyn Harness>> {
         "http" => Box::new(crate::http::HttpHarness),
         _ => return None,
     })
+}
+
+/// The harness that carries guarded-tool calls through `adapter`, if it is known.
+pub fn harness_for(adapter: &str) -> Option<Box<dyn Harness>> {
+    adapter_harness(adapter).map(|h| h as Box<dyn Harness>)
+}
+
+/// The conformance harness of `adapter`, if it is known.
+pub fn conformance_harness_for(adapter: &str) -> Option<Box<dyn crate::conformance::ConformanceHarness>> {
+    adapter_harness(adapter).map(|h| h as Box<dyn crate::conformance::ConformanceHarness>)
+}
+
+/// The conformance report's rows: every probe through every adapter.
+pub async fn conformance_rows() -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    for (col, adapter) in ADAPTERS.iter().enumerate() {
+        let Some(harness) = conformance_harness_for(adapter) else {
+            continue;
+        };
+        for (case, verdict) in crate::conformance::conformance_with(harness.as_ref()).await {
+            let index = match rows.iter().position(|r| r.case == case) {
+                Some(index) => index,
+                None => {
+                    rows.push(Row {
+                        report: "conformance",
+                        case,
+                        cells: vec![None; ADAPTERS.len()],
+                    });
+                    rows.len() - 1
+                }
+            };
+            rows[index].cells[col] = Some(verdict);
+        }
+    }
+    rows
 }
 
 /// One documented case and its verdict per adapter (`None`: not applicable).
@@ -147,6 +187,7 @@ pub async fn matrix() -> Vec<Row> {
         "mcp",
         mcp_verdicts(crate::mcp::report().await),
     ));
+    rows.extend(conformance_rows().await);
     rows
 }
 

@@ -13,7 +13,8 @@ use aml_mcp::{
     GatedClient, GuardedToolServer, McpGate, McpVerdict, ResourceRule, ToolCatalog, ToolRegistration,
     VERDICT_META_KEY,
 };
-use rmcp::model::{CallToolRequestParams, JsonObject};
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
+use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
 use serde::Deserialize;
@@ -37,6 +38,30 @@ const BODY: &str = "Build passed.";
 
 fn err(e: impl core::fmt::Display) -> HarnessError {
     HarnessError(e.to_string())
+}
+
+/// Serves `server` over an in-memory stream and connects an rmcp client to it; the server
+/// ends with the client's session.
+pub(crate) async fn connect(
+    server: GuardedToolServer,
+) -> Result<RunningService<RoleClient, ()>, HarnessError> {
+    let (server_end, client_end) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_end).await {
+            let _ = running.waiting().await;
+        }
+    });
+    ().serve(client_end).await.map_err(err)
+}
+
+/// The gate's verdict a result carries under `_meta`.
+pub(crate) fn verdict_of(result: &CallToolResult) -> Result<Value, HarnessError> {
+    result
+        .meta
+        .as_ref()
+        .and_then(|m| m.0.get(VERDICT_META_KEY))
+        .cloned()
+        .ok_or_else(|| err("the result carries no verdict"))
 }
 
 /// The `aml-testkit` executable that serves the fixture (`serve-notice-fixture`):
@@ -72,7 +97,7 @@ pub fn gate_binary_path() -> Result<PathBuf, HarnessError> {
         .into_iter()
         .find(|p| p.is_file())
         .ok_or_else(|| {
-            err("aml-mcp-gate is not built: run `cargo test --workspace` (or cargo build -p aml-mcp)")
+            err("aml-mcp-gate is not built: run `cargo test --workspace`, or `cargo build -p aml-mcp-gate` before `cargo test -p aml-testkit`")
         })
 }
 
@@ -334,26 +359,14 @@ impl Harness for McpHarness {
             "aml-testkit-host",
             ToolGate::new(catalog, tool.boundary().clone()),
         );
-        let (server_end, client_end) = tokio::io::duplex(64 * 1024);
-        let serving = tokio::spawn(async move {
-            if let Ok(running) = server.serve(server_end).await {
-                let _ = running.waiting().await;
-            }
-        });
-        let client = ().serve(client_end).await.map_err(err)?;
+        let client = connect(server).await?;
         let result = client
             .peer()
             .call_tool(CallToolRequestParams::new("send_message").with_arguments(arguments))
             .await
             .map_err(err)?;
         let _ = client.cancel().await;
-        let _ = serving.await;
-        let verdict = result
-            .meta
-            .as_ref()
-            .and_then(|m| m.0.get(VERDICT_META_KEY))
-            .cloned()
-            .ok_or_else(|| err("the result carries no verdict"))?;
+        let verdict = verdict_of(&result)?;
         if let Some(host_error) = verdict["host_error"].as_str() {
             return Ok(Attempt::HostError(host_error.to_owned()));
         }

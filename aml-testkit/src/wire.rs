@@ -68,7 +68,29 @@ pub fn fixture_policy(approval: bool) -> Value {
         "resource": "fixture", "requires_approval": approval && *n == "slow"})).collect::<Vec<_>>()})
 }
 
+/// A fresh folder `aml-{suite}-{tag}-{pid}` in the temporary folder, holding the fixture's
+/// `tools.json` and `policy.json` ([`fixture_tools`], [`fixture_policy`] without approval).
+pub fn fixture_dir(suite: &str, tag: &str) -> Result<PathBuf, HarnessError> {
+    let dir = std::env::temp_dir().join(format!("aml-{suite}-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(err)?;
+    std::fs::write(dir.join("tools.json"), fixture_tools().to_string()).map_err(err)?;
+    std::fs::write(dir.join("policy.json"), fixture_policy(false).to_string()).map_err(err)?;
+    Ok(dir)
+}
+
 impl WireGate {
+    /// The `aml-mcp-gate` of this build with `dir`'s policy and tools and `extra` options, in
+    /// front of the relay fixture served by `fixture` (the `aml-testkit` binary).
+    pub fn in_front_of_fixture(fixture: &str, dir: &Path, extra: &[&str]) -> Result<Self, HarnessError> {
+        let (policy, tools) = (dir.join("policy.json"), dir.join("tools.json"));
+        let (policy, tools) = (policy.display().to_string(), tools.display().to_string());
+        let mut args = vec!["--policy", policy.as_str(), "--tools", tools.as_str()];
+        args.extend_from_slice(extra);
+        let gate = crate::mcp::gate_binary_path()?;
+        Self::start(&gate, dir, &args, &[fixture, "serve-relay-fixture"])
+    }
+
     /// Starts `gate` with `args` (before `--`), receipts in `dir/receipts.jsonl`, in front of
     /// `server` (program and arguments); the server's audit file is `dir/audit.jsonl`
     /// (`AML_RELAY_AUDIT`). The gate's stderr goes to `dir/stderr.txt`.

@@ -74,9 +74,7 @@ fn run_binary(case: &Value, dir: &std::path::Path, name: &str) -> std::process::
 }
 
 fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-challenge-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    aml_test_support::scratch_dir("challenge", tag)
 }
 
 #[test]

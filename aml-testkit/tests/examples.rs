@@ -107,3 +107,25 @@ fn the_example_case_is_the_references_case_and_gives_the_references_result() {
         vector(&vectors, &e["executed_vector"])["proposal"]
     );
 }
+
+#[test]
+fn the_guides_smallest_adapter_is_under_80_lines_and_keeps_deadlines_and_caller_gone() {
+    let guide = std::fs::read_to_string(path("docs/CUSTOM_ADAPTER.md")).unwrap();
+    let block = guide
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|rest| rest.split("// ---- The harness").next())
+        .expect("the guide's first Rust block, up to its harness");
+    let lines = block.lines().count();
+    assert!(lines < 80, "the smallest adapter is {lines} lines");
+    // It hands the gate the agent's bytes, its deadline and its caller-gone signal; the
+    // block runs as a doctest of aml-http-example, which proves both.
+    for needed in [
+        "CallRequest::bytes(",
+        ".deadline(",
+        ".caller_gone(",
+        "refuse_request(",
+    ] {
+        assert!(block.contains(needed), "{needed}");
+    }
+}

@@ -37,10 +37,7 @@ fn everything() -> PathBuf {
 }
 
 fn work(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-interop-relay-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    aml_test_support::scratch_dir("interop-relay", tag)
 }
 
 /// The host's registry for server-everything: five tools it may call, and `get-env`

@@ -61,9 +61,7 @@ fn the_seventeen_guarded_tool_cases_run_over_mcp() {
 }
 
 fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-mcp-proxy-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    aml_test_support::scratch_dir("mcp-proxy", tag)
 }
 
 fn gate_binary() -> PathBuf {

@@ -1,12 +1,15 @@
-//! The root README's commands, run the way a newcomer runs them. Every line of every fenced
-//! `sh` block is either run here, with the same arguments, through the binaries this test
-//! build made, or named in `not_run` with the reason; a command that is neither fails the
-//! test, so the README cannot drift from what works.
+//! The README's and every `docs/*.md` page's commands, run the way a newcomer runs them.
+//! Every line of every fenced `sh` block is either run here, with the same arguments,
+//! through the binaries this test build made, run by the test named in `delegated`, or named
+//! in `not_run` with the reason; a command that is none of these fails the test, naming its
+//! page, so the docs cannot drift from what works. `readme/links.rs` checks every link, path
+//! and ADR the prose cites.
 //!
 //! `cargo run [--release] -p aml-testkit -- ARGS` runs the built `aml-testkit` with ARGS;
-//! `target/release/aml-mcp-gate` is the built `aml-mcp-gate`; `npx -y
-//! @modelcontextprotocol/server-filesystem@VERSION` is the same pinned package that
-//! `scripts/interop-setup` installed. The gate is driven by the official Python MCP SDK.
+//! `target/release/aml-mcp-gate` is the built `aml-mcp-gate`, `aml-approval` the built
+//! `aml-approval`; `npx -y @modelcontextprotocol/server-filesystem@VERSION` is the same
+//! pinned package that `scripts/interop-setup` installed. The gate is driven by the official
+//! Python MCP SDK.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -17,7 +20,10 @@ use aml_core::canonical::to_canonical_string;
 use aml_core::Sha256Digest;
 use serde_json::{json, Value};
 
-fn repo() -> PathBuf {
+#[path = "readme/links.rs"]
+mod links;
+
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .canonicalize()
@@ -47,6 +53,7 @@ fn sh_blocks(readme: &str) -> Vec<ShBlock> {
         match info.trim() {
             "sh" => {
                 let (mut commands, mut expected) = (Vec::new(), Vec::new());
+                let mut continued: Option<String> = None;
                 for line in &body {
                     if let Some(shown) = line.trim_start().strip_prefix("# {") {
                         let first = serde_json::Deserializer::from_str(&format!("{{{shown}"))
@@ -58,10 +65,19 @@ fn sh_blocks(readme: &str) -> Vec<ShBlock> {
                         *last = first;
                         continue;
                     }
-                    let command = strip_comment(line).trim().to_owned();
-                    if !command.is_empty() {
-                        commands.push(command);
-                        expected.push(None);
+                    let command = strip_comment(line).trim();
+                    // A line ending in `\` continues on the next.
+                    if let Some(open) = continued.as_mut() {
+                        open.push(' ');
+                        open.push_str(command.trim_end_matches('\\').trim());
+                    } else if !command.is_empty() {
+                        continued = Some(command.trim_end_matches('\\').trim().to_owned());
+                    }
+                    if !command.ends_with('\\') {
+                        if let Some(done) = continued.take() {
+                            commands.push(done);
+                            expected.push(None);
+                        }
                     }
                 }
                 blocks.push(ShBlock {
@@ -95,7 +111,7 @@ fn strip_comment(line: &str) -> &str {
 }
 
 /// Shell words: whitespace-separated, with '…' and "…" quoting (no escapes, no expansion);
-/// an unquoted `|` is a word of its own.
+/// an unquoted `|` or `>` is a word of its own.
 fn words(line: &str) -> Vec<String> {
     let (mut out, mut word, mut quote, mut in_word) = (Vec::new(), String::new(), None, false);
     for c in line.chars() {
@@ -103,13 +119,13 @@ fn words(line: &str) -> Vec<String> {
             (None, '\'' | '"') => (quote, in_word) = (Some(c), true),
             (Some(q), c) if c == q => quote = None,
             (Some(_), c) => word.push(c),
-            (None, c) if c.is_whitespace() || c == '|' => {
+            (None, c) if c.is_whitespace() || c == '|' || c == '>' => {
                 if in_word {
                     out.push(std::mem::take(&mut word));
                     in_word = false;
                 }
-                if c == '|' {
-                    out.push("|".to_owned());
+                if c == '|' || c == '>' {
+                    out.push(c.to_string());
                 }
             }
             (None, c) => {
@@ -125,13 +141,15 @@ fn words(line: &str) -> Vec<String> {
     out
 }
 
-/// A parsed README command: `VAR=value … [echo TEXT |] PROGRAM ARGS…`.
+/// A parsed README command: `VAR=value … [echo TEXT |] PROGRAM ARGS… [> FILE]`.
 #[derive(Debug)]
 struct ReadmeCommand {
     line: String,
     env: Vec<(String, String)>,
     stdin: Option<String>,
     argv: Vec<String>,
+    /// `> FILE`: where stdout goes.
+    stdout_to: Option<String>,
 }
 
 fn parse(line: &str) -> ReadmeCommand {
@@ -145,6 +163,16 @@ fn parse(line: &str) -> ReadmeCommand {
         );
         stdin = Some(format!("{}\n", echo[1]));
         words = rest[1..].to_vec();
+    }
+    let mut stdout_to = None;
+    if let Some(arrow) = words.iter().position(|w| w == ">") {
+        assert_eq!(
+            arrow + 2,
+            words.len(),
+            "README command {line:?}: `> FILE` ends a command"
+        );
+        stdout_to = words.pop();
+        words.pop();
     }
     let assignments = words
         .iter()
@@ -162,6 +190,7 @@ fn parse(line: &str) -> ReadmeCommand {
         env,
         stdin,
         argv: words[assignments..].to_vec(),
+        stdout_to,
     }
 }
 
@@ -209,33 +238,59 @@ fn output_within(
     (status.code(), out.join().unwrap(), err.join().unwrap())
 }
 
-#[test]
-fn every_readme_command_runs_and_does_what_the_readme_says() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let blocks = sh_blocks(&readme);
-    let mut ran = Vec::new();
-    // A server a README command starts stays up for the commands after it.
-    let mut server: Option<Background> = None;
-    // The quick start's directory (`gate`, made in a temporary directory).
-    let mut quick_start: Option<QuickStart> = None;
-    for block in &blocks {
+/// The pages whose `sh` blocks are run: the README, then every `docs/*.md` by name.
+fn pages() -> Vec<(String, String)> {
+    let mut names: Vec<String> = std::fs::read_dir(repo().join("docs"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    names.sort();
+    names.insert(0, "README.md".to_owned());
+    names
+        .into_iter()
+        .map(|name| {
+            let text = std::fs::read_to_string(repo().join(&name)).unwrap();
+            (name, text)
+        })
+        .collect()
+}
+
+/// What the commands of one run share: a server a command starts stays up for the commands
+/// after it on its page; the quick start's directory; a scratch directory for commands that
+/// write files.
+#[derive(Default)]
+struct Run {
+    ran: Vec<String>,
+    server: Option<Background>,
+    quick_start: Option<QuickStart>,
+    scratch: Option<Scratch>,
+}
+
+/// Runs every command of `page` (named `name`), or fails naming the first one no test runs.
+fn run_page(run: &mut Run, name: &str, page: &str, readme: &str) {
+    for block in &sh_blocks(page) {
+        if delegated(name, block) {
+            continue;
+        }
         for (line, expected) in block.commands.iter().zip(&block.expected) {
             let command = parse(line);
             let argv: Vec<&str> = command.argv.iter().map(String::as_str).collect();
             match argv.as_slice() {
                 ["cargo", "run", "-p", "aml-testkit", "--", args @ ..]
                 | ["cargo", "run", "--release", "-p", "aml-testkit", "--", args @ ..] => {
-                    testkit_command(&command, args, block.shown_output.as_deref(), &readme)
+                    testkit_command(&command, args, block.shown_output.as_deref(), readme)
                 }
                 ["cargo", "build", "--release", "-p", "aml-mcp-gate"] => {
                     // This test's own build made the binary (cargo test --workspace builds it).
                     aml_testkit::mcp::gate_binary_path().expect("aml-mcp-gate is built");
                 }
                 ["target/release/aml-mcp-gate", "init", args @ ..] => {
-                    quick_start = Some(quick_start_init(&command, args))
+                    run.quick_start = Some(quick_start_init(&command, args))
                 }
                 ["target/release/aml-mcp-gate", args @ ..] if args.contains(&"gate/policy.json") => {
-                    let dir = quick_start.as_ref().expect("the quick start's init ran first");
+                    let dir = run.quick_start.as_ref().expect("the quick start's init ran first");
                     quick_start_run(&command, args, dir.path())
                 }
                 ["target/release/aml-mcp-gate", args @ ..] => gate_command(&command, args),
@@ -243,26 +298,66 @@ fn every_readme_command_runs_and_does_what_the_readme_says() {
                     a2ui_example(&command, args, block.shown_output.as_deref())
                 }
                 ["cargo", "run", "-p", "aml-grpc", "--example", "tool_server", "--", args @ ..] => {
-                    server = Some(grpc_example_server(args))
+                    run.server = Some(grpc_example_server(args))
                 }
                 ["target/interop/venv/bin/python", "scripts/interop/grpc_calls.py", args @ ..] => {
-                    assert!(server.is_some(), "{line}: no server was started before");
+                    assert!(run.server.is_some(), "{line}: no server was started before");
                     python_grpc_call(&command, args, expected.as_ref())
+                }
+                ["aml-approval", args @ ..] => {
+                    let scratch = run.scratch.get_or_insert_with(Scratch::new);
+                    approval_command(&command, args, &scratch.0)
                 }
                 ["bash", "scripts/test"] => not_run(&command),
                 ["bash", "scripts/fuzz", args @ ..] => fuzz_command(&command, args),
                 other => panic!(
-                    "README command {line:?} ({other:?}) is not run by any test: teach tests/readme.rs to run it"
+                    "{name}: command {line:?} ({other:?}) is not run by any test: teach aml-testkit/tests/readme.rs to run it"
                 ),
             }
-            ran.push(line.clone());
+            run.ran.push(line.clone());
         }
     }
-    // The README's main commands are among them (a parser bug must not make this vacuous).
+    // A server runs only for the page that started it.
+    run.server = None;
+}
+
+/// A block another test runs as the page shows it: the approval API's curl commands
+/// (`aml-approval/tests/api.rs` starts a page and runs them against it; they need its URL).
+fn delegated(page: &str, block: &ShBlock) -> bool {
+    // Each command is `curl …` or sets a shell variable for them (`URL='…'`).
+    let curl = block.commands.iter().all(|c| {
+        let first = c.split_whitespace().next().unwrap_or_default();
+        first == "curl"
+            || first
+                .split_once('=')
+                .is_some_and(|(name, _)| name.chars().all(|c| c.is_ascii_uppercase()))
+    });
+    if page != "docs/APPROVAL.md" || !curl {
+        return false;
+    }
+    let api = std::fs::read_to_string(repo().join("aml-approval/tests/api.rs")).unwrap();
+    assert!(
+        api.contains("docs/APPROVAL.md shows the curl commands"),
+        "{page}: its curl commands are no longer run by aml-approval/tests/api.rs"
+    );
+    true
+}
+
+#[test]
+fn every_command_of_the_readme_and_the_docs_runs_and_does_what_the_page_says() {
+    let pages = pages();
+    let readme = pages[0].1.clone();
+    let mut run = Run::default();
+    for (name, page) in &pages {
+        run_page(&mut run, name, page, &readme);
+    }
+    let ran = run.ran;
+    // The main commands are among them (a parser bug must not make this vacuous).
     for expected in [
         "cargo run --release -p aml-testkit -- rehearse",
         "cargo run -p aml-testkit -- case examples/case.json",
         "bash scripts/test",
+        "aml-approval keygen alice alice.key",
     ] {
         assert!(
             ran.iter().any(|l| l == expected),
@@ -278,6 +373,72 @@ fn every_readme_command_runs_and_does_what_the_readme_says() {
         ran.iter().any(|l| l.starts_with("target/release/aml-mcp-gate ")),
         "{ran:#?}"
     );
+}
+
+/// A docs page with a command no test knows fails the run, naming the page and the command.
+#[test]
+#[should_panic(expected = "docs/NEW.md: command \"aml-mcp-gate --no-such-flag\"")]
+fn a_command_no_test_runs_fails_the_docs_test() {
+    let page = "# New\n\n```sh\naml-mcp-gate --no-such-flag\n```\n";
+    run_page(&mut Run::default(), "docs/NEW.md", page, "");
+}
+
+/// A docs command that runs but fails (here an `aml-approval` command given a key file that
+/// does not exist) fails the run.
+#[test]
+#[should_panic(expected = "aml-approval public missing.key")]
+fn a_docs_command_that_fails_fails_the_docs_test() {
+    let page = "# New\n\n```sh\naml-approval public missing.key\n```\n";
+    run_page(&mut Run::default(), "docs/NEW.md", page, "");
+}
+
+/// A directory of its own for the commands of one run that write files; removed at the end.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("aml-docs-scratch-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `aml-approval ARGS [> FILE]`, run in `dir` (the commands of one page share it) with the
+/// binary this test build made: it must succeed, and what it prints must be JSON when a
+/// `# {…}` comment or a file is not given for it (keygen, public: a keyring entry; sign: a
+/// statement).
+fn approval_command(command: &ReadmeCommand, args: &[&str], dir: &std::path::Path) {
+    let binary = aml_testkit::mcp::gate_binary_path()
+        .expect("the workspace binaries are built")
+        .with_file_name("aml-approval");
+    let mut process = Command::new(&binary);
+    process.args(args).current_dir(dir);
+    let (code, stdout, stderr) = output_within(&mut process, None, Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{}: {stderr}", command.line);
+    let printed: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{}: prints no JSON ({e}): {stdout}", command.line));
+    match args.first() {
+        Some(&"keygen") | Some(&"public") => {
+            assert!(
+                printed["public_key"].as_str().is_some_and(|k| k.len() == 64),
+                "{printed}"
+            )
+        }
+        Some(&"sign") => assert_eq!(printed["protocol"], "aml-approval-statement/1"),
+        _ => {}
+    }
+    if let Some(file) = &command.stdout_to {
+        std::fs::write(dir.join(file), &stdout).unwrap();
+    }
 }
 
 /// `bash scripts/fuzz SECONDS [TARGET...]` needs the nightly toolchain and minutes, so it

@@ -123,8 +123,17 @@ fn the_table_shows_every_case_and_adapter_with_a_total() {
             cells[1].starts_with("pass")
         });
     assert_eq!(core_passes.count(), 17);
-    // 17 guarded-tool cases x 5 adapters (core, mcp, a2ui, grpc, http), 9 A2UI and 6 MCP cases.
-    assert!(table.lines().any(|l| l == "100 passed, 0 failed"), "{table}");
+    // 17 guarded-tool cases x 5 adapters (core, mcp, a2ui, grpc, http), 9 A2UI and 6 MCP
+    // cases, and the conformance report: 12 probes x 5 adapters and the listing x 4 (A2UI
+    // lists no tools).
+    assert!(table.lines().any(|l| l == "164 passed, 0 failed"), "{table}");
+    for probe in aml_testkit::conformance::probes() {
+        assert!(
+            table.contains(&format!("conformance/{}", probe.id)),
+            "{}",
+            probe.id
+        );
+    }
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(header, ["case", "core", "mcp", "a2ui", "grpc", "http"]);
     assert!(out.status.success());

@@ -153,8 +153,8 @@ pub trait GrantIssuer: Send + Sync + core::fmt::Debug {
     ) -> Result<(), StoreError>;
 
     /// Like [`issue_named`](Self::issue_named) for `proposal`'s digest; a durable store
-    /// also records the proposal's tool, so the intent a claim writes
-    /// ([`ClaimsWithIntent`](crate::ClaimsWithIntent)) names it.
+    /// also records the proposal's tool and resource, so the intent a claim writes
+    /// ([`ClaimsWithIntent`](crate::ClaimsWithIntent)) names them.
     async fn issue_for(
         &self,
         id: &str,

@@ -56,6 +56,7 @@ use crate::settle::CallOutcomes;
 ///             proposal_sha256: grant.proposal_sha256.to_string(),
 ///             grant_id: grant.approval_id.clone(),
 ///             tool: String::new(),
+///             resource: None,
 ///             intent_at_ms: 0,
 ///         });
 ///         Ok(ClaimStatus::Claimed)
@@ -70,7 +71,7 @@ use crate::settle::CallOutcomes;
 pub trait ClaimsWithIntent: GrantStore + ReceiptJournal {
     /// Spends `grant` like [`GrantStore::claim`] and, when this call spent it, records the
     /// intent to dispatch under it in the same transaction: digest, grant id, and the tool
-    /// the grant was issued for ([`GrantIssuer::issue_for`](crate::GrantIssuer::issue_for)).
+    /// and resource the grant was issued for ([`GrantIssuer::issue_for`](crate::GrantIssuer::issue_for)).
     async fn claim_with_intent(&self, grant: &GrantRef) -> Result<ClaimStatus, ClaimError>;
 
     /// Records how the dispatch under `entry.grant_id` ended. If its claim wrote no intent

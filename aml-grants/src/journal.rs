@@ -20,6 +20,9 @@ pub struct IntentEntry {
     pub grant_id: Option<String>,
     /// The tool.
     pub tool: String,
+    /// The proposal's resource (what the host policy matched), so that an operator who
+    /// reconciles an unresolved intent knows what to check.
+    pub resource: String,
 }
 
 /// How a dispatch ended, as the journal records it.
@@ -77,6 +80,9 @@ pub struct UnresolvedIntent {
     /// [`GrantIssuer::issue_named`](crate::GrantIssuer::issue_named), and the intent was
     /// written by its claim).
     pub tool: String,
+    /// The proposal's resource; `None` when the intent was written by a version that did not
+    /// record it, or by the claim of a grant issued without its proposal.
+    pub resource: Option<String>,
     /// When the tool was about to be entered, or the grant was claimed (ms since the epoch).
     pub intent_at_ms: i64,
 }
@@ -257,6 +263,7 @@ impl ToolExecutor for JournaledExecutor {
             proposal_sha256: call.proposal().digest(),
             grant_id: call.grant().and_then(|g| g.grant().approval_id.clone()),
             tool: call.proposal().tool().to_owned(),
+            resource: call.proposal().resource().to_owned(),
         };
         let refused = |e| {
             ToolError::with_source(

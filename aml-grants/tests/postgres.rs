@@ -207,6 +207,7 @@ async fn claim_and_intent_are_written_together() {
     let open = mine(store.unresolved().await.unwrap(), &id);
     assert_eq!(open.len(), 1, "{open:?}");
     assert_eq!(open[0].tool, "send_message");
+    assert_eq!(open[0].resource.as_deref(), Some(args_proposal().resource()));
     assert_eq!(
         journaled.claim(&grant(args_digest(), &id)).await.unwrap(),
         ClaimStatus::AlreadyClaimed
@@ -277,6 +278,7 @@ async fn the_journal_lists_and_reconciles_intents_without_outcomes() {
         proposal_sha256: d,
         grant_id: Some("g".into()),
         tool: "send_message".into(),
+        resource: "ops@example.com".into(),
     };
     let finished = store.intent(&entry).await.unwrap();
     store
@@ -287,10 +289,13 @@ async fn the_journal_lists_and_reconciles_intents_without_outcomes() {
     let mine = |list: Vec<aml_grants::UnresolvedIntent>| {
         list.into_iter()
             .filter(|u| u.proposal_sha256 == d.to_string())
-            .map(|u| u.id)
+            .map(|u| (u.id, u.resource))
             .collect::<Vec<_>>()
     };
-    assert_eq!(mine(store.unresolved().await.unwrap()), [open]);
+    assert_eq!(
+        mine(store.unresolved().await.unwrap()),
+        [(open, Some("ops@example.com".to_owned()))]
+    );
     assert!(store.reconcile(open, "checked with the provider").await.unwrap());
     assert!(mine(store.unresolved().await.unwrap()).is_empty());
 }

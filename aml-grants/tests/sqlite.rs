@@ -219,6 +219,10 @@ fn a_crash_inside_the_tool_leaves_an_unknown_intent_and_a_spent_grant() {
         assert_eq!(unresolved.len(), 1, "{unresolved:?}");
         assert_eq!(unresolved[0].proposal_sha256, args_digest().to_string());
         assert_eq!(unresolved[0].grant_id.as_deref(), Some(id.as_str()));
+        assert_eq!(
+            unresolved[0].resource.as_deref(),
+            Some(args_proposal().resource())
+        );
         assert_eq!(store.is_consumed(&id).await.unwrap(), Some(true));
 
         // A replay of the same approval is refused by the claim; nothing runs again.
@@ -334,8 +338,16 @@ fn claim_and_intent_commit_together_and_the_outcome_resolves_the_intent() {
         let open = store.unresolved().await.unwrap();
         assert_eq!(open.len(), 1, "{open:?}");
         assert_eq!(
-            (open[0].grant_id.as_deref(), open[0].tool.as_str()),
-            (Some(id.as_str()), "send_message")
+            (
+                open[0].grant_id.as_deref(),
+                open[0].tool.as_str(),
+                open[0].resource.as_deref()
+            ),
+            (
+                Some(id.as_str()),
+                "send_message",
+                Some(args_proposal().resource())
+            )
         );
         // A losing claim writes nothing.
         assert_eq!(
@@ -470,6 +482,10 @@ fn a_kill_right_after_the_claim_leaves_an_unresolved_intent() {
         assert_eq!(unresolved[0].grant_id.as_deref(), Some(id.as_str()));
         assert_eq!(unresolved[0].proposal_sha256, args_digest().to_string());
         assert_eq!(unresolved[0].tool, "send_message");
+        assert_eq!(
+            unresolved[0].resource.as_deref(),
+            Some(args_proposal().resource())
+        );
     });
 }
 
@@ -528,4 +544,53 @@ fn the_outcome_of_a_granted_call_finds_its_intent_by_index() {
         )
         .unwrap();
     assert!(index.contains("WHERE grant_id IS NOT NULL"), "{index}");
+}
+
+#[test]
+fn a_file_from_before_resources_opens_and_its_intents_list_without_one() {
+    let path = temp_db("before-resources");
+    {
+        // The tables as the first release made them: no tool or resource on grants, no
+        // resource on intents.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE aml_grants (id TEXT PRIMARY KEY, digest TEXT NOT NULL,
+                 issued_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, consumed_at INTEGER);
+             CREATE TABLE aml_journal (id INTEGER PRIMARY KEY, digest TEXT NOT NULL, grant_id TEXT,
+                 tool TEXT NOT NULL, intent_at INTEGER NOT NULL, outcome TEXT, detail TEXT,
+                 outcome_at INTEGER, reconciled_at INTEGER, reconcile_note TEXT);
+             INSERT INTO aml_journal (digest, grant_id, tool, intent_at)
+                 VALUES ('old-digest', NULL, 'send_message', 1);",
+        )
+        .unwrap();
+    }
+    rt().block_on(async {
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let id = aml_grants::new_grant_id().unwrap();
+        store.issue_for(&id, &args_proposal(), None).await.unwrap();
+        let journaled = JournaledGrants::new(store.clone());
+        assert_eq!(
+            GrantStore::claim(&journaled, &grant(args_digest(), &id))
+                .await
+                .unwrap(),
+            ClaimStatus::Claimed
+        );
+        let listed: Vec<_> = store
+            .unresolved()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|u| (u.proposal_sha256, u.resource))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("old-digest".to_owned(), None),
+                (
+                    args_digest().to_string(),
+                    Some(args_proposal().resource().to_owned())
+                ),
+            ]
+        );
+    });
 }

@@ -20,14 +20,15 @@ killed outright (SIGKILL, a crash, power loss) also leaves unresolved the calls 
 before (a few milliseconds' worth; more under load): their outcome and receipt are committed
 together, after the answer, with the next group commit (ADR 021); such a call has no receipt
 either. A clean exit (end of input, SIGTERM, SIGINT) commits every outcome and receipt first.
-Each line names the tool, when the gate was about to forward it (intent_at, UTC, and its
-age), the grant it spent and, for a call a person approved, who approved it and when.
-proposal_sha256 is the SHA-256 of the call's canonical proposal (tool, effect, resource,
-purpose and the arguments, as docs/PROTOCOL.md defines it): the digest the approver signed and
-that every receipt of the call names (`journal receipts`). The state keeps no arguments and no
-resource (tool input never goes into records). Check with the server (its log, or the effect
-itself) whether it did the call, then reconcile it; the note then shows in `journal receipts`.
-Nothing ever re-sends it.
+Each line names the tool and its resource (what the policy matched: the file, the recipient;
+null for an intent stored before the state had a resource column), when the gate was
+about to forward it (intent_at, UTC, and its age), the grant it spent and, for a call a person
+approved, who approved it and when. proposal_sha256 is the SHA-256 of the call's canonical
+proposal (tool, effect, resource, purpose and the arguments, as docs/PROTOCOL.md defines it):
+the digest the approver signed and that every receipt of the call names (`journal receipts`).
+The state keeps no arguments (tool input never goes into records). Check with the server (its
+log, or the effect itself on that resource) whether it did the call, then reconcile it; the
+note then shows in `journal receipts`. Nothing ever re-sends it.
 
 Exit status: 0 done; 1 the state could not be read, or ID is not an unresolved intent;
 2 bad usage.";
@@ -125,7 +126,7 @@ async fn run(location: &Location, what: What) -> Result<(), String> {
             let now = now_ms();
             for intent in intents {
                 let mut line = json!({"id": intent.id, "tool": intent.tool,
-                    "intent_at": utc(intent.intent_at_ms), "age": age(now - intent.intent_at_ms),
+                    "resource": intent.resource, "intent_at": utc(intent.intent_at_ms), "age": age(now - intent.intent_at_ms),
                     "intent_at_ms": intent.intent_at_ms, "proposal_sha256": intent.proposal_sha256,
                     "grant_id": intent.grant_id});
                 if let Some(approval) = intent.grant_id.as_ref().and_then(|g| approvals.get(g)) {
@@ -148,7 +149,7 @@ async fn run(location: &Location, what: What) -> Result<(), String> {
                 ));
             };
             let record = json!({"record": RECONCILE_RECORD, "intent_id": id, "tool": intent.tool,
-                "proposal_sha256": intent.proposal_sha256, "grant_id": intent.grant_id,
+                "resource": intent.resource, "proposal_sha256": intent.proposal_sha256, "grant_id": intent.grant_id,
                 "intent_at_ms": intent.intent_at_ms, "reconciled_at_ms": now_ms(), "note": note});
             // The intent is reconciled either way; the record only lets `receipts` show it.
             // A group-committing store only queues the append: the flush makes it durable

@@ -71,8 +71,9 @@ fn a_gate_killed_during_a_call_leaves_its_intent_and_the_grant_stays_spent() {
     assert_eq!(intent["proposal_sha256"], proposal["proposal_sha256"]);
     assert_eq!(intent["grant_id"], proposal["grant_id"]);
     assert_eq!(intent["tool"], "send_notice");
-    // What an operator needs before reconciling: when (UTC, and how long ago), and who
-    // approved it.
+    // What an operator needs before reconciling: what it acted on, when (UTC, and how long
+    // ago), and who approved it.
+    assert_eq!(intent["resource"], session::TO, "{intent}");
     let at = intent["intent_at"].as_str().unwrap();
     assert!(
         at.len() == 24 && at.ends_with('Z') && at.as_bytes()[10] == b'T',
@@ -147,6 +148,7 @@ fn a_gate_killed_during_a_call_leaves_its_intent_and_the_grant_stays_spent() {
     assert_eq!(notes[0]["note"], "the notice was sent once");
     assert_eq!(notes[0]["intent_id"], intent["id"]);
     assert_eq!(notes[0]["proposal_sha256"], intent["proposal_sha256"]);
+    assert_eq!(notes[0]["resource"], session::TO);
 }
 
 fn restarted_reached(dir: &std::path::Path) -> usize {

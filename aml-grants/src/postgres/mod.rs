@@ -82,13 +82,18 @@ DO $$
 DECLARE
     col TEXT;
 BEGIN
-    FOREACH col IN ARRAY ARRAY['tool', 'claim_token', 'issue_token'] LOOP
+    FOREACH col IN ARRAY ARRAY['tool', 'claim_token', 'issue_token', 'resource'] LOOP
         IF NOT EXISTS (SELECT 1 FROM information_schema.columns
                        WHERE table_schema = current_schema() AND table_name = 'aml_grants'
                          AND column_name = col) THEN
             EXECUTE format('ALTER TABLE aml_grants ADD COLUMN %I TEXT', col);
         END IF;
     END LOOP;
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                   WHERE table_schema = current_schema() AND table_name = 'aml_journal'
+                     AND column_name = 'resource') THEN
+        ALTER TABLE aml_journal ADD COLUMN resource TEXT;
+    END IF;
     IF to_regclass('aml_journal_grant_id') IS NULL THEN
         CREATE INDEX aml_journal_grant_id ON aml_journal (grant_id);
     END IF;
@@ -240,22 +245,23 @@ impl PostgresStore {
         &self,
         id: &str,
         digest: Sha256Digest,
-        tool: Option<&str>,
+        named: Option<(&str, &str)>,
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
+        let (tool, resource) = named.unzip();
         let ttl_ms = self.lifetimes.resolve_ms(ttl)?;
         let token = new_grant_id()?;
         let digest = digest.to_string();
         let ours = retrying!(self, "issue", |client| {
             let insert = client
                 .prepare_cached(
-                    "INSERT INTO aml_grants (id, digest, expires_at, tool, issue_token)
-                     VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond', $4, $5)
+                    "INSERT INTO aml_grants (id, digest, expires_at, tool, issue_token, resource)
+                     VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond', $4, $5, $6)
                      ON CONFLICT (id) DO NOTHING RETURNING id",
                 )
                 .await?;
             if client
-                .query_opt(&insert, &[&id, &digest, &ttl_ms, &tool, &token])
+                .query_opt(&insert, &[&id, &digest, &ttl_ms, &tool, &token, &resource])
                 .await?
                 .is_some()
             {
@@ -299,8 +305,8 @@ impl GrantIssuer for PostgresStore {
         proposal: &FrozenProposal,
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
-        self.insert_grant(id, proposal.digest(), Some(proposal.tool()), ttl)
-            .await
+        let named = (proposal.tool(), proposal.resource());
+        self.insert_grant(id, proposal.digest(), Some(named), ttl).await
     }
 }
 
@@ -352,7 +358,8 @@ impl ReceiptJournal for PostgresStore {
         retrying!(self, "read", |client| {
             let rows = client
                 .query(
-                    "SELECT id, digest, grant_id, tool, (extract(epoch from intent_at) * 1000)::bigint
+                    "SELECT id, digest, grant_id, tool, (extract(epoch from intent_at) * 1000)::bigint,
+                            resource
                      FROM aml_journal WHERE outcome IS NULL AND reconciled_at IS NULL ORDER BY id",
                     &[],
                 )
@@ -365,6 +372,7 @@ impl ReceiptJournal for PostgresStore {
                     grant_id: r.get(2),
                     tool: r.get(3),
                     intent_at_ms: r.get(4),
+                    resource: r.get(5),
                 })
                 .collect())
         })

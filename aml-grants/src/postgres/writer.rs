@@ -35,9 +35,10 @@ const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
 /// Every intent of a batch, in order: their ids, in the same order.
 const INTENTS: &str = "WITH input AS MATERIALIZED (
-         SELECT nextval(pg_get_serial_sequence('aml_journal', 'id')) AS id, d, g, t, n
-         FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(d, g, t, n)),
-     inserted AS (INSERT INTO aml_journal (id, digest, grant_id, tool) SELECT id, d, g, t FROM input)
+         SELECT nextval(pg_get_serial_sequence('aml_journal', 'id')) AS id, d, g, t, r, n
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS u(d, g, t, r, n)),
+     inserted AS (INSERT INTO aml_journal (id, digest, grant_id, tool, resource)
+                  SELECT id, d, g, t, r FROM input)
      SELECT id FROM input ORDER BY n";
 
 /// One claim, classified in the same statement: (claimed, found, consumed, expired, ours).
@@ -47,10 +48,10 @@ const INTENTS: &str = "WITH input AS MATERIALIZED (
 const CLAIM: &str = "WITH claimed AS (
          UPDATE aml_grants SET consumed_at = now(), claim_token = $3
          WHERE id = $1 AND digest = $2 AND consumed_at IS NULL AND expires_at > now()
-         RETURNING id, digest, tool),
+         RETURNING id, digest, tool, resource),
      journaled AS (
-         INSERT INTO aml_journal (digest, grant_id, tool)
-         SELECT digest, id, COALESCE(tool, '') FROM claimed WHERE $4::bool RETURNING id)
+         INSERT INTO aml_journal (digest, grant_id, tool, resource)
+         SELECT digest, id, COALESCE(tool, ''), resource FROM claimed WHERE $4::bool RETURNING id)
      SELECT (SELECT count(*) FROM claimed) > 0, g.id IS NOT NULL, g.consumed_at IS NOT NULL,
             COALESCE(g.expires_at <= now(), false), g.claim_token IS NOT DISTINCT FROM $3
      FROM (SELECT 1) AS one LEFT JOIN aml_grants g ON g.id = $1 AND g.digest = $2";
@@ -62,10 +63,11 @@ const OUTCOMES_BY_ID: &str = "UPDATE aml_journal j SET outcome = u.o, detail = u
 /// Resolves the claim's intent, or, when there is none for this grant at all, writes a
 /// complete record.
 const OUTCOME_BY_GRANT: &str = "WITH resolved AS (
-         UPDATE aml_journal SET outcome = $2, detail = $3, outcome_at = now(), tool = $5
+         UPDATE aml_journal SET outcome = $2, detail = $3, outcome_at = now(), tool = $5,
+                                resource = $6
          WHERE grant_id = $1 AND outcome IS NULL RETURNING id)
-     INSERT INTO aml_journal (digest, grant_id, tool, outcome, detail, outcome_at)
-     SELECT $4, $1, $5, $2, $3, now()
+     INSERT INTO aml_journal (digest, grant_id, tool, outcome, detail, outcome_at, resource)
+     SELECT $4, $1, $5, $2, $3, now(), $6
      WHERE NOT EXISTS (SELECT 1 FROM aml_journal WHERE grant_id = $1)
        AND NOT EXISTS (SELECT 1 FROM resolved)";
 
@@ -201,9 +203,16 @@ impl Step {
 /// A step's parameters, owned for as long as the pipeline runs.
 enum Params {
     Claim(String, String, String, bool),
-    Intents(Vec<String>, Vec<Option<String>>, Vec<String>),
+    Intents(Vec<String>, Vec<Option<String>>, Vec<String>, Vec<String>),
     OutcomesById(Vec<i64>, Vec<&'static str>, Vec<Option<String>>),
-    OutcomeByGrant(Option<String>, &'static str, Option<String>, String, String),
+    OutcomeByGrant(
+        Option<String>,
+        &'static str,
+        Option<String>,
+        String,
+        String,
+        String,
+    ),
     Records(Vec<String>),
 }
 
@@ -211,10 +220,10 @@ impl Params {
     fn refs(&self) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
         match self {
             Params::Claim(id, digest, token, with_intent) => vec![id, digest, token, with_intent],
-            Params::Intents(d, g, t) => vec![d, g, t],
+            Params::Intents(d, g, t, r) => vec![d, g, t, r],
             Params::OutcomesById(ids, outcomes, details) => vec![ids, outcomes, details],
-            Params::OutcomeByGrant(grant, outcome, detail, digest, tool) => {
-                vec![grant, outcome, detail, digest, tool]
+            Params::OutcomeByGrant(grant, outcome, detail, digest, tool, resource) => {
+                vec![grant, outcome, detail, digest, tool, resource]
             }
             Params::Records(records) => vec![records],
         }
@@ -225,7 +234,7 @@ impl Params {
 /// outcome by grant; one for every intent, one for every outcome by id, one for every record.
 fn plan(items: &[Option<Item>]) -> Vec<(Step, Params)> {
     let mut steps = Vec::new();
-    let (mut intents, mut intent_rows) = (vec![], (vec![], vec![], vec![]));
+    let (mut intents, mut intent_rows) = (vec![], (vec![], vec![], vec![], vec![]));
     let (mut by_id, mut by_id_rows) = (vec![], (vec![], vec![], vec![]));
     let (mut records, mut record_rows) = (vec![], vec![]);
     for (i, item) in items.iter().enumerate() {
@@ -239,6 +248,7 @@ fn plan(items: &[Option<Item>]) -> Vec<(Step, Params)> {
                 intent_rows.0.push(entry.proposal_sha256.to_string());
                 intent_rows.1.push(entry.grant_id.clone());
                 intent_rows.2.push(entry.tool.clone());
+                intent_rows.3.push(entry.resource.clone());
             }
             Some(Item::Outcome(o)) => match &o.intent {
                 IntentRef::Id(id) => {
@@ -255,6 +265,7 @@ fn plan(items: &[Option<Item>]) -> Vec<(Step, Params)> {
                         o.detail.clone(),
                         entry.proposal_sha256.to_string(),
                         entry.tool.clone(),
+                        entry.resource.clone(),
                     ),
                 )),
             },
@@ -266,8 +277,8 @@ fn plan(items: &[Option<Item>]) -> Vec<(Step, Params)> {
         }
     }
     if !intents.is_empty() {
-        let (d, g, t) = intent_rows;
-        steps.push((Step::Intents(intents), Params::Intents(d, g, t)));
+        let (d, g, t, r) = intent_rows;
+        steps.push((Step::Intents(intents), Params::Intents(d, g, t, r)));
     }
     if !by_id.is_empty() {
         let (ids, outcomes, details) = by_id_rows;

@@ -43,13 +43,15 @@ CREATE TABLE IF NOT EXISTS aml_grants (
     issued_at INTEGER NOT NULL,
     expires_at INTEGER NOT NULL,
     consumed_at INTEGER,
-    tool TEXT
+    tool TEXT,
+    resource TEXT
 );
 CREATE TABLE IF NOT EXISTS aml_journal (
     id INTEGER PRIMARY KEY,
     digest TEXT NOT NULL,
     grant_id TEXT,
     tool TEXT NOT NULL,
+    resource TEXT,
     intent_at INTEGER NOT NULL,
     outcome TEXT,
     detail TEXT,
@@ -191,18 +193,19 @@ impl SqliteStore {
         &self,
         id: &str,
         digest: Sha256Digest,
-        tool: Option<&str>,
+        named: Option<(&str, &str)>,
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
         let ttl = self.lifetimes.resolve_ms(ttl)?;
         let now = self.clock.now_ms();
-        let row = (id.to_owned(), digest.to_string(), tool.map(str::to_owned));
+        let (tool, resource) = named.map_or((None, None), |(t, r)| (Some(t.to_owned()), Some(r.to_owned())));
+        let row = (id.to_owned(), digest.to_string(), tool, resource);
         self.run(move |c| {
             let inserted = c
                 .execute(
-                    "INSERT INTO aml_grants (id, digest, issued_at, expires_at, tool) VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT (id) DO NOTHING",
-                    params![row.0, row.1, now, now.saturating_add(ttl), row.2],
+                    "INSERT INTO aml_grants (id, digest, issued_at, expires_at, tool, resource)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO NOTHING",
+                    params![row.0, row.1, now, now.saturating_add(ttl), row.2, row.3],
                 )
                 .map_err(db("issue"))?;
             if inserted == 0 {
@@ -233,13 +236,19 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
 fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(SCHEMA)?;
-    let has_tool: bool = tx.query_row(
-        "SELECT count(*) > 0 FROM pragma_table_info('aml_grants') WHERE name = 'tool'",
-        [],
-        |r| r.get(0),
-    )?;
-    if !has_tool {
-        tx.execute_batch("ALTER TABLE aml_grants ADD COLUMN tool TEXT;")?;
+    for (table, column) in [
+        ("aml_grants", "tool"),
+        ("aml_grants", "resource"),
+        ("aml_journal", "resource"),
+    ] {
+        let present: bool = tx.query_row(
+            "SELECT count(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
+            [table, column],
+            |r| r.get(0),
+        )?;
+        if !present {
+            tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} TEXT;"))?;
+        }
     }
     tx.commit()
 }
@@ -261,8 +270,8 @@ impl GrantIssuer for SqliteStore {
         proposal: &FrozenProposal,
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
-        self.insert_grant(id, proposal.digest(), Some(proposal.tool()), ttl)
-            .await
+        let named = (proposal.tool(), proposal.resource());
+        self.insert_grant(id, proposal.digest(), Some(named), ttl).await
     }
 }
 
@@ -314,7 +323,7 @@ impl ReceiptJournal for SqliteStore {
         self.run(|c| {
             let mut stmt = c
                 .prepare(
-                    "SELECT id, digest, grant_id, tool, intent_at FROM aml_journal
+                    "SELECT id, digest, grant_id, tool, intent_at, resource FROM aml_journal
                      WHERE outcome IS NULL AND reconciled_at IS NULL ORDER BY id",
                 )
                 .map_err(db("read"))?;
@@ -326,6 +335,7 @@ impl ReceiptJournal for SqliteStore {
                         grant_id: r.get(2)?,
                         tool: r.get(3)?,
                         intent_at_ms: r.get(4)?,
+                        resource: r.get(5)?,
                     })
                 })
                 .map_err(db("read"))?;

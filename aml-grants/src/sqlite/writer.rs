@@ -82,25 +82,25 @@ impl<'c> Statements<'c> {
                  WHERE id = ?1 AND digest = ?2 AND consumed_at IS NULL AND expires_at > ?3",
             )?,
             claim_intent: conn.prepare(
-                "INSERT INTO aml_journal (digest, grant_id, tool, intent_at)
-                 SELECT digest, id, COALESCE(tool, ''), ?2 FROM aml_grants WHERE id = ?1",
+                "INSERT INTO aml_journal (digest, grant_id, tool, resource, intent_at)
+                 SELECT digest, id, COALESCE(tool, ''), resource, ?2 FROM aml_grants WHERE id = ?1",
             )?,
             classify: conn.prepare(
                 "SELECT consumed_at IS NOT NULL, expires_at <= ?3 FROM aml_grants WHERE id = ?1 AND digest = ?2",
             )?,
             intent: conn
-                .prepare("INSERT INTO aml_journal (digest, grant_id, tool, intent_at) VALUES (?1, ?2, ?3, ?4)")?,
+                .prepare("INSERT INTO aml_journal (digest, grant_id, tool, intent_at, resource) VALUES (?1, ?2, ?3, ?4, ?5)")?,
             outcome_by_id: conn.prepare(
                 "UPDATE aml_journal SET outcome = ?2, detail = ?3, outcome_at = ?4 WHERE id = ?1 AND outcome IS NULL",
             )?,
             outcome_by_grant: conn.prepare(
-                "UPDATE aml_journal SET outcome = ?2, detail = ?3, outcome_at = ?4, tool = ?5
+                "UPDATE aml_journal SET outcome = ?2, detail = ?3, outcome_at = ?4, tool = ?5, resource = ?6
                  WHERE grant_id = ?1 AND outcome IS NULL",
             )?,
             // A granted call whose claim wrote no intent (another store claimed it).
             outcome_whole: conn.prepare(
-                "INSERT INTO aml_journal (digest, grant_id, tool, intent_at, outcome, detail, outcome_at)
-                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?4
+                "INSERT INTO aml_journal (digest, grant_id, tool, intent_at, outcome, detail, outcome_at, resource)
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?4, ?7
                  WHERE NOT EXISTS (SELECT 1 FROM aml_journal WHERE grant_id = ?2)",
             )?,
             record: conn.prepare("INSERT INTO aml_receipts (recorded_at, record) VALUES (?1, ?2)")?,
@@ -254,7 +254,8 @@ fn apply(st: &mut Statements<'_>, conn: &Connection, now: i64, write: Write) -> 
                     entry.proposal_sha256.to_string(),
                     entry.grant_id,
                     entry.tool,
-                    now
+                    now,
+                    entry.resource
                 ])
                 .map(|_| conn.last_insert_rowid());
             Answer::Intent(reply, inserted.map_err(failed("intent")))
@@ -323,9 +324,14 @@ fn resolve(st: &mut Statements<'_>, now: i64, resolved: &IntentOutcome) -> rusql
             .execute(params![id, outcome, detail, now])
             .map(drop),
         IntentRef::Claimed(entry) => {
-            let updated =
-                st.outcome_by_grant
-                    .execute(params![entry.grant_id, outcome, detail, now, entry.tool])?;
+            let updated = st.outcome_by_grant.execute(params![
+                entry.grant_id,
+                outcome,
+                detail,
+                now,
+                entry.tool,
+                entry.resource
+            ])?;
             if updated == 0 {
                 st.outcome_whole.execute(params![
                     entry.proposal_sha256.to_string(),
@@ -333,7 +339,8 @@ fn resolve(st: &mut Statements<'_>, now: i64, resolved: &IntentOutcome) -> rusql
                     entry.tool,
                     now,
                     outcome,
-                    detail
+                    detail,
+                    entry.resource
                 ])?;
             }
             Ok(())

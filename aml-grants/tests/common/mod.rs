@@ -192,5 +192,6 @@ pub(crate) fn entry(label: &str) -> aml_grants::IntentEntry {
         proposal_sha256: digest(label),
         grant_id: None,
         tool: "send_message".into(),
+        resource: "ops@example.com".into(),
     }
 }

@@ -282,7 +282,17 @@ impl Session {
 /// Calls per second with [`SESSIONS`] HTTP sessions calling at once through a gate on
 /// `state`: the median of [`HTTP_RUNS`] runs.
 async fn http_throughput(setup: &Setup, state: &str) -> f64 {
-    let args = setup.gate_args(state, &["--listen", "127.0.0.1:0", "--max-sessions", "64"]);
+    let args = setup.gate_args(
+        state,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--max-sessions",
+            "64",
+            "--max-sessions-per-client",
+            "64",
+        ],
+    );
     let mut gate = Command::new(support::gate_binary())
         .args(&args)
         .env("AML_NOTICE_AUDIT", setup.dir.join("http-audit.jsonl"))

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aml_mcp::relay::{Connection, Inbound, Upstream};
 use bytes::Bytes;
@@ -22,6 +22,11 @@ use crate::sse::Decoder;
 
 /// Idle connections kept for reuse.
 const POOL: usize = 32;
+/// A pooled connection unused this long is closed instead of reused. Servers end idle
+/// kept-alive connections (this crate's front after its `header_read_timeout`, 10 s by
+/// default); a request written just as the server closes one is lost with it, and cannot be
+/// sent again (it may have reached the server). Closing ours first keeps that race away.
+const POOL_IDLE: Duration = Duration::from_secs(4);
 /// How often a stream that broke off is resumed with `Last-Event-ID`.
 const RESUME_ATTEMPTS: u32 = 3;
 
@@ -140,7 +145,8 @@ struct Client {
     headers: Vec<(HeaderName, HeaderValue)>,
     session: Mutex<Option<HeaderValue>>,
     version: Mutex<Option<HeaderValue>>,
-    pool: Mutex<Vec<SendRequest<Full<Bytes>>>>,
+    /// Kept connections, each with when it was last handed back.
+    pool: Mutex<Vec<(SendRequest<Full<Bytes>>, Instant)>>,
     /// 2026-07-28 requests waiting for their answer, by id (JSON text): cancelling one is
     /// closing its response stream.
     stateless_calls: Mutex<HashMap<String, AbortHandle>>,
@@ -549,19 +555,23 @@ impl Client {
         self.ready_pooled()
     }
 
-    /// The newest pooled connection that can take a request now (closed ones are dropped;
-    /// one still streaming a response, such as an SSE `GET`, stays pooled).
+    /// The newest pooled connection that can take a request now (closed ones are dropped,
+    /// and so are idle ones unused for [`POOL_IDLE`]; one still streaming a response, such as
+    /// an SSE `GET`, stays pooled).
     fn ready_pooled(&self) -> Option<SendRequest<Full<Bytes>>> {
         let mut pool = lock(&self.pool);
-        pool.retain(|sender| !sender.is_closed());
-        let ready = (0..pool.len()).rev().find(|&i| futures_ready(&mut pool[i]))?;
-        Some(pool.remove(ready))
+        pool.retain_mut(|(sender, since)| {
+            let stale = since.elapsed() >= POOL_IDLE && futures_ready(sender);
+            !sender.is_closed() && !stale
+        });
+        let ready = (0..pool.len()).rev().find(|&i| futures_ready(&mut pool[i].0))?;
+        Some(pool.remove(ready).0)
     }
 
     fn give_back(&self, sender: SendRequest<Full<Bytes>>) {
         let mut pool = lock(&self.pool);
         if pool.len() < POOL {
-            pool.push(sender);
+            pool.push((sender, Instant::now()));
         }
     }
 }

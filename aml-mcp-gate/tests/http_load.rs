@@ -85,18 +85,21 @@ struct Run {
 async fn session(url: String, number: usize, until: Instant) -> Run {
     let mut run = Run::default();
     let upstream = http_upstream(&url, UpstreamConfig::default()).unwrap();
+    let mut exited = upstream.exited;
     let Connection {
         mut incoming,
         outgoing,
     } = upstream.connection;
+    // Why the client's upstream ended, if it did (its reason says which request failed).
+    let mut gone = move || match exited.try_recv() {
+        Ok(why) => format!("; the client's upstream ended: {why}"),
+        Err(_) => String::new(),
+    };
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "load", "version": "1"}}});
-    if exchange(&outgoing, &mut incoming, init.to_string())
-        .await
-        .is_none()
-    {
+    if let Err(why) = exchange(&outgoing, &mut incoming, init.to_string()).await {
         run.errors
-            .push(format!("session {number}: no answer to initialize"));
+            .push(format!("session {number}: initialize: {why}{}", gone()));
         return run;
     }
     let _ = outgoing
@@ -110,13 +113,13 @@ async fn session(url: String, number: usize, until: Instant) -> Run {
         let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "echo", "arguments": {"message": text}}});
         match exchange(&outgoing, &mut incoming, call.to_string()).await {
-            Some((reply, took)) if reply["result"]["content"][0]["text"] == text.as_str() => {
+            Ok((reply, took)) if reply["result"]["content"][0]["text"] == text.as_str() => {
                 run.latencies.push(took);
                 run.answered.push(text);
             }
-            Some((reply, _)) => run.errors.push(format!("{text}: {reply}")),
-            None => {
-                run.errors.push(format!("{text}: no answer"));
+            Ok((reply, _)) => run.errors.push(format!("{text}: {reply}")),
+            Err(why) => {
+                run.errors.push(format!("{text}: {why}{}", gone()));
                 break;
             }
         }
@@ -125,23 +128,32 @@ async fn session(url: String, number: usize, until: Instant) -> Run {
     run
 }
 
-/// Sends a request and waits (30 s at most) for an answer; the answer and how long it took.
+/// Sends a request and waits (30 s at most) for an answer; the answer and how long it took,
+/// or why there is none.
 async fn exchange(
     outgoing: &tokio::sync::mpsc::Sender<Bytes>,
     incoming: &mut tokio::sync::mpsc::Receiver<Inbound>,
     message: String,
-) -> Option<(Value, Duration)> {
+) -> Result<(Value, Duration), String> {
     let sent = Instant::now();
-    outgoing.send(Bytes::from(message)).await.ok()?;
+    outgoing
+        .send(Bytes::from(message))
+        .await
+        .map_err(|_| "the client connection was closed before the send".to_string())?;
     loop {
         let reply = tokio::time::timeout(Duration::from_secs(30), incoming.recv())
             .await
-            .ok()??;
-        if let Inbound::Message(bytes) = reply {
-            let value: Value = serde_json::from_slice(&bytes).ok()?;
-            if value.get("id").is_some() {
-                return Some((value, sent.elapsed()));
+            .map_err(|_| "no answer within 30 s".to_string())?
+            .ok_or_else(|| "the client connection closed while waiting".to_string())?;
+        match reply {
+            Inbound::Message(bytes) => {
+                let value: Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| format!("unparsable reply ({e}): {}", String::from_utf8_lossy(&bytes)))?;
+                if value.get("id").is_some() {
+                    return Ok((value, sent.elapsed()));
+                }
             }
+            other => return Err(format!("the connection reported {other:?}")),
         }
     }
 }
@@ -211,7 +223,7 @@ fn two_hundred_sessions_for_thirty_seconds_every_call_has_one_receipt() {
     let direct = runtime.block_on(load(&server, sessions, seconds));
     assert!(
         direct.errors.is_empty(),
-        "{:?}",
+        "straight to the fixture server: {:?}",
         &direct.errors[..direct.errors.len().min(5)]
     );
 
@@ -239,7 +251,7 @@ fn two_hundred_sessions_for_thirty_seconds_every_call_has_one_receipt() {
     let gated = runtime.block_on(load(&gate.url, sessions, seconds));
     assert!(
         gated.errors.is_empty(),
-        "{:?}",
+        "through the gate: {:?}",
         &gated.errors[..gated.errors.len().min(5)]
     );
     assert!(gate.stop().success());

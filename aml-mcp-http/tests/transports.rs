@@ -517,3 +517,31 @@ async fn back_to_back_requests_reuse_their_connection() {
         "{SESSIONS} sessions of 100 requests one after another opened {opened} connections"
     );
 }
+
+/// A pooled connection left idle for 4 s is not reused: the next request opens a new one,
+/// so it is never written into a connection the server is closing for idleness (this
+/// front does after its `header_read_timeout`, 10 s).
+#[tokio::test]
+async fn a_connection_idle_for_four_seconds_is_not_reused() {
+    /// Longer than the client's 4 s, shorter than the front's 10 s.
+    const IDLE_PAST_THE_CLIENTS_LIMIT: Duration = Duration::from_millis(4500);
+    let to = front_addr().await.parse().unwrap();
+    let (through, connections) = counting_relay(to).await;
+    let upstream = http_upstream(&through, UpstreamConfig::default()).unwrap();
+    let mut client = upstream.connection;
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}});
+    client.outgoing.send(Bytes::from(init.to_string())).await.unwrap();
+    assert_eq!(next_message(&mut client).await["result"]["method"], "initialize");
+    let list = |id: u64| Bytes::from(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}).to_string());
+    client.outgoing.send(list(1)).await.unwrap();
+    assert_eq!(next_message(&mut client).await["id"], 1);
+    let opened = connections.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(opened, 1, "back-to-back requests share a connection");
+
+    // Simulated idleness: nothing to wait for, the point is time passing.
+    tokio::time::sleep(IDLE_PAST_THE_CLIENTS_LIMIT).await;
+    client.outgoing.send(list(2)).await.unwrap();
+    assert_eq!(next_message(&mut client).await["id"], 2);
+    let opened = connections.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(opened, 2, "the idle connection was reused");
+}

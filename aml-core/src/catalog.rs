@@ -12,9 +12,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::canonical::{canonical_digest, CanonicalError};
-use crate::guarded::{ArgumentSnapshot, MapperError, ResourceMapper};
+use crate::guarded::ResourceMapper;
 use crate::hooks::ToolExecutor;
 use crate::proposal::{FrozenProposal, ProposalParts};
+pub use crate::resource::{ResourceKind, ResourceMapping, ResourceRule};
 use crate::{Effect, ObjectOnly, Sha256Digest};
 
 /// The members of a server's tool definition that a pin covers (absent ones stay absent).
@@ -88,31 +89,6 @@ pub enum CatalogError {
         /// Why.
         detail: String,
     },
-}
-
-/// Where a tool's policy resource comes from.
-///
-/// In a catalog document: `{"argument": "path"}` or `{"fixed": "queue:ops"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields, rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum ResourceRule {
-    /// The value of one string argument (e.g. `to`, `path`).
-    Argument(String),
-    /// A fixed resource, for tools whose destination is not in their arguments.
-    Fixed(String),
-}
-
-impl ResourceMapper for ResourceRule {
-    fn resource_for(&self, snapshot: &ArgumentSnapshot) -> Result<String, MapperError> {
-        match self {
-            ResourceRule::Argument(name) => snapshot
-                .str(name)
-                .map(str::to_owned)
-                .ok_or_else(|| MapperError::new(format!("argument {name:?} must be a string"))),
-            ResourceRule::Fixed(resource) => Ok(resource.clone()),
-        }
-    }
 }
 
 /// Why arguments were refused by a tool's input schema: the first violation, located by

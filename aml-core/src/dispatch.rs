@@ -385,10 +385,7 @@ impl ActionBoundary {
     }
 
     fn recheck(&self, plan: &Plan, proposal: &FrozenProposal, when: &'static str) -> Result<(), Stop> {
-        let now = self
-            .policy
-            .current()
-            .decide(proposal.tool(), proposal.effect(), proposal.resource());
+        let now = self.policy.current().decide_proposal(proposal);
         let unchanged = now == (plan.decision(), plan.reason());
         tracing::debug!(target: "aml.dispatch", when, unchanged, "policy re-checked");
         if unchanged {

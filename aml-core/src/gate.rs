@@ -466,7 +466,14 @@ fn check_and_prepare(
         purpose: registration.purpose(),
         mapper: registration.mapper().as_ref(),
     };
-    prepare_call(&identity, arguments, policy, tracker).map_err(Refused::Host)
+    prepare_call(&identity, arguments, policy, tracker).map_err(|e| match e {
+        // A typed resource the arguments break is the caller's to fix, not a host error.
+        GuardedToolError::Mapper(mapper) => match mapper.refusal() {
+            Some(refusal) => Refused::Refusal(refusal, mapper.to_string()),
+            None => Refused::Host(GuardedToolError::Mapper(mapper)),
+        },
+        host => Refused::Host(host),
+    })
 }
 
 impl From<GateOutcome> for CallOutcome {

@@ -68,15 +68,44 @@ impl ArgumentSnapshot {
     }
 }
 
-/// A resource mapper failed. This is a host error: no plan, no receipt.
+/// A resource mapper failed: a host error (no plan, no receipt), or, when made with
+/// [`refused`](Self::refused), a refusal of the call's arguments that a gate answers as such.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct MapperError(String);
+#[error("{message}")]
+pub struct MapperError {
+    message: String,
+    refusal: Option<crate::Refusal>,
+}
 
 impl MapperError {
     /// A mapper error with a message.
     pub fn new(message: impl Into<String>) -> Self {
-        MapperError(message.into())
+        MapperError {
+            message: message.into(),
+            refusal: None,
+        }
+    }
+
+    /// The call's arguments name a resource the host refuses (a path outside its root, a URL
+    /// with userinfo, …): [`crate::ToolGate`] answers the call as refused with `refusal`
+    /// (its record says so) instead of as a host error.
+    ///
+    /// ```
+    /// use aml_core::{MapperError, Refusal};
+    /// let refused = MapperError::refused(Refusal::ResourceOutsideRoot, "the path leaves /srv");
+    /// assert_eq!(refused.refusal(), Some(Refusal::ResourceOutsideRoot));
+    /// assert_eq!(MapperError::new("bug").refusal(), None);
+    /// ```
+    pub fn refused(refusal: crate::Refusal, detail: impl Into<String>) -> Self {
+        MapperError {
+            message: detail.into(),
+            refusal: Some(refusal),
+        }
+    }
+
+    /// The refusal, for an error made with [`refused`](Self::refused).
+    pub fn refusal(&self) -> Option<crate::Refusal> {
+        self.refusal
     }
 }
 
@@ -100,6 +129,13 @@ impl MapperError {
 pub trait ResourceMapper: Send + Sync {
     /// The destination for these arguments.
     fn resource_for(&self, snapshot: &ArgumentSnapshot) -> Result<String, MapperError>;
+
+    /// Every destination of these arguments, in order (a move names its source and its
+    /// destination): each is decided by the policy and all are in the digest. By default the
+    /// one of [`resource_for`](Self::resource_for).
+    fn resources_for(&self, snapshot: &ArgumentSnapshot) -> Result<Vec<String>, MapperError> {
+        self.resource_for(snapshot).map(|one| vec![one])
+    }
 }
 
 impl<F> ResourceMapper for F
@@ -302,18 +338,27 @@ pub(crate) fn prepare_call(
     tracker: &mut CallTracker,
 ) -> Result<Prepared, GuardedToolError> {
     let snapshot = ArgumentSnapshot(arguments);
-    let resource = match catch_unwind(AssertUnwindSafe(|| identity.mapper.resource_for(&snapshot))) {
-        Ok(Ok(resource)) => resource,
+    let resources = match catch_unwind(AssertUnwindSafe(|| identity.mapper.resources_for(&snapshot))) {
+        Ok(Ok(resources)) if !resources.is_empty() => resources,
+        Ok(Ok(_)) => {
+            return Err(GuardedToolError::Mapper(MapperError::new(
+                "the resource mapper named no resource",
+            )))
+        }
         Ok(Err(e)) => return Err(GuardedToolError::Mapper(e)),
         Err(payload) => return Err(GuardedToolError::MapperPanicked(panic_message(payload.as_ref()))),
     };
-    let frozen = FrozenProposal::freeze(ProposalParts {
-        tool: identity.tool,
-        effect: identity.effect,
-        resource: &resource,
-        purpose: identity.purpose,
-        arguments: snapshot.as_map(),
-    });
+    let more: Vec<&str> = resources[1..].iter().map(String::as_str).collect();
+    let frozen = FrozenProposal::freeze_many(
+        ProposalParts {
+            tool: identity.tool,
+            effect: identity.effect,
+            resource: &resources[0],
+            purpose: identity.purpose,
+            arguments: snapshot.as_map(),
+        },
+        &more,
+    );
     let planned = match frozen {
         Ok(frozen) => plan_frozen(frozen, policy),
         Err(refusal) => refused(refusal),

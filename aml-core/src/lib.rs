@@ -24,6 +24,8 @@ pub mod proposal;
 mod reason;
 mod receipt;
 mod record;
+#[cfg(feature = "catalog")]
+mod resource;
 mod runtime;
 pub mod strict;
 #[cfg(feature = "testing")]
@@ -34,7 +36,9 @@ mod wire;
 #[cfg(feature = "catalog")]
 pub use call::{Arguments, CallRequest};
 #[cfg(feature = "catalog")]
-pub use catalog::{CatalogError, ResourceRule, SchemaViolation, ToolCatalog, ToolRegistration};
+pub use catalog::{
+    CatalogError, ResourceKind, ResourceMapping, ResourceRule, SchemaViolation, ToolCatalog, ToolRegistration,
+};
 pub use deadline::{CallerGone, Deadline};
 pub use digest::{HexDigest, InvalidDigest, Sha256Digest};
 pub use dispatch::{ActionBoundary, ActionBoundaryBuilder, DispatchOutcome};
@@ -57,7 +61,7 @@ pub use object_only::ObjectOnly;
 pub use outcome::{Blocked, CallOutcome, Dispatched, HostError, Refused, Unknown, DISPATCH_IN_PROGRESS};
 pub use plan::{plan, plan_frozen, Plan, Planned, PLAN_PROTOCOL};
 pub use policy::{LivePolicy, Policy, PolicyError, PolicySource, Rule};
-pub use proposal::{FrozenProposal, ProposalParts, ProposalRefusal};
+pub use proposal::{FrozenProposal, ProposalParts, ProposalRefusal, MULTI_RESOURCE_PROTOCOL};
 pub use reason::{JsonErrorCode, PlanReason, ReceiptReason, Refusal};
 pub use receipt::{Receipt, RECEIPT_PROTOCOL};
 pub use record::{

@@ -154,7 +154,7 @@ pub(crate) fn refused(refusal: ProposalRefusal) -> Planned {
 
 /// Plans an already frozen proposal against `policy`.
 pub fn plan_frozen(frozen: FrozenProposal, policy: &Policy) -> Planned {
-    let (decision, reason) = policy.decide(frozen.tool(), frozen.effect(), frozen.resource());
+    let (decision, reason) = policy.decide_proposal(&frozen);
     Planned {
         plan: Plan {
             proposal_sha256: reason.carries_digest().then(|| frozen.digest()),

@@ -98,6 +98,37 @@ fn effect_slot(effect: Effect) -> usize {
 }
 
 impl Policy {
+    /// The decision for a frozen proposal: each of its resources is decided, and the
+    /// strictest wins (the first resource denied denies the whole call with its reason; else
+    /// one that needs approval asks for it). A one-resource proposal is decided as
+    /// [`decide`](Self::decide) decides it.
+    ///
+    /// ```
+    /// use aml_core::{Decision, Effect, FrozenProposal, Policy, PlanReason, ProposalParts};
+    /// let policy = Policy::from_value(&serde_json::json!({"protocol": "aml-action-policy/1", "rules": [
+    ///     {"tool": "move_file", "effect": "write", "resource": "out/a", "requires_approval": true},
+    ///     {"tool": "move_file", "effect": "write", "resource": "docs/a", "requires_approval": false}]}));
+    /// let arguments = serde_json::Map::new();
+    /// let parts = |first| ProposalParts { tool: "move_file", effect: Effect::Write, resource: first,
+    ///     purpose: "Move a file", arguments: &arguments };
+    /// let asks = FrozenProposal::freeze_many(parts("docs/a"), &["out/a"]).unwrap();
+    /// assert_eq!(policy.decide_proposal(&asks), (Decision::RequiresApproval, PlanReason::ExactRule));
+    /// let denied = FrozenProposal::freeze_many(parts("docs/a"), &["secret"]).unwrap();
+    /// assert_eq!(policy.decide_proposal(&denied), (Decision::Deny, PlanReason::NoExactRule));
+    /// ```
+    pub fn decide_proposal(&self, proposal: &crate::FrozenProposal) -> (Decision, PlanReason) {
+        let mut strictest = (Decision::Allow, PlanReason::ExactRule);
+        for resource in proposal.resources() {
+            let decided = self.decide(proposal.tool(), proposal.effect(), resource);
+            match decided.0 {
+                Decision::Deny => return decided,
+                Decision::RequiresApproval => strictest = decided,
+                Decision::Allow => {}
+            }
+        }
+        strictest
+    }
+
     /// Builds a policy from a document. A malformed document gives a policy that denies
     /// everything with `invalid_policy`; [`Policy::error`] says why.
     pub fn from_value(document: &Value) -> Self {

@@ -15,6 +15,11 @@ use crate::{Effect, Sha256Digest};
 
 /// The proposal protocol string.
 pub const PROPOSAL_PROTOCOL: &str = "aml-proposed-action/1";
+/// The protocol string of a proposal with two or more resources (`resources`, an array, in
+/// place of `resource`; ADR 023). A one-resource proposal is always [`PROPOSAL_PROTOCOL`].
+pub const MULTI_RESOURCE_PROTOCOL: &str = "aml-proposed-action/2";
+/// Most resources in one proposal.
+pub const MAX_RESOURCES: usize = 256;
 /// Longest `tool`, `resource` or `purpose`, in UTF-16 code units.
 pub const MAX_FIELD_UTF16: usize = 256;
 /// Largest canonical proposal, in bytes of UTF-8.
@@ -92,7 +97,9 @@ struct Frozen {
     arguments: Range<usize>,
     effect: Effect,
     tool: Box<str>,
+    // One resource, or the canonical JSON array of several (see `FrozenProposal::resource`).
     resource: Box<str>,
+    resources: Box<[Box<str>]>,
     purpose: Box<str>,
 }
 
@@ -109,7 +116,8 @@ impl FrozenProposal {
     /// Validates a proposal object exactly as the reference does and freezes it.
     ///
     /// The object must have exactly the six keys `protocol`, `tool`, `effect`, `resource`,
-    /// `purpose` and `arguments`.
+    /// `purpose` and `arguments`; or, with protocol [`MULTI_RESOURCE_PROTOCOL`], `resources`
+    /// (two or more strings) in place of `resource`.
     pub fn from_value(value: &Value) -> Result<Self, ProposalRefusal> {
         let obj = value
             .as_object()
@@ -125,14 +133,22 @@ impl FrozenProposal {
             Some(_) => Err(ProposalRefusal::invalid(format!("{key} must be a string"))),
             None => Err(ProposalRefusal::invalid(format!("{key} is missing"))),
         };
-        if text("protocol")? != PROPOSAL_PROTOCOL {
-            return Err(ProposalRefusal::invalid(format!(
-                "protocol must be {PROPOSAL_PROTOCOL}"
-            )));
-        }
+        let protocol = text("protocol")?;
+        let several = match protocol {
+            PROPOSAL_PROTOCOL => None,
+            MULTI_RESOURCE_PROTOCOL => Some(resource_list(obj.get("resources"))?),
+            _ => {
+                return Err(ProposalRefusal::invalid(format!(
+                    "protocol must be {PROPOSAL_PROTOCOL} or {MULTI_RESOURCE_PROTOCOL}"
+                )))
+            }
+        };
         let tool = text("tool")?;
         let effect_text = text("effect")?;
-        let resource = text("resource")?;
+        let resource = match &several {
+            None => text("resource")?,
+            Some(list) => list[0],
+        };
         let purpose = text("purpose")?;
         let arguments = match obj.get("arguments") {
             Some(Value::Object(map)) => map,
@@ -143,26 +159,58 @@ impl FrozenProposal {
         let effect: Effect = effect_text
             .parse()
             .map_err(|_| ProposalRefusal::invalid(format!("unknown effect {effect_text:?}")))?;
-        check_field("resource", resource)?;
-        check_field("purpose", purpose)?;
-        Self::freeze_checked(ProposalParts {
+        // Resource and purpose are checked by freezing, in the reference's order.
+        let parts = ProposalParts {
             tool,
             effect,
             resource,
             purpose,
             arguments,
-        })
+        };
+        match several {
+            None => Self::freeze(parts),
+            Some(list) => Self::freeze_many(parts, &list[1..]),
+        }
     }
 
     /// Validates host-built parts and freezes them.
     pub fn freeze(parts: ProposalParts<'_>) -> Result<Self, ProposalRefusal> {
-        check_field("tool", parts.tool)?;
-        check_field("resource", parts.resource)?;
-        check_field("purpose", parts.purpose)?;
-        Self::freeze_checked(parts)
+        Self::freeze_many(parts, &[])
     }
 
-    fn freeze_checked(parts: ProposalParts<'_>) -> Result<Self, ProposalRefusal> {
+    /// Validates host-built parts with several resources and freezes them: `parts.resource`
+    /// is the first, `more` the others, in order. With none in `more` this is
+    /// [`freeze`](Self::freeze) (`aml-proposed-action/1`); with some, the proposal is
+    /// [`MULTI_RESOURCE_PROTOCOL`] with `"resources": [first, ...more]`, so the digest binds
+    /// every one.
+    ///
+    /// ```
+    /// use aml_core::{Effect, FrozenProposal, ProposalParts};
+    /// let arguments = serde_json::Map::new();
+    /// let parts = ProposalParts { tool: "move_file", effect: Effect::Write,
+    ///     resource: "docs/a.md", purpose: "Move a file", arguments: &arguments };
+    /// let moved = FrozenProposal::freeze_many(parts, &["out/a.md"]).unwrap();
+    /// assert_eq!(moved.resources().collect::<Vec<_>>(), ["docs/a.md", "out/a.md"]);
+    /// assert_eq!(moved.resource(), r#"["docs/a.md","out/a.md"]"#);
+    /// assert!(moved.canonical_json().contains(r#""protocol":"aml-proposed-action/2""#));
+    /// ```
+    pub fn freeze_many(parts: ProposalParts<'_>, more: &[&str]) -> Result<Self, ProposalRefusal> {
+        check_field("tool", parts.tool)?;
+        check_field("resource", parts.resource)?;
+        for resource in more {
+            check_field("resource", resource)?;
+        }
+        if more.len() >= MAX_RESOURCES {
+            return Err(ProposalRefusal::invalid(format!(
+                "a proposal names at most {MAX_RESOURCES} resources, this one {}",
+                more.len() + 1
+            )));
+        }
+        check_field("purpose", parts.purpose)?;
+        Self::freeze_checked(parts, more)
+    }
+
+    fn freeze_checked(parts: ProposalParts<'_>, more: &[&str]) -> Result<Self, ProposalRefusal> {
         // Keys in canonical order: arguments, effect, protocol, purpose, resource, tool.
         let mut out = String::with_capacity(256);
         out.push_str("{\"arguments\":");
@@ -173,11 +221,30 @@ impl FrozenProposal {
         out.push_str(",\"effect\":\"");
         out.push_str(parts.effect.as_str());
         out.push_str("\",\"protocol\":\"");
-        out.push_str(PROPOSAL_PROTOCOL);
+        out.push_str(if more.is_empty() {
+            PROPOSAL_PROTOCOL
+        } else {
+            MULTI_RESOURCE_PROTOCOL
+        });
         out.push_str("\",\"purpose\":");
         write_string(parts.purpose, &mut out);
-        out.push_str(",\"resource\":");
-        write_string(parts.resource, &mut out);
+        let resource: Box<str> = if more.is_empty() {
+            out.push_str(",\"resource\":");
+            write_string(parts.resource, &mut out);
+            parts.resource.into()
+        } else {
+            out.push_str(",\"resources\":");
+            let start = out.len();
+            out.push('[');
+            for (i, r) in std::iter::once(&parts.resource).chain(more).enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(r, &mut out);
+            }
+            out.push(']');
+            out[start..].into()
+        };
         out.push_str(",\"tool\":");
         write_string(parts.tool, &mut out);
         out.push('}');
@@ -198,7 +265,11 @@ impl FrozenProposal {
             arguments,
             effect: parts.effect,
             tool: parts.tool.into(),
-            resource: parts.resource.into(),
+            resource,
+            resources: std::iter::once(parts.resource)
+                .chain(more.iter().copied())
+                .map(Box::from)
+                .collect(),
             purpose: parts.purpose.into(),
         })))
     }
@@ -235,9 +306,15 @@ impl FrozenProposal {
     pub fn effect(&self) -> Effect {
         self.0.effect
     }
-    /// Mapped destination.
+    /// The mapped destination: the one resource, or for a proposal with several (see
+    /// [`freeze_many`](Self::freeze_many)) the canonical JSON array of them, as hashed. Records
+    /// and approval prompts show this text.
     pub fn resource(&self) -> &str {
         &self.0.resource
+    }
+    /// Every mapped destination, in order (one for an `aml-proposed-action/1` proposal).
+    pub fn resources(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.0.resources.iter().map(|r| &**r)
     }
     /// Host purpose text.
     pub fn purpose(&self) -> &str {
@@ -251,6 +328,25 @@ impl PartialEq for FrozenProposal {
     }
 }
 impl Eq for FrozenProposal {}
+
+/// The `resources` of an `aml-proposed-action/2` object: an array of two or more strings.
+fn resource_list(value: Option<&Value>) -> Result<Vec<&str>, ProposalRefusal> {
+    let Some(value) = value else {
+        return Err(ProposalRefusal::invalid("resources is missing"));
+    };
+    let Some(items) = value.as_array().filter(|items| items.len() >= 2) else {
+        return Err(ProposalRefusal::invalid(format!(
+            "resources must be an array of two or more strings ({MULTI_RESOURCE_PROTOCOL})"
+        )));
+    };
+    items
+        .iter()
+        .map(|item| {
+            item.as_str()
+                .ok_or_else(|| ProposalRefusal::invalid("every resource must be a string"))
+        })
+        .collect()
+}
 
 fn check_field(name: &str, value: &str) -> Result<(), ProposalRefusal> {
     if is_blank(value) {

@@ -145,6 +145,13 @@ wire_enum! {
         /// and the server now advertises another (or none, or the gateway could not read
         /// it); the detail names both digests. Nothing is sent until the host re-pins it.
         ToolDefinitionChanged = "tool_definition_changed",
+        /// `"invalid_resource"`: an argument the tool's typed resource comes from is
+        /// missing, mistyped, or not a value of its kind (a path with a NUL, a URL with
+        /// userinfo, an address without a domain); nothing was planned.
+        InvalidResource = "invalid_resource",
+        /// `"resource_outside_root"`: a path resource leaves the tool's root (an absolute
+        /// path elsewhere, or a `..` that climbs out); nothing was planned.
+        ResourceOutsideRoot = "resource_outside_root",
     }
 }
 

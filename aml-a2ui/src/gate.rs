@@ -307,6 +307,8 @@ fn answered(form: WireForm, function_call_id: String, outcome: CallOutcome) -> M
             let reason = match refused.refusal() {
                 Refusal::DuplicateCall => GateReason::Replayed,
                 Refusal::InexactNumber => GateReason::ArgsInexactNumber,
+                Refusal::InvalidResource => GateReason::InvalidResource,
+                Refusal::ResourceOutsideRoot => GateReason::ResourceOutsideRoot,
                 // Outside the function's schema, or not an object.
                 _ => GateReason::ArgsSchemaMismatch,
             };

@@ -47,6 +47,11 @@ pub enum GateReason {
     ArgsInexactNumber,
     /// `"replayed"`: this gate already took up this `functionCallId`; nothing ran.
     Replayed,
+    /// `"invalid_resource"`: an argument the function's typed resource comes from is
+    /// missing, mistyped or not a value of its kind (see `aml_core::ResourceRule`).
+    InvalidResource,
+    /// `"resource_outside_root"`: a path resource leaves the function's root.
+    ResourceOutsideRoot,
 }
 
 impl GateReason {
@@ -67,6 +72,8 @@ impl GateReason {
         GateReason::ArgsSchemaMismatch,
         GateReason::ArgsInexactNumber,
         GateReason::Replayed,
+        GateReason::InvalidResource,
+        GateReason::ResourceOutsideRoot,
     ];
 
     /// The exact wire string.
@@ -87,6 +94,8 @@ impl GateReason {
             GateReason::ArgsSchemaMismatch => "args_schema_mismatch",
             GateReason::ArgsInexactNumber => "args_inexact_number",
             GateReason::Replayed => "replayed",
+            GateReason::InvalidResource => "invalid_resource",
+            GateReason::ResourceOutsideRoot => "resource_outside_root",
         }
     }
 }
@@ -103,6 +112,8 @@ impl GateReason {
             }
             GateReason::Replayed => Refusal::DuplicateCall,
             GateReason::ArgsInexactNumber => Refusal::InexactNumber,
+            GateReason::InvalidResource => Refusal::InvalidResource,
+            GateReason::ResourceOutsideRoot => Refusal::ResourceOutsideRoot,
             GateReason::ArgsMissing
             | GateReason::ArgsNotObject
             | GateReason::ArgsDataBinding
@@ -132,6 +143,6 @@ mod tests {
             assert_eq!(r.to_string(), r.as_str());
             assert!(seen.insert(r.as_str()), "{r}");
         }
-        assert_eq!(seen.len(), 15);
+        assert_eq!(seen.len(), 17);
     }
 }

@@ -213,7 +213,12 @@ pub fn status_code(status: ReplyStatus, reason: &str) -> StatusCode {
         ReplyStatus::HostError => StatusCode::INTERNAL_SERVER_ERROR,
         ReplyStatus::Refused => match reason.parse::<Refusal>() {
             Ok(Refusal::InvalidOrUnregisteredCall) => StatusCode::NOT_FOUND,
-            Ok(Refusal::InvalidArguments | Refusal::InexactNumber) => StatusCode::UNPROCESSABLE_ENTITY,
+            Ok(
+                Refusal::InvalidArguments
+                | Refusal::InexactNumber
+                | Refusal::InvalidResource
+                | Refusal::ResourceOutsideRoot,
+            ) => StatusCode::UNPROCESSABLE_ENTITY,
             Ok(Refusal::RequestTooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
             Ok(Refusal::DeadlinePassed) => StatusCode::REQUEST_TIMEOUT,
             Ok(Refusal::DuplicateCall) => StatusCode::CONFLICT,

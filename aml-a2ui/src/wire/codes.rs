@@ -70,6 +70,10 @@ pub const fn refusal_message(reason: GateReason) -> &'static str {
             "Function arguments hold a number this host cannot keep exactly; send it as a string."
         }
         GateReason::Replayed => REPLAYED,
+        GateReason::InvalidResource => "A function argument does not name a resource this host accepts.",
+        GateReason::ResourceOutsideRoot => {
+            "A path in the function arguments is outside what this host serves."
+        }
     }
 }
 

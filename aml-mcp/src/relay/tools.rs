@@ -9,8 +9,7 @@ use aml_core::{
     ActionBoundary, ArgumentSnapshot, CatalogError, MapperError, ResourceMapper, ResourceRule, ToolCatalog,
     ToolGate, ToolRegistration,
 };
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::ForwardWrapper;
 use crate::McpGate;
@@ -25,17 +24,6 @@ pub struct RelayTools {
     gate: McpGate,
     retry: McpGate,
     wrapper: Option<Arc<dyn ForwardWrapper>>,
-}
-
-#[derive(Deserialize)]
-struct RulesDocument {
-    tools: Vec<RuleEntry>,
-}
-
-#[derive(Deserialize)]
-struct RuleEntry {
-    name: String,
-    resource: ResourceRule,
 }
 
 impl RelayTools {
@@ -153,19 +141,17 @@ pub fn catalog_warnings(tools: Option<&str>, policy: &aml_core::Policy) -> Vec<S
         }
     }
     for tool in catalog.tools() {
-        let Some(ResourceRule::Argument(argument)) = rules.get(tool.name()) else {
+        let Some(rule) = rules.get(tool.name()) else {
             continue;
         };
-        let defined = tool
-            .input_schema()
-            .get("properties")
-            .and_then(Value::as_object)
-            .is_some_and(|p| p.contains_key(argument));
-        if !defined {
-            warnings.push(format!(
-                "tool {:?} takes its resource from argument {argument:?}, which its input schema does not define (\"properties\"): its calls will fail",
-                tool.name()
-            ));
+        let properties = tool.input_schema().get("properties").and_then(Value::as_object);
+        for argument in rule.arguments() {
+            if !properties.is_some_and(|p| p.contains_key(argument)) {
+                warnings.push(format!(
+                    "tool {:?} takes its resource from argument {argument:?}, which its input schema does not define (\"properties\"): its calls will fail",
+                    tool.name()
+                ));
+            }
         }
     }
     warnings
@@ -174,11 +160,11 @@ pub fn catalog_warnings(tools: Option<&str>, policy: &aml_core::Policy) -> Vec<S
 /// A catalog document's registrations and each tool's resource rule.
 fn parse_document(text: &str) -> Result<(ToolCatalog, BTreeMap<String, ResourceRule>), CatalogError> {
     let catalog = ToolCatalog::from_json(text)?;
-    let doc: RulesDocument = serde_json::from_str(text).map_err(|e| CatalogError::Document(e.to_string()))?;
-    Ok((
-        catalog,
-        doc.tools.into_iter().map(|t| (t.name, t.resource)).collect(),
-    ))
+    let rules = catalog
+        .tools()
+        .filter_map(|tool| Some((tool.name().to_owned(), tool.resource_rule()?.clone())))
+        .collect();
+    Ok((catalog, rules))
 }
 
 /// The envelope registrations that input-required retries are gated with, one per tool that
@@ -232,21 +218,18 @@ struct EnvelopeResource(ResourceRule);
 
 impl ResourceMapper for EnvelopeResource {
     fn resource_for(&self, snapshot: &ArgumentSnapshot) -> Result<String, MapperError> {
-        let empty = Map::new();
-        let arguments = snapshot
-            .get("arguments")
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        match &self.0 {
-            ResourceRule::Argument(name) => arguments
-                .get(name)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .ok_or_else(|| MapperError::new(format!("argument {name:?} must be a string"))),
-            ResourceRule::Fixed(resource) => Ok(resource.clone()),
-            _ => Err(MapperError::new("this resource rule is not supported on retries")),
-        }
+        self.0.resource_for(&inner_arguments(snapshot))
     }
+
+    fn resources_for(&self, snapshot: &ArgumentSnapshot) -> Result<Vec<String>, MapperError> {
+        self.0.resources_for(&inner_arguments(snapshot))
+    }
+}
+
+/// The envelope's `arguments` (the schema has checked it is an object).
+fn inner_arguments(snapshot: &ArgumentSnapshot) -> ArgumentSnapshot {
+    let inner = snapshot.get("arguments").and_then(Value::as_object);
+    ArgumentSnapshot::from(inner.cloned().unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -340,5 +323,46 @@ mod tests {
             extra.status(),
             CallStatus::Refused(aml_core::Refusal::InvalidArguments)
         );
+    }
+
+    #[tokio::test]
+    async fn retries_apply_a_typed_rule_with_several_resources_to_the_envelope_arguments() {
+        let catalog = r#"{"tools": [{"name": "move", "effect": "write", "purpose": "Move a file",
+            "resource": {"arguments": ["from", "to"], "as": "path", "root": "/srv"},
+            "input_schema": {"type": "object", "properties": {"from": {"type": "string"}, "to": {"type": "string"}}}}]}"#;
+        let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+            {"tool": "move", "effect": "write", "resource": "a", "requires_approval": false},
+            {"tool": "move", "effect": "write", "resource": "b", "requires_approval": false}]}));
+        let tools =
+            RelayTools::from_json(catalog, ActionBoundary::builder(Arc::new(policy)).build()).unwrap();
+        let gate = tools.retry_gate().gate();
+        let envelope = json!({"arguments": {"from": "/srv/a", "to": "./b"}, "requestState": "s"});
+        let both = gate.prepare_value("move", envelope.clone());
+        let parts = aml_core::ProposalParts {
+            tool: "move",
+            effect: aml_core::Effect::Write,
+            resource: "a",
+            purpose: "Move a file",
+            arguments: envelope.as_object().unwrap(),
+        };
+        let expected = aml_core::FrozenProposal::freeze_many(parts, &["b"]).unwrap();
+        assert_eq!(both.plan().unwrap().proposal_sha256(), Some(expected.digest()));
+        let outside = gate
+            .call_value(
+                "move",
+                json!({"arguments": {"from": "a", "to": "../x"}, "requestState": "s"}),
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(
+            outside.status(),
+            CallStatus::Refused(aml_core::Refusal::ResourceOutsideRoot)
+        );
+        assert!(catalog_warnings(
+            Some(catalog),
+            tools.gate().gate().boundary().policy().current().as_ref()
+        )
+        .is_empty());
     }
 }

@@ -127,3 +127,162 @@ fn python_sdk_client_through_the_gate_to_the_filesystem_server() {
     );
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Typed path resources and several resources per call, from outside: the official Python
+/// SDK client, the gate, and server-filesystem behind it with its raw stdin copied to a log.
+/// Spellings of one path decide alike; paths out of the root are refused before the server;
+/// a move out of a protected file and a read of several files with one protected among them
+/// are refused whole; nothing refused reaches the server.
+#[test]
+fn typed_path_resources_decide_every_spelling_alike_and_nothing_refused_reaches_the_filesystem_server() {
+    let peers = interop_dir();
+    let work = std::env::temp_dir().join(format!("aml-interop-typed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    let files = work.join("files");
+    std::fs::create_dir_all(files.join("docs")).unwrap();
+    std::fs::create_dir_all(files.join("out")).unwrap();
+    let files = files.canonicalize().unwrap();
+    std::fs::write(files.join("docs/a.md"), "alpha notes").unwrap();
+    std::fs::write(files.join("docs/b.md"), "beta notes").unwrap();
+    std::fs::write(files.join("secret.txt"), "the secret").unwrap();
+    std::fs::write(work.join("outside.txt"), "outside the root").unwrap();
+    let stdin_log = work.join("server-stdin.log");
+
+    let root = files.to_str().unwrap();
+    let typed = |arguments: Value| {
+        let mut rule = arguments;
+        rule["as"] = json!("path");
+        rule["root"] = json!(root);
+        rule
+    };
+    let strings = |names: &[&str]| -> Value {
+        let props: serde_json::Map<String, Value> = names
+            .iter()
+            .map(|n| (n.to_string(), json!({"type": "string"})))
+            .collect();
+        json!({"type": "object", "properties": props, "required": names, "additionalProperties": false})
+    };
+    write_json(
+        &work.join("tools.json"),
+        &json!({"tools": [
+        {"name": "read_text_file", "effect": "read", "purpose": "Read a document",
+         "resource": typed(json!({"argument": "path"})), "input_schema": strings(&["path"])},
+        {"name": "move_file", "effect": "write", "purpose": "Move a document",
+         "resource": typed(json!({"arguments": ["source", "destination"]})),
+         "input_schema": strings(&["source", "destination"])},
+        {"name": "read_multiple_files", "effect": "read", "purpose": "Read documents",
+         "resource": typed(json!({"argument": "paths", "each": true})),
+         "input_schema": {"type": "object", "properties": {"paths": {"type": "array", "items": {"type": "string"}}},
+                          "required": ["paths"], "additionalProperties": false}}]}),
+    );
+    let rule = |tool: &str, effect: &str, resource: &str| json!({"tool": tool, "effect": effect, "resource": resource, "requires_approval": false});
+    write_json(
+        &work.join("policy.json"),
+        &json!({"protocol": "aml-action-policy/1", "rules": [
+            rule("read_text_file", "read", "docs/a.md"),
+            rule("read_multiple_files", "read", "docs/a.md"),
+            rule("read_multiple_files", "read", "docs/b.md"),
+            rule("move_file", "write", "docs/b.md"),
+            rule("move_file", "write", "out/b.md")]}),
+    );
+    // The server's stdin is copied to a log before the server reads it.
+    let command = json!([
+        gate_binary(),
+        "--policy",
+        work.join("policy.json"),
+        "--tools",
+        work.join("tools.json"),
+        "--state",
+        "memory",
+        "--",
+        "sh",
+        "-c",
+        "tee -a \"$0\" | \"$1\" \"$2\"",
+        stdin_log,
+        peers.join("node/node_modules/.bin/mcp-server-filesystem"),
+        files,
+    ]);
+    let absolute = format!("{root}/docs/a.md");
+    let calls = json!([
+        {"name": "read_text_file", "arguments": {"path": "./docs/a.md"}},
+        {"name": "read_text_file", "arguments": {"path": absolute}},
+        {"name": "read_text_file", "arguments": {"path": "docs//a.md"}},
+        {"name": "read_text_file", "arguments": {"path": "docs/../secret.txt"}},
+        {"name": "read_text_file", "arguments": {"path": "/etc/passwd"}},
+        {"name": "read_text_file", "arguments": {"path": "../outside.txt"}},
+        {"name": "move_file", "arguments": {"source": "secret.txt", "destination": "out/b.md"}},
+        {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.md", "secret.txt"]}},
+        {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.md", "./docs/b.md"]}},
+        {"name": "move_file", "arguments": {"source": "docs/b.md", "destination": "out/b.md"}},
+    ]);
+    let out = Command::new(peers.join("venv/bin/python"))
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/interop/mcp_client.py"))
+        .arg(command.to_string())
+        .arg(calls.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = report["results"].as_array().unwrap();
+    let verdict = |i: usize| &results[i]["meta"]["aml.action-boundary/verdict"];
+    let outcome = |i: usize| {
+        let v = verdict(i);
+        v["rejection"]
+            .as_str()
+            .or_else(|| v["receipt"]["reason"].as_str())
+            .unwrap_or_else(|| panic!("call {i}: {v}"))
+            .to_owned()
+    };
+    let outcomes: Vec<String> = (0..results.len()).map(outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            "host_dispatch_returned",
+            "host_dispatch_returned",
+            "host_dispatch_returned",
+            "no_exact_rule",
+            "resource_outside_root",
+            "resource_outside_root",
+            "no_exact_rule",
+            "no_exact_rule",
+            "host_dispatch_returned",
+            "host_dispatch_returned",
+        ],
+        "{report}"
+    );
+    for (i, read) in results.iter().take(3).enumerate() {
+        assert_eq!(read["text"], "alpha notes", "call {i}: {read}");
+    }
+    let both = results[8]["text"].as_str().unwrap();
+    assert!(
+        both.contains("alpha notes") && both.contains("beta notes"),
+        "{both}"
+    );
+    assert!(
+        files.join("secret.txt").exists(),
+        "the protected file was not moved"
+    );
+    assert_eq!(
+        std::fs::read_to_string(files.join("out/b.md")).unwrap(),
+        "beta notes"
+    );
+
+    let reached = std::fs::read_to_string(&stdin_log).unwrap();
+    let calls_reached: Vec<&str> = reached.lines().filter(|l| l.contains("\"tools/call\"")).collect();
+    assert_eq!(
+        calls_reached.len(),
+        5,
+        "only the allowed calls reached the server: {reached}"
+    );
+    for refused in ["secret.txt", "/etc/passwd", "outside.txt"] {
+        assert!(
+            !reached.contains(refused),
+            "{refused} reached the server: {reached}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}

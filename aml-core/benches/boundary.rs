@@ -62,6 +62,45 @@ fn bench_plan(c: &mut Criterion) {
     assert_eq!(big.rules().len(), 1000);
     c.bench_function("plan/1000_rules", |b| b.iter(|| plan(black_box(&approved), &big)));
 
+    // 100 Cedar policies, all for the planned tool (the index by action cannot skip any),
+    // each with a condition on the resource; one of them permits the call.
+    let mut cedar: String = (0..99)
+        .map(|i| {
+            format!(
+                "@id(\"p{i}\") permit(principal, action == Action::\"send_message\", resource)\n\
+                 when {{ context.resource like \"user{i}@*\" && context.effect == \"send\" }};\n"
+            )
+        })
+        .collect();
+    cedar.push_str(
+        "@id(\"team\") permit(principal, action == Action::\"send_message\", resource)\n\
+         when { context.resource == \"team@example.test\" };\n",
+    );
+    let cedar = Policy::from_cedar(&cedar, None);
+    assert!(cedar.error().is_none(), "{:?}", cedar.error());
+    assert_eq!(
+        plan(&approved, &cedar).plan().decision(),
+        aml_core::Decision::Allow
+    );
+    c.bench_function("plan/100_cedar_policies_one_tool", |b| {
+        b.iter(|| plan(black_box(&approved), &cedar))
+    });
+    // The same 100 spread over 100 tools: the planned tool's own policy is evaluated alone.
+    let spread: String = (0..99)
+        .map(|i| format!("permit(principal, action == Action::\"tool{i}\", resource) when {{ context.resource like \"docs/*\" }};\n"))
+        .chain(std::iter::once(
+            "permit(principal, action == Action::\"send_message\", resource == Resource::\"team@example.test\");\n".to_owned(),
+        ))
+        .collect();
+    let spread = Policy::from_cedar(&spread, None);
+    assert_eq!(
+        plan(&approved, &spread).plan().decision(),
+        aml_core::Decision::Allow
+    );
+    c.bench_function("plan/100_cedar_policies_100_tools", |b| {
+        b.iter(|| plan(black_box(&approved), &spread))
+    });
+
     let canonical = aml_core::FrozenProposal::from_value(&approved).unwrap();
     let bytes = canonical.canonical_json().as_bytes().to_vec();
     c.bench_function("sha256/approved_route_bytes", |b| {

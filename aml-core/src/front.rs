@@ -22,6 +22,7 @@ pub(crate) struct CallTracker {
     pub(crate) span: tracing::Span,
     pub(crate) progress: Progress,
     plan: Option<Plan>,
+    policies: Vec<String>,
     done: bool,
 }
 
@@ -54,12 +55,15 @@ impl CallTracker {
             span,
             progress: Progress::default(),
             plan: None,
+            policies: Vec::new(),
             done: false,
         }
     }
 
-    /// Notes the plan (and the declared effect) once planning is done.
-    pub(crate) fn planned(&mut self, plan: &Plan, effect: Effect) {
+    /// Notes the plan (and the declared effect) once planning is done, with the Cedar
+    /// policies that determined it.
+    pub(crate) fn planned(&mut self, plan: &Plan, effect: Effect, policies: &[String]) {
+        self.policies = policies.to_vec();
         self.span.record("effect", effect.as_str());
         if let Some(digest) = plan.proposal_sha256() {
             self.span.record("digest", tracing::field::display(digest));
@@ -76,6 +80,7 @@ impl CallTracker {
             return;
         }
         let mut record = CallRecord::new(&*self.adapter, self.tool.as_str(), &self.clock);
+        record.policies = std::mem::take(&mut self.policies);
         fill(&mut record);
         self.emit(record);
     }
@@ -146,6 +151,7 @@ impl Drop for CallTracker {
         };
         let mut record = CallRecord::new(&*self.adapter, self.tool.as_str(), &self.clock);
         record.detail = Some(format!("the caller went away {during}"));
+        record.policies = std::mem::take(&mut self.policies);
         if let Some(plan) = &self.plan {
             record.receipt = Some(Receipt::new(plan.proposal_sha256(), plan.decision(), reason));
             record.plan = Some(plan.clone());

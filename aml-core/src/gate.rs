@@ -249,20 +249,18 @@ impl ToolGate {
         &self.boundary
     }
 
-    /// What an agent may be offered, in catalog order: each registered tool that at least
-    /// one rule of the current policy names with its effect (a tool no rule can allow is
-    /// not listed; whether a call is allowed is still decided per call). Every adapter that
-    /// lists tools answers with this.
+    /// What an agent may be offered, in catalog order: each registered tool that the current
+    /// policy may allow ([`Policy::may_allow`](crate::Policy::may_allow): an exact rule names
+    /// it with its effect, or a Cedar permit's action scope admits it); whether a call is
+    /// allowed is still decided per call. Every adapter that lists tools answers with this.
     pub fn listing(&self) -> Vec<ToolRegistration> {
         let catalog = self.catalog.current();
         let policy = self.boundary.policy().current();
-        let allowed = |tool: &ToolRegistration| {
-            policy
-                .rules()
-                .iter()
-                .any(|rule| rule.tool == tool.name() && rule.effect == tool.effect())
-        };
-        catalog.tools().filter(|tool| allowed(tool)).cloned().collect()
+        catalog
+            .tools()
+            .filter(|tool| policy.may_allow(tool.name(), tool.effect()))
+            .cloned()
+            .collect()
     }
 
     /// Looks up `tool`, checks `arguments` against its input schema, captures, maps,

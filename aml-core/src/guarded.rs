@@ -363,7 +363,7 @@ pub(crate) fn prepare_call(
         Ok(frozen) => plan_frozen(frozen, policy),
         Err(refusal) => refused(refusal),
     };
-    tracker.planned(planned.plan(), identity.effect);
+    tracker.planned(planned.plan(), identity.effect, planned.policies());
     Ok(Prepared::Planned(planned))
 }
 

@@ -7,6 +7,8 @@ pub mod canonical;
 pub mod capture;
 #[cfg(feature = "catalog")]
 pub mod catalog;
+#[cfg(feature = "cedar")]
+mod cedar;
 mod deadline;
 mod digest;
 mod dispatch;
@@ -60,7 +62,7 @@ pub use jsonl_sink::JsonLinesSink;
 pub use object_only::ObjectOnly;
 pub use outcome::{Blocked, CallOutcome, Dispatched, HostError, Refused, Unknown, DISPATCH_IN_PROGRESS};
 pub use plan::{plan, plan_frozen, Plan, Planned, PLAN_PROTOCOL};
-pub use policy::{LivePolicy, Policy, PolicyError, PolicySource, Rule};
+pub use policy::{LivePolicy, Policy, PolicyDecision, PolicyError, PolicySource, Rule};
 pub use proposal::{FrozenProposal, ProposalParts, ProposalRefusal, MULTI_RESOURCE_PROTOCOL};
 pub use reason::{JsonErrorCode, PlanReason, ReceiptReason, Refusal};
 pub use receipt::{Receipt, RECEIPT_PROTOCOL};

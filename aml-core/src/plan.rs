@@ -55,10 +55,7 @@ impl TryFrom<ObjectOnly<WirePlan>> for Plan {
         if w.protocol != PLAN_PROTOCOL {
             return Err(format!("plan protocol must be {PLAN_PROTOCOL}"));
         }
-        let consistent = match w.reason {
-            PlanReason::ExactRule => w.decision != Decision::Deny,
-            _ => w.decision == Decision::Deny,
-        };
+        let consistent = (w.decision != Decision::Deny) == w.reason.permits();
         if !consistent || w.proposal_sha256.is_some() != w.reason.carries_digest() {
             return Err(format!("plan {:?}/{} is not consistent", w.decision, w.reason));
         }
@@ -119,6 +116,7 @@ pub struct Planned {
     pub(crate) plan: Plan,
     pub(crate) proposal: Option<FrozenProposal>,
     pub(crate) refusal: Option<ProposalRefusal>,
+    pub(crate) policies: Vec<String>,
 }
 
 impl Planned {
@@ -133,6 +131,10 @@ impl Planned {
     /// Why the proposal was refused, if it was.
     pub fn refusal(&self) -> Option<&ProposalRefusal> {
         self.refusal.as_ref()
+    }
+    /// The ids of the Cedar policies that determined the plan (empty for exact rules).
+    pub fn policies(&self) -> &[String] {
+        &self.policies
     }
 }
 
@@ -149,20 +151,22 @@ pub(crate) fn refused(refusal: ProposalRefusal) -> Planned {
         plan: Plan::denied(refusal.reason()),
         proposal: None,
         refusal: Some(refusal),
+        policies: Vec::new(),
     }
 }
 
 /// Plans an already frozen proposal against `policy`.
 pub fn plan_frozen(frozen: FrozenProposal, policy: &Policy) -> Planned {
-    let (decision, reason) = policy.decide_proposal(&frozen);
+    let decided = policy.evaluate(&frozen);
     Planned {
         plan: Plan {
-            proposal_sha256: reason.carries_digest().then(|| frozen.digest()),
-            decision,
-            reason,
+            proposal_sha256: decided.reason.carries_digest().then(|| frozen.digest()),
+            decision: decided.decision,
+            reason: decided.reason,
         },
         proposal: Some(frozen),
         refusal: None,
+        policies: decided.policies,
     }
 }
 
@@ -207,7 +211,29 @@ mod tests {
         let big = json!({"protocol": "aml-proposed-action/1", "tool": "t", "effect": "write",
                          "resource": "r", "purpose": "p", "arguments": {"x": "y".repeat(70_000)}});
         let invalid = Policy::from_value(&json!({}));
+        let cedar = Policy::from_cedar(
+            r#"permit(principal, action, resource == Resource::"r");
+               forbid(principal, action, resource == Resource::"f");
+               permit(principal, action, resource == Resource::"e") when { context.arguments.x > 1 };"#,
+            None,
+        );
         let cases = [
+            (
+                plan(&proposal("r"), &cedar),
+                PlanReason::PolicyPermit,
+                Decision::Allow,
+            ),
+            (
+                plan(&proposal("f"), &cedar),
+                PlanReason::PolicyForbid,
+                Decision::Deny,
+            ),
+            (plan(&proposal("x"), &cedar), PlanReason::NoPermit, Decision::Deny),
+            (
+                plan(&proposal("e"), &cedar),
+                PlanReason::PolicyError,
+                Decision::Deny,
+            ),
             (
                 plan(&proposal("r"), &policy),
                 PlanReason::ExactRule,

@@ -58,6 +58,21 @@ enum Slot {
 #[derive(Debug, Clone)]
 pub struct Policy {
     state: Result<Index, PolicyError>,
+    /// A Cedar policy set, when the host wrote one; the index is then empty.
+    #[cfg(feature = "cedar")]
+    cedar: Option<Arc<crate::cedar::CedarPolicy>>,
+}
+
+/// A policy's decision on one proposal, with the Cedar policies that determined it (none
+/// for exact rules).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyDecision {
+    /// The decision.
+    pub decision: Decision,
+    /// Why.
+    pub reason: PlanReason,
+    /// The ids of the Cedar policies that determined it, sorted (empty for exact rules).
+    pub policies: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -117,16 +132,134 @@ impl Policy {
     /// assert_eq!(policy.decide_proposal(&denied), (Decision::Deny, PlanReason::NoExactRule));
     /// ```
     pub fn decide_proposal(&self, proposal: &crate::FrozenProposal) -> (Decision, PlanReason) {
+        let decided = self.evaluate(proposal);
+        (decided.decision, decided.reason)
+    }
+
+    /// Like [`decide_proposal`](Self::decide_proposal), with the Cedar policies that
+    /// determined the decision (the denying ones of the first resource denied, else those
+    /// of every resource).
+    pub fn evaluate(&self, proposal: &crate::FrozenProposal) -> PolicyDecision {
+        #[cfg(feature = "cedar")]
+        if let Some(cedar) = &self.cedar {
+            return evaluate_cedar(cedar, proposal);
+        }
         let mut strictest = (Decision::Allow, PlanReason::ExactRule);
         for resource in proposal.resources() {
             let decided = self.decide(proposal.tool(), proposal.effect(), resource);
             match decided.0 {
-                Decision::Deny => return decided,
+                Decision::Deny => {
+                    strictest = decided;
+                    break;
+                }
                 Decision::RequiresApproval => strictest = decided,
                 Decision::Allow => {}
             }
         }
-        strictest
+        PolicyDecision {
+            decision: strictest.0,
+            reason: strictest.1,
+            policies: Vec::new(),
+        }
+    }
+
+    /// Whether some rule or permit could allow a call of `tool` with `effect` (what a tool
+    /// listing shows): an exact rule for the pair, or a Cedar permit whose action scope
+    /// admits the tool.
+    pub fn may_allow(&self, tool: &str, effect: Effect) -> bool {
+        #[cfg(feature = "cedar")]
+        if let Some(cedar) = &self.cedar {
+            return self.state.is_ok() && cedar.may_allow(tool);
+        }
+        self.rules().iter().any(|r| r.tool == tool && r.effect == effect)
+    }
+
+    /// Reads a Cedar policy set (feature `cedar`; see docs/POLICY.md for the entity model),
+    /// checked against `schema` (Cedar schema syntax) when given. A file that does not parse,
+    /// uses an unknown annotation or entity type, or breaks the schema gives a policy that
+    /// denies everything with `invalid_policy` and says why, naming the policy and line.
+    ///
+    /// ```
+    /// use aml_core::{Decision, Effect, Policy, PlanReason};
+    /// let policy = Policy::from_cedar(r#"
+    ///     @id("read-docs")
+    ///     permit(principal, action == Action::"read_text_file", resource)
+    ///     when { context.resource like "docs/*" };
+    /// "#, None);
+    /// assert!(policy.error().is_none());
+    /// assert_eq!(policy.decide("read_text_file", Effect::Read, "docs/new.md"),
+    ///     (Decision::Allow, PlanReason::PolicyPermit));
+    /// assert_eq!(policy.decide("read_text_file", Effect::Read, "secret.txt"),
+    ///     (Decision::Deny, PlanReason::NoPermit));
+    /// let typo = Policy::from_cedar("@aproval(\"required\") permit(principal, action, resource);", None);
+    /// assert!(typo.error().unwrap().to_string().contains("unknown annotation @aproval"));
+    /// ```
+    #[cfg(feature = "cedar")]
+    pub fn from_cedar(text: &str, schema: Option<&str>) -> Self {
+        match crate::cedar::CedarPolicy::load(text, schema) {
+            Ok(cedar) => Policy {
+                state: Ok(Index::default()),
+                cedar: Some(Arc::new(cedar)),
+            },
+            Err(why) => Self::invalid(why),
+        }
+    }
+
+    /// Reads a policy file: Cedar when its name ends in `.cedar` (with `NAME.cedarschema`
+    /// beside it as its schema, when that file exists), else an `aml-action-policy/1` JSON
+    /// document. A file that cannot be read is an error; one that reads but is not a valid
+    /// policy gives a policy that denies everything and says why ([`error`](Self::error)).
+    ///
+    /// ```
+    /// let dir = std::env::temp_dir().join(format!("aml-core-read-file-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let path = dir.join("policy.cedar");
+    /// std::fs::write(&path, "permit(principal, action, resource) when { context.resource like \"docs/*\" };").unwrap();
+    /// let policy = aml_core::Policy::read_file(&path).unwrap();
+    /// assert!(policy.is_cedar() && policy.error().is_none());
+    /// assert!(aml_core::Policy::read_file(&dir.join("missing.json")).is_err());
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    pub fn read_file(path: &std::path::Path) -> Result<Self, String> {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        };
+        let bytes = read(path)?;
+        if path.extension().and_then(|e| e.to_str()) != Some("cedar") {
+            return Ok(Self::from_json_slice(&bytes));
+        }
+        #[cfg(feature = "cedar")]
+        {
+            let schema_path = path.with_extension("cedarschema");
+            let schema = match std::fs::read(&schema_path) {
+                Ok(schema) => Some(schema),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(format!("cannot read {}: {e}", schema_path.display())),
+            };
+            let (Ok(text), Ok(schema)) = (
+                String::from_utf8(bytes),
+                schema.map(String::from_utf8).transpose(),
+            ) else {
+                return Ok(Self::invalid("a Cedar policy or schema file must be UTF-8"));
+            };
+            Ok(Self::from_cedar(&text, schema.as_deref()))
+        }
+        #[cfg(not(feature = "cedar"))]
+        {
+            let _ = bytes;
+            Ok(Self::invalid(
+                "a .cedar policy needs aml-core built with its `cedar` feature",
+            ))
+        }
+    }
+
+    /// Whether this is a Cedar policy set.
+    pub fn is_cedar(&self) -> bool {
+        #[cfg(feature = "cedar")]
+        if self.cedar.is_some() {
+            return true;
+        }
+        false
     }
 
     /// Builds a policy from a document. A malformed document gives a policy that denies
@@ -134,6 +267,8 @@ impl Policy {
     pub fn from_value(document: &Value) -> Self {
         Policy {
             state: parse_document(document).map(Index::build),
+            #[cfg(feature = "cedar")]
+            cedar: None,
         }
     }
 
@@ -153,6 +288,8 @@ impl Policy {
             Ok(document) => Self::from_value(&document),
             Err(e) => Policy {
                 state: Err(PolicyError(format!("not a JSON document: {e}"))),
+                #[cfg(feature = "cedar")]
+                cedar: None,
             },
         }
     }
@@ -161,6 +298,10 @@ impl Policy {
     /// the same order, however the file is formatted), or `None` for a malformed policy: what
     /// a host logs to say which policy is in force.
     pub fn digest(&self) -> Option<crate::Sha256Digest> {
+        #[cfg(feature = "cedar")]
+        if let Some(cedar) = &self.cedar {
+            return Some(cedar.digest());
+        }
         let canonical = crate::canonical::to_canonical_string(&self.to_value()?).ok()?;
         Some(crate::Sha256Digest::of(canonical.as_bytes()))
     }
@@ -186,6 +327,8 @@ impl Policy {
         }
         Ok(Policy {
             state: Ok(Index::build(rules)),
+            #[cfg(feature = "cedar")]
+            cedar: None,
         })
     }
 
@@ -203,6 +346,8 @@ impl Policy {
     pub fn invalid(why: impl Into<String>) -> Self {
         Policy {
             state: Err(PolicyError(why.into())),
+            #[cfg(feature = "cedar")]
+            cedar: None,
         }
     }
 
@@ -210,6 +355,8 @@ impl Policy {
     pub fn empty() -> Self {
         Policy {
             state: Ok(Index::default()),
+            #[cfg(feature = "cedar")]
+            cedar: None,
         }
     }
 
@@ -223,14 +370,23 @@ impl Policy {
         self.state.as_ref().map(|i| i.rules.as_slice()).unwrap_or(&[])
     }
 
-    /// The policy document, or `None` for a malformed policy.
+    /// The policy document, or `None` for a malformed policy (and for a Cedar policy set,
+    /// which is text, not a JSON document).
     pub fn to_value(&self) -> Option<Value> {
+        if self.is_cedar() {
+            return None;
+        }
         let index = self.state.as_ref().ok()?;
         Some(json!({ "protocol": POLICY_PROTOCOL, "rules": index.rules }))
     }
 
     /// Exact lookup of one `(tool, effect, resource)` tuple.
     pub fn decide(&self, tool: &str, effect: Effect, resource: &str) -> (Decision, PlanReason) {
+        #[cfg(feature = "cedar")]
+        if let Some(cedar) = &self.cedar {
+            let decided = cedar.evaluate(tool, effect, resource, &serde_json::Map::new());
+            return (decided.decision, decided.reason);
+        }
         let index = match &self.state {
             Ok(index) => index,
             Err(_) => return (Decision::Deny, PlanReason::InvalidPolicy),
@@ -254,6 +410,9 @@ impl Policy {
 
     /// A copy without the rules matching `(tool, effect, resource)`; `None` if none matched.
     pub fn without(&self, tool: &str, effect: Effect, resource: &str) -> Option<Policy> {
+        if self.is_cedar() {
+            return None;
+        }
         let index = self.state.as_ref().ok()?;
         let kept: Vec<Rule> = index
             .rules
@@ -263,8 +422,38 @@ impl Policy {
             .collect();
         (kept.len() != index.rules.len()).then(|| Policy {
             state: Ok(Index::build(kept)),
+            #[cfg(feature = "cedar")]
+            cedar: None,
         })
     }
+}
+
+/// Each resource decided with the frozen arguments in the context; the strictest wins.
+#[cfg(feature = "cedar")]
+fn evaluate_cedar(cedar: &crate::cedar::CedarPolicy, proposal: &crate::FrozenProposal) -> PolicyDecision {
+    let arguments = proposal.arguments();
+    let mut decided = PolicyDecision {
+        decision: Decision::Allow,
+        reason: PlanReason::PolicyPermit,
+        policies: Vec::new(),
+    };
+    for resource in proposal.resources() {
+        let one = cedar.evaluate(proposal.tool(), proposal.effect(), resource, &arguments);
+        if one.decision == Decision::Deny {
+            return PolicyDecision {
+                decision: one.decision,
+                reason: one.reason,
+                policies: one.policies,
+            };
+        }
+        if one.decision == Decision::RequiresApproval {
+            decided.decision = Decision::RequiresApproval;
+        }
+        decided.policies.extend(one.policies);
+    }
+    decided.policies.sort();
+    decided.policies.dedup();
+    decided
 }
 
 fn parse_document(document: &Value) -> Result<Vec<Rule>, PolicyError> {

@@ -17,6 +17,16 @@ wire_enum! {
         InvalidProposal = "invalid_proposal",
         /// `"proposal_too_large"`: the canonical proposal exceeds 65,536 bytes.
         ProposalTooLarge = "proposal_too_large",
+        /// `"policy_permit"`: a Cedar `permit` applies and no `forbid` does (the decision is
+        /// `requires_approval` when a determining permit is annotated `@approval("required")`).
+        PolicyPermit = "policy_permit",
+        /// `"policy_forbid"`: a Cedar `forbid` applies; the proposal is denied.
+        PolicyForbid = "policy_forbid",
+        /// `"no_permit"`: no Cedar `permit` applies; the proposal is denied.
+        NoPermit = "no_permit",
+        /// `"policy_error"`: a Cedar policy failed to evaluate for this proposal (it might
+        /// have been a `forbid`); the proposal is denied.
+        PolicyError = "policy_error",
     }
 }
 
@@ -25,7 +35,21 @@ impl PlanReason {
     ///
     /// Invalid, oversized, ambiguous and invalid-policy plans carry `null`, as the reference does.
     pub const fn carries_digest(self) -> bool {
-        matches!(self, PlanReason::ExactRule | PlanReason::NoExactRule)
+        matches!(
+            self,
+            PlanReason::ExactRule
+                | PlanReason::NoExactRule
+                | PlanReason::PolicyPermit
+                | PlanReason::PolicyForbid
+                | PlanReason::NoPermit
+                | PlanReason::PolicyError
+        )
+    }
+
+    /// Whether a plan with this reason may allow (or ask for approval); every other reason
+    /// denies.
+    pub const fn permits(self) -> bool {
+        matches!(self, PlanReason::ExactRule | PlanReason::PolicyPermit)
     }
 }
 
@@ -91,6 +115,12 @@ wire_enum! {
         HostDispatchReturned = "host_dispatch_returned",
         /// `"host_dispatch_error"`: the tool callback failed after entry; outcome unknown.
         HostDispatchError = "host_dispatch_error",
+        /// `"policy_forbid"`: a Cedar `forbid` denied the plan.
+        PolicyForbid = "policy_forbid",
+        /// `"no_permit"`: no Cedar `permit` applied.
+        NoPermit = "no_permit",
+        /// `"policy_error"`: a Cedar policy failed to evaluate; denied.
+        PolicyError = "policy_error",
         /// `"AML_CANONICAL_JSON_NON_FINITE_NUMBER"`
         NonFiniteNumber = "AML_CANONICAL_JSON_NON_FINITE_NUMBER",
         /// `"AML_CANONICAL_JSON_UNSUPPORTED_VALUE"`
@@ -182,12 +212,15 @@ impl From<JsonErrorCode> for ReceiptReason {
     }
 }
 
-/// The receipt reason for a plan that blocks, or `None` for `exact_rule`
-/// (an exact rule does not block by itself).
+/// The receipt reason for a plan that blocks, or `None` for `exact_rule` and
+/// `policy_permit` (a matching rule does not block by itself).
 pub(crate) const fn blocking_reason(plan: PlanReason) -> Option<ReceiptReason> {
     match plan {
-        PlanReason::ExactRule => None,
+        PlanReason::ExactRule | PlanReason::PolicyPermit => None,
         PlanReason::NoExactRule => Some(ReceiptReason::NoExactRule),
+        PlanReason::PolicyForbid => Some(ReceiptReason::PolicyForbid),
+        PlanReason::NoPermit => Some(ReceiptReason::NoPermit),
+        PlanReason::PolicyError => Some(ReceiptReason::PolicyError),
         PlanReason::AmbiguousPolicy => Some(ReceiptReason::AmbiguousPolicy),
         PlanReason::InvalidPolicy => Some(ReceiptReason::InvalidPolicy),
         PlanReason::InvalidProposal => Some(ReceiptReason::InvalidProposal),
@@ -264,7 +297,7 @@ mod tests {
     fn blocking_plan_reasons_keep_their_string_in_the_receipt() {
         for p in PlanReason::ALL {
             match blocking_reason(*p) {
-                None => assert_eq!(*p, PlanReason::ExactRule),
+                None => assert!(p.permits(), "{p}"),
                 Some(r) => assert_eq!(r.as_str(), p.as_str()),
             }
         }

@@ -93,6 +93,9 @@ pub struct CallRecord {
     pub detail: Option<String>,
     /// The tool's result, as a digest and a size (never the result itself).
     pub result: Option<ResultSummary>,
+    /// The ids of the Cedar policies that determined the plan (absent for exact rules).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<String>,
 }
 
 impl CallRecord {
@@ -111,6 +114,7 @@ impl CallRecord {
             host_error: None,
             detail: None,
             result: None,
+            policies: Vec::new(),
         }
     }
 

@@ -171,6 +171,17 @@ fn every_receipt_reason_is_reachable() {
                                  "resource": "r", "purpose": "p", "arguments": {}});
     record(rt.block_on(ambiguous.run(&proposal)));
     record(rt.block_on(broken.run(&proposal)));
+    let cedar = ActionBoundary::builder(Arc::new(Policy::from_cedar(
+        r#"forbid(principal, action, resource == Resource::"f");
+           permit(principal, action, resource == Resource::"e") when { context.arguments.x > 1 };"#,
+        None,
+    )))
+    .build();
+    for resource in ["f", "e", "none"] {
+        let mut proposal = proposal.clone();
+        proposal["resource"] = json!(resource);
+        record(rt.block_on(cedar.run(&proposal)));
+    }
 
     let all: BTreeSet<ReceiptReason> = ReceiptReason::ALL.iter().copied().collect();
     let missing: Vec<_> = all.difference(&seen).collect();

@@ -1,0 +1,273 @@
+use serde_json::json;
+
+use crate::{Decision, Effect, FrozenProposal, PlanReason, Policy, ProposalParts};
+
+/// The issue's filesystem goals: read anything under `docs/`, write under `out/` only with
+/// approval, nothing else; and a forbid that wins over a permit.
+const FILESYSTEM: &str = r#"
+@id("read-docs")
+permit(principal, action == Action::"read_text_file", resource)
+when { context.resource like "docs/*" };
+
+@id("write-out")
+@approval("required")
+permit(principal, action in [Action::"write_file", Action::"move_file"], resource)
+when { context.resource like "out/*" };
+
+@id("no-drafts")
+forbid(principal, action, resource)
+when { context.resource like "*/drafts/*" };
+
+@id("small-writes")
+permit(principal, action == Action::"append_log", resource == Resource::"logs/app.log")
+when { context.arguments has line && context.arguments.line like "ok*" };
+"#;
+
+fn policy() -> Policy {
+    let policy = Policy::from_cedar(FILESYSTEM, None);
+    assert!(policy.error().is_none(), "{:?}", policy.error());
+    policy
+}
+
+fn frozen(tool: &str, effect: Effect, resources: &[&str], arguments: serde_json::Value) -> FrozenProposal {
+    let arguments = arguments.as_object().cloned().unwrap();
+    let parts = ProposalParts {
+        tool,
+        effect,
+        resource: resources[0],
+        purpose: "p",
+        arguments: &arguments,
+    };
+    FrozenProposal::freeze_many(parts, &resources[1..]).unwrap()
+}
+
+#[test]
+fn permits_allow_or_ask_forbids_and_silence_deny_each_with_its_policies() {
+    let policy = policy();
+    let read = policy.evaluate(&frozen(
+        "read_text_file",
+        Effect::Read,
+        &["docs/new.md"],
+        json!({}),
+    ));
+    assert_eq!(
+        (read.decision, read.reason),
+        (Decision::Allow, PlanReason::PolicyPermit)
+    );
+    assert_eq!(read.policies, ["read-docs"]);
+    let write = policy.evaluate(&frozen("write_file", Effect::Write, &["out/r.md"], json!({})));
+    assert_eq!(
+        (write.decision, write.policies.as_slice()),
+        (Decision::RequiresApproval, &["write-out".to_owned()][..])
+    );
+    let secret = policy.evaluate(&frozen(
+        "read_text_file",
+        Effect::Read,
+        &["secret.txt"],
+        json!({}),
+    ));
+    assert_eq!(
+        (secret.decision, secret.reason),
+        (Decision::Deny, PlanReason::NoPermit)
+    );
+    assert!(secret.policies.is_empty());
+    let draft = policy.evaluate(&frozen(
+        "read_text_file",
+        Effect::Read,
+        &["docs/drafts/x"],
+        json!({}),
+    ));
+    assert_eq!(
+        (draft.decision, draft.reason),
+        (Decision::Deny, PlanReason::PolicyForbid)
+    );
+    assert_eq!(draft.policies, ["no-drafts"]);
+}
+
+#[test]
+fn every_resource_is_decided_and_the_strictest_wins() {
+    let policy = policy();
+    let out_of_area = frozen("move_file", Effect::Write, &["secret.txt", "out/a"], json!({}));
+    assert_eq!(
+        policy.decide_proposal(&out_of_area),
+        (Decision::Deny, PlanReason::NoPermit)
+    );
+    let within = frozen("move_file", Effect::Write, &["out/a", "out/b"], json!({}));
+    assert_eq!(
+        policy.decide_proposal(&within),
+        (Decision::RequiresApproval, PlanReason::PolicyPermit)
+    );
+}
+
+#[test]
+fn conditions_read_the_frozen_arguments_and_a_failing_policy_denies() {
+    let policy = policy();
+    let short = frozen(
+        "append_log",
+        Effect::Write,
+        &["logs/app.log"],
+        json!({"line": "ok"}),
+    );
+    assert_eq!(policy.decide_proposal(&short).0, Decision::Allow);
+    let long = frozen(
+        "append_log",
+        Effect::Write,
+        &["logs/app.log"],
+        json!({"line": "too long"}),
+    );
+    assert_eq!(
+        policy.decide_proposal(&long),
+        (Decision::Deny, PlanReason::NoPermit)
+    );
+    // `like` on a number is an evaluation error: the policy might have been a forbid.
+    let mistyped = frozen("append_log", Effect::Write, &["logs/app.log"], json!({"line": 7}));
+    let decided = policy.evaluate(&mistyped);
+    assert_eq!(
+        (decided.decision, decided.reason),
+        (Decision::Deny, PlanReason::PolicyError)
+    );
+    assert_eq!(decided.policies, ["small-writes"]);
+}
+
+#[test]
+fn arguments_cannot_smuggle_entities_or_extension_calls_into_the_context() {
+    let policy = Policy::from_cedar(
+        r#"permit(principal, action == Action::"t", resource) when { context.arguments.who == Caller::"admin" };"#,
+        None,
+    );
+    assert!(policy.error().is_none(), "{:?}", policy.error());
+    let forged = frozen(
+        "t",
+        Effect::Read,
+        &["r"],
+        json!({"who": {"__entity": {"type": "Caller", "id": "admin"}}}),
+    );
+    // A record is never equal to an entity: the comparison is false, or a type error.
+    assert_eq!(policy.decide_proposal(&forged).0, Decision::Deny);
+}
+
+#[test]
+fn listing_follows_the_permits_action_scopes() {
+    let policy = policy();
+    assert!(policy.may_allow("read_text_file", Effect::Read));
+    assert!(policy.may_allow("move_file", Effect::Write));
+    assert!(
+        !policy.may_allow("delete_file", Effect::Delete),
+        "only a forbid applies to every action"
+    );
+    let open = Policy::from_cedar("permit(principal, action, resource);", None);
+    assert!(open.may_allow("anything", Effect::Pay));
+}
+
+#[test]
+fn bad_files_are_invalid_policies_that_say_which_policy_and_line() {
+    for (text, says) in [
+        ("permit(principal, action, resource)\nwhen { context.x ==  };", "Cedar syntax error (line 2)"),
+        ("\n\n@aproval(\"required\")\npermit(principal, action, resource);", "policy \"policy0\" (line 3): unknown annotation @aproval"),
+        ("@approval(\"requird\") permit(principal, action, resource);", "@approval takes \"required\""),
+        ("@approval(\"required\") forbid(principal, action, resource);", "goes on a permit"),
+        ("permit(principal == User::\"a\", action, resource);", "unknown entity type User"),
+        ("permit(principal, action == Tool::\"t\", resource);", "expected an entity uid with type `Action`"),
+        ("permit(principal, action, resource == Path::\"a\");", "unknown entity type Path"),
+        ("@id(\"a\") permit(principal, action, resource);\n@id(\"a\") permit(principal, action, resource);", "two policies share this id"),
+        ("permit(principal == ?principal, action, resource);", "templates"),
+    ] {
+        let policy = Policy::from_cedar(text, None);
+        let error = policy.error().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains(says), "{text}: {error}");
+        assert_eq!(policy.decide("t", Effect::Read, "r"), (Decision::Deny, PlanReason::InvalidPolicy));
+        assert!(!policy.may_allow("t", Effect::Read));
+    }
+    let huge = "// padding\n".repeat(1 << 17);
+    let error = Policy::from_cedar(&huge, None)
+        .error()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(error.contains("at most 1048576 bytes"), "{error}");
+}
+
+#[test]
+fn a_schema_is_checked_at_load() {
+    let schema = r#"
+        entity Caller; entity Resource;
+        action "read_text_file" appliesTo { principal: Caller, resource: Resource,
+            context: { effect: String, tool: String, resource: String, arguments: { path: String } } };
+    "#;
+    let ok = Policy::from_cedar(
+        r#"permit(principal, action == Action::"read_text_file", resource) when { context.arguments.path like "docs/*" };"#,
+        Some(schema),
+    );
+    assert!(ok.error().is_none(), "{:?}", ok.error());
+    let frozen_ok = frozen(
+        "read_text_file",
+        Effect::Read,
+        &["docs/a"],
+        json!({"path": "docs/a"}),
+    );
+    assert_eq!(ok.decide_proposal(&frozen_ok).0, Decision::Allow);
+    let wrong = Policy::from_cedar(
+        r#"permit(principal, action == Action::"read_text_file", resource) when { context.arguments.size > 1 };"#,
+        Some(schema),
+    );
+    let error = wrong.error().map(|e| e.to_string()).unwrap_or_default();
+    assert!(error.contains("does not match the schema"), "{error}");
+    let broken = Policy::from_cedar("permit(principal, action, resource);", Some("entity ;"));
+    assert!(broken
+        .error()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+        .contains("Cedar schema error"));
+}
+
+#[test]
+fn the_digest_names_the_file_and_exact_rules_are_unchanged() {
+    let one = Policy::from_cedar(FILESYSTEM, None);
+    assert_eq!(one.digest(), Some(crate::Sha256Digest::of(FILESYSTEM.as_bytes())));
+    assert!(one.is_cedar() && one.to_value().is_none() && one.rules().is_empty());
+    let exact = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "t", "effect": "read", "resource": "r", "requires_approval": false}]}));
+    assert!(!exact.is_cedar());
+    assert_eq!(
+        exact.decide("t", Effect::Read, "r"),
+        (Decision::Allow, PlanReason::ExactRule)
+    );
+}
+
+/// docs/POLICY.md's Cedar example loads and decides as the page says.
+#[test]
+fn the_documented_example_decides_as_documented() {
+    let page = include_str!("../../docs/POLICY.md");
+    let block = page
+        .split("```cedar\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/POLICY.md has a ```cedar block");
+    let policy = Policy::from_cedar(block, None);
+    assert!(policy.error().is_none(), "{:?}", policy.error());
+    let decide = |tool, effect, resources: &[&str]| {
+        policy
+            .decide_proposal(&frozen(tool, effect, resources, json!({})))
+            .0
+    };
+    assert_eq!(
+        decide("read_text_file", Effect::Read, &["docs/later.md"]),
+        Decision::Allow
+    );
+    assert_eq!(
+        decide("write_file", Effect::Write, &["out/r.md"]),
+        Decision::RequiresApproval
+    );
+    assert_eq!(
+        decide("move_file", Effect::Write, &["docs/a.md", "out/a.md"]),
+        Decision::Deny,
+        "docs/a.md is not writable"
+    );
+    assert_eq!(
+        decide("move_file", Effect::Write, &["out/a.md", "out/b.md"]),
+        Decision::RequiresApproval
+    );
+    assert_eq!(
+        decide("read_text_file", Effect::Read, &["docs/drafts/x"]),
+        Decision::Deny
+    );
+}

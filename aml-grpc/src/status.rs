@@ -99,14 +99,18 @@ pub const fn receipt_code(reason: ReceiptReason) -> Code {
     match reason {
         HostDispatchReturned => Code::Ok,
         HostDispatchError => Code::Unknown,
-        NoExactRule | ApprovalUnavailable | ApprovalError | ApprovalMissingOrMismatched => {
-            Code::PermissionDenied
-        }
+        NoExactRule
+        | NoPermit
+        | PolicyForbid
+        | ApprovalUnavailable
+        | ApprovalError
+        | ApprovalMissingOrMismatched => Code::PermissionDenied,
         ApprovalReusedOrExpired
         | PolicyChanged
         | ApprovalConsumeError
         | AmbiguousPolicy
         | InvalidPolicy
+        | PolicyError
         | MissingHostDispatch => Code::FailedPrecondition,
         // Proposal and argument refusals (invalid_proposal, proposal_too_large, AML_*), and
         // any blocking reason the protocol adds: the tool was not entered.

@@ -105,9 +105,7 @@ impl RelayTools {
         let registration = catalog.get(tool)?;
         let policy = gate.boundary().policy().current();
         policy
-            .rules()
-            .iter()
-            .any(|r| r.tool == tool && r.effect == registration.effect())
+            .may_allow(tool, registration.effect())
             .then(|| Arc::new(registration.input_schema().clone()))
     }
 }

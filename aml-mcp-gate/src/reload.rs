@@ -132,7 +132,7 @@ impl Reloader {
     fn load(&self) -> Result<Sha256Digest, String> {
         let read =
             |path: &Path| std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()));
-        let policy = Policy::from_json_slice(&read(&self.policy_path)?);
+        let policy = Policy::read_file(&self.policy_path)?;
         if let Some(e) = policy.error() {
             return Err(format!("{}: {e}", self.policy_path.display()));
         }

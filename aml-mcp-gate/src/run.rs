@@ -49,9 +49,10 @@ pub(crate) fn load(settings: &Settings) -> Result<Loaded, String> {
         std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
     };
     let named = |path: &PathBuf, e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let document =
-        aml_core::strict::parse_str(&read(&settings.policy)?).map_err(|e| named(&settings.policy, &e))?;
-    let policy = Policy::try_from_value(&document).map_err(|e| named(&settings.policy, &e))?;
+    let policy = Policy::read_file(&settings.policy)?;
+    if let Some(e) = policy.error() {
+        return Err(named(&settings.policy, e));
+    }
     let tools = match &settings.tools {
         Some(path) => {
             let text = read(path)?;

@@ -128,15 +128,10 @@ fn python_sdk_client_through_the_gate_to_the_filesystem_server() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
-/// Typed path resources and several resources per call, from outside: the official Python
-/// SDK client, the gate, and server-filesystem behind it with its raw stdin copied to a log.
-/// Spellings of one path decide alike; paths out of the root are refused before the server;
-/// a move out of a protected file and a read of several files with one protected among them
-/// are refused whole; nothing refused reaches the server.
-#[test]
-fn typed_path_resources_decide_every_spelling_alike_and_nothing_refused_reaches_the_filesystem_server() {
-    let peers = interop_dir();
-    let work = std::env::temp_dir().join(format!("aml-interop-typed-{}", std::process::id()));
+/// A scratch tree for server-filesystem: `docs/a.md`, `docs/b.md`, `out/`, `secret.txt` under
+/// `files/` (canonical, as the server reports paths), and `outside.txt` beside it.
+fn filesystem_tree(tag: &str) -> (PathBuf, PathBuf) {
+    let work = std::env::temp_dir().join(format!("aml-interop-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     let files = work.join("files");
     std::fs::create_dir_all(files.join("docs")).unwrap();
@@ -146,11 +141,12 @@ fn typed_path_resources_decide_every_spelling_alike_and_nothing_refused_reaches_
     std::fs::write(files.join("docs/b.md"), "beta notes").unwrap();
     std::fs::write(files.join("secret.txt"), "the secret").unwrap();
     std::fs::write(work.join("outside.txt"), "outside the root").unwrap();
-    let stdin_log = work.join("server-stdin.log");
+    (work, files)
+}
 
-    let root = files.to_str().unwrap();
-    let typed = |arguments: Value| {
-        let mut rule = arguments;
+/// The filesystem tools with typed path resources under `root`.
+fn typed_filesystem_tools(root: &Path) -> Value {
+    let typed = |mut rule: Value| {
         rule["as"] = json!("path");
         rule["root"] = json!(root);
         rule
@@ -162,19 +158,87 @@ fn typed_path_resources_decide_every_spelling_alike_and_nothing_refused_reaches_
             .collect();
         json!({"type": "object", "properties": props, "required": names, "additionalProperties": false})
     };
-    write_json(
-        &work.join("tools.json"),
-        &json!({"tools": [
+    json!({"tools": [
         {"name": "read_text_file", "effect": "read", "purpose": "Read a document",
          "resource": typed(json!({"argument": "path"})), "input_schema": strings(&["path"])},
+        {"name": "write_file", "effect": "write", "purpose": "Save a document",
+         "resource": typed(json!({"argument": "path"})), "input_schema": strings(&["path", "content"])},
         {"name": "move_file", "effect": "write", "purpose": "Move a document",
          "resource": typed(json!({"arguments": ["source", "destination"]})),
          "input_schema": strings(&["source", "destination"])},
         {"name": "read_multiple_files", "effect": "read", "purpose": "Read documents",
          "resource": typed(json!({"argument": "paths", "each": true})),
          "input_schema": {"type": "object", "properties": {"paths": {"type": "array", "items": {"type": "string"}}},
-                          "required": ["paths"], "additionalProperties": false}}]}),
+                          "required": ["paths"], "additionalProperties": false}}]})
+}
+
+/// Runs the official Python SDK client: the gate (with `gate_args`) in front of
+/// server-filesystem serving `files`, whose raw stdin is copied to `stdin_log`.
+fn through_gate_to_filesystem(gate_args: Value, files: &Path, stdin_log: &Path, calls: &Value) -> Value {
+    let peers = interop_dir();
+    let mut command = vec![json!(gate_binary())];
+    command.extend(gate_args.as_array().unwrap().iter().cloned());
+    command.extend([
+        json!("--"),
+        json!("sh"),
+        json!("-c"),
+        json!("tee -a \"$0\" | \"$1\" \"$2\""),
+        json!(stdin_log),
+        json!(peers.join("node/node_modules/.bin/mcp-server-filesystem")),
+        json!(files),
+    ]);
+    let out = Command::new(peers.join("venv/bin/python"))
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/interop/mcp_client.py"))
+        .arg(Value::from(command).to_string())
+        .arg(calls.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Each result's rejection, or else its receipt's reason.
+fn outcomes(report: &Value) -> Vec<String> {
+    report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|result| {
+            let verdict = &result["meta"]["aml.action-boundary/verdict"];
+            verdict["rejection"]
+                .as_str()
+                .or_else(|| verdict["receipt"]["reason"].as_str())
+                .unwrap_or_else(|| panic!("no verdict: {result}"))
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The `tools/call` lines that reached the server, as it read them.
+fn calls_reaching(stdin_log: &Path) -> Vec<String> {
+    std::fs::read_to_string(stdin_log)
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains("\"tools/call\""))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Typed path resources and several resources per call, from outside: the official Python
+/// SDK client, the gate, and server-filesystem behind it with its raw stdin copied to a log.
+/// Spellings of one path decide alike; paths out of the root are refused before the server;
+/// a move out of a protected file and a read of several files with one protected among them
+/// are refused whole; nothing refused reaches the server.
+#[test]
+fn typed_path_resources_decide_every_spelling_alike_and_nothing_refused_reaches_the_filesystem_server() {
+    let (work, files) = filesystem_tree("typed");
+    let stdin_log = work.join("server-stdin.log");
+    let root = files.to_str().unwrap();
+    write_json(&work.join("tools.json"), &typed_filesystem_tools(&files));
     let rule = |tool: &str, effect: &str, resource: &str| json!({"tool": tool, "effect": effect, "resource": resource, "requires_approval": false});
     write_json(
         &work.join("policy.json"),
@@ -185,22 +249,13 @@ fn typed_path_resources_decide_every_spelling_alike_and_nothing_refused_reaches_
             rule("move_file", "write", "docs/b.md"),
             rule("move_file", "write", "out/b.md")]}),
     );
-    // The server's stdin is copied to a log before the server reads it.
-    let command = json!([
-        gate_binary(),
+    let gate_args = json!([
         "--policy",
         work.join("policy.json"),
         "--tools",
         work.join("tools.json"),
         "--state",
-        "memory",
-        "--",
-        "sh",
-        "-c",
-        "tee -a \"$0\" | \"$1\" \"$2\"",
-        stdin_log,
-        peers.join("node/node_modules/.bin/mcp-server-filesystem"),
-        files,
+        "memory"
     ]);
     let absolute = format!("{root}/docs/a.md");
     let calls = json!([
@@ -215,31 +270,9 @@ fn typed_path_resources_decide_every_spelling_alike_and_nothing_refused_reaches_
         {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.md", "./docs/b.md"]}},
         {"name": "move_file", "arguments": {"source": "docs/b.md", "destination": "out/b.md"}},
     ]);
-    let out = Command::new(peers.join("venv/bin/python"))
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/interop/mcp_client.py"))
-        .arg(command.to_string())
-        .arg(calls.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let results = report["results"].as_array().unwrap();
-    let verdict = |i: usize| &results[i]["meta"]["aml.action-boundary/verdict"];
-    let outcome = |i: usize| {
-        let v = verdict(i);
-        v["rejection"]
-            .as_str()
-            .or_else(|| v["receipt"]["reason"].as_str())
-            .unwrap_or_else(|| panic!("call {i}: {v}"))
-            .to_owned()
-    };
-    let outcomes: Vec<String> = (0..results.len()).map(outcome).collect();
+    let report = through_gate_to_filesystem(gate_args, &files, &stdin_log, &calls);
     assert_eq!(
-        outcomes,
+        outcomes(&report),
         [
             "host_dispatch_returned",
             "host_dispatch_returned",
@@ -254,6 +287,7 @@ fn typed_path_resources_decide_every_spelling_alike_and_nothing_refused_reaches_
         ],
         "{report}"
     );
+    let results = report["results"].as_array().unwrap();
     for (i, read) in results.iter().take(3).enumerate() {
         assert_eq!(read["text"], "alpha notes", "call {i}: {read}");
     }
@@ -270,19 +304,110 @@ fn typed_path_resources_decide_every_spelling_alike_and_nothing_refused_reaches_
         std::fs::read_to_string(files.join("out/b.md")).unwrap(),
         "beta notes"
     );
-
-    let reached = std::fs::read_to_string(&stdin_log).unwrap();
-    let calls_reached: Vec<&str> = reached.lines().filter(|l| l.contains("\"tools/call\"")).collect();
+    let reached = calls_reaching(&stdin_log);
     assert_eq!(
-        calls_reached.len(),
+        reached.len(),
         5,
-        "only the allowed calls reached the server: {reached}"
+        "only the allowed calls reached the server: {reached:#?}"
     );
     for refused in ["secret.txt", "/etc/passwd", "outside.txt"] {
         assert!(
-            !reached.contains(refused),
-            "{refused} reached the server: {reached}"
+            !reached.iter().any(|l| l.contains(refused)),
+            "{refused} reached the server: {reached:#?}"
         );
     }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The issue's three goals with a Cedar policy, from outside: (a) anything under `docs/` is
+/// readable without approval, a file created after the gate started included; (b) a write
+/// under `out/` asks for approval (this gate has no approver: blocked, not run); (c) nothing
+/// else: writes elsewhere, reads outside `docs/`, and a move out of `docs/` are denied. The
+/// records name the determining policies; nothing refused reaches the server.
+#[test]
+fn a_cedar_policy_scopes_the_filesystem_server_by_directory() {
+    let (work, files) = filesystem_tree("cedar");
+    let stdin_log = work.join("server-stdin.log");
+    write_json(&work.join("tools.json"), &typed_filesystem_tools(&files));
+    std::fs::write(
+        work.join("policy.cedar"),
+        r#"
+@id("read-docs")
+permit(principal, action in [Action::"read_text_file", Action::"read_multiple_files"], resource)
+when { context.resource like "docs/*" };
+
+@id("write-out")
+@approval("required")
+permit(principal, action in [Action::"write_file", Action::"move_file"], resource)
+when { context.resource like "out/*" };
+"#,
+    )
+    .unwrap();
+    let receipts = work.join("receipts.jsonl");
+    let gate_args = json!([
+        "--policy",
+        work.join("policy.cedar"),
+        "--tools",
+        work.join("tools.json"),
+        "--state",
+        "memory",
+        "--receipts",
+        receipts
+    ]);
+    let calls = json!([
+        {"name": "read_text_file", "arguments": {"path": "docs/a.md"}},
+        {"create": files.join("docs/later.md"), "content": "written after the gate started"},
+        {"name": "read_text_file", "arguments": {"path": "./docs//later.md"}},
+        {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.md", "docs/later.md"]}},
+        {"name": "write_file", "arguments": {"path": "out/r.md", "content": "report"}},
+        {"name": "write_file", "arguments": {"path": "docs/a.md", "content": "overwritten"}},
+        {"name": "read_text_file", "arguments": {"path": "secret.txt"}},
+        {"name": "move_file", "arguments": {"source": "docs/a.md", "destination": "out/a.md"}},
+        {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.md", "secret.txt"]}},
+    ]);
+    let report = through_gate_to_filesystem(gate_args, &files, &stdin_log, &calls);
+    assert_eq!(
+        outcomes(&report),
+        [
+            "host_dispatch_returned",
+            "host_dispatch_returned",
+            "host_dispatch_returned",
+            "approval_unavailable",
+            "no_permit",
+            "no_permit",
+            "no_permit",
+            "no_permit",
+        ],
+        "{report}"
+    );
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results[1]["text"], "written after the gate started");
+    assert_eq!(
+        report["tools"],
+        json!(["move_file", "read_multiple_files", "read_text_file", "write_file"])
+    );
+    assert_eq!(
+        std::fs::read_to_string(files.join("docs/a.md")).unwrap(),
+        "alpha notes"
+    );
+    assert!(!files.join("out/r.md").exists() && !files.join("out/a.md").exists());
+    assert_eq!(
+        calls_reaching(&stdin_log).len(),
+        3,
+        "only the three reads reached the server"
+    );
+    let records: Vec<Value> = std::fs::read_to_string(&receipts)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &Value| r["record"] == "aml-call-record/1")
+        .collect();
+    assert_eq!(records.len(), 8, "{records:#?}");
+    assert_eq!(records[0]["policies"], json!(["read-docs"]));
+    assert_eq!(records[3]["policies"], json!(["write-out"]));
+    assert!(
+        records[4].get("policies").is_none(),
+        "no permit: nothing determined it but silence"
+    );
     let _ = std::fs::remove_dir_all(&work);
 }

@@ -2,6 +2,8 @@
 
 Usage: mcp_client.py GATE_COMMAND_JSON CALLS_JSON
 Prints one JSON object: the tool names listed and, per call, isError, text and _meta.
+A call written {"create": PATH, "content": TEXT} is not sent: the client writes the file
+itself at that point of the session (a file that appears after the gate started).
 """
 import asyncio
 import json
@@ -22,6 +24,10 @@ async def main() -> None:
             listed = await session.list_tools()
             results = []
             for call in calls:
+                if "create" in call:
+                    with open(call["create"], "w", encoding="utf-8") as f:
+                        f.write(call["content"])
+                    continue
                 result = await session.call_tool(call["name"], call["arguments"])
                 dumped = result.model_dump(by_alias=True, exclude_none=True)
                 results.append({

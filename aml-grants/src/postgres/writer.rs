@@ -71,8 +71,9 @@ const OUTCOME_BY_GRANT: &str = "WITH resolved AS (
      WHERE NOT EXISTS (SELECT 1 FROM aml_journal WHERE grant_id = $1)
        AND NOT EXISTS (SELECT 1 FROM resolved)";
 
-const RECORDS: &str = "INSERT INTO aml_receipts (record)
-     SELECT r FROM unnest($1::text[]) WITH ORDINALITY AS t(r, n) ORDER BY n";
+/// The records, in order, as the audit chain's next links (the function the schema
+/// creates; it takes the chain's lock until the batch commits).
+const RECORDS: &str = "SELECT aml_chain_append($1::text[])";
 
 /// Starts the task (on the current tokio runtime) that writes through `pool`; it commits
 /// what is left and ends when the last clone of the queue is dropped.

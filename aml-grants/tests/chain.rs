@@ -1,0 +1,113 @@
+#![cfg(feature = "sqlite")]
+//! The audit chain as each store writes it: records appended in batches (from several tasks
+//! at once) read back as one unbroken chain whose hashes the verifier recomputes — on
+//! PostgreSQL computed by the server, so this also checks that its bytes are the documented
+//! ones — and a database from before the chain keeps its records as "unchained".
+//! PostgreSQL runs in a schema of its own (`AML_POSTGRES_URL`; fails without a server).
+
+use std::sync::Arc;
+
+use aml_grants::{verify, AuditLog, ReceiptStore, SqliteStore};
+
+/// Records whose text needs every kind of JSON escape, and text outside ASCII.
+fn records(task: usize) -> Vec<String> {
+    (0..25)
+        .map(|i| {
+            serde_json::json!({"record": "aml-call-record/1", "task": task, "i": i,
+                               "note": "quote \" backslash \\ tab \t nl \n ctl \u{1} é 😀"})
+            .to_string()
+        })
+        .collect()
+}
+
+async fn append_and_verify<S: ReceiptStore + AuditLog + 'static>(store: Arc<S>) {
+    let tasks: Vec<_> = (0..4)
+        .map(|task| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                for chunk in records(task).chunks(5) {
+                    store.append_records(chunk).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    store.flush_records().await.unwrap();
+    let rows = store.audit_rows().await.unwrap();
+    let intact = verify(&rows, &[], 1).unwrap_or_else(|f| panic!("{f:?}"));
+    assert_eq!(intact.links, 100);
+    assert_eq!(intact.unchained, 0);
+    let tail = store.chain_tail().await.unwrap().unwrap();
+    assert_eq!(Some(tail), intact.tail);
+    assert_eq!(intact.tail.as_ref().map(|t| t.0), Some(100));
+    store.add_checkpoint(100, "{\"seq\":100}").await.unwrap();
+    assert_eq!(store.checkpoints().await.unwrap(), ["{\"seq\":100}"]);
+}
+
+fn temp(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("aml-chain-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("state.sqlite3")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_records_form_one_chain() {
+    append_and_verify(Arc::new(SqliteStore::open(temp("batches")).unwrap())).await;
+}
+
+#[tokio::test]
+async fn sqlite_records_from_before_the_chain_are_unchained() {
+    let path = temp("upgrade");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE aml_receipts (id INTEGER PRIMARY KEY, recorded_at INTEGER NOT NULL, record TEXT NOT NULL);
+             INSERT INTO aml_receipts (recorded_at, record) VALUES (1, '{\"old\":1}'), (2, '{\"old\":2}');",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    store.append_records(&records(0)).await.unwrap();
+    store.flush_records().await.unwrap();
+    let intact = verify(&store.audit_rows().await.unwrap(), &[], 1).unwrap();
+    assert_eq!((intact.unchained, intact.links), (2, 25));
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_records_form_one_chain_hashed_by_the_server() {
+    use aml_grants::{GrantLifetimes, PostgresStore};
+    let url = std::env::var("AML_POSTGRES_URL").expect(
+        "AML_POSTGRES_URL is not set: point it at a PostgreSQL server (scripts/test uses \
+         host=127.0.0.1 port=5432 user=postgres dbname=test)",
+    );
+    let schema = format!("aml_chain_{}_{}", std::process::id(), nanos());
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {url:?} is unreachable: {e}"));
+    tokio::spawn(connection);
+    admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .unwrap();
+    let config = format!("{url} options='-c search_path={schema}'");
+    let store = PostgresStore::connect(&config, GrantLifetimes::default())
+        .await
+        .unwrap();
+    append_and_verify(Arc::new(store)).await;
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
+#[cfg(feature = "postgres")]
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}

@@ -196,7 +196,7 @@ pub fn verify(rows: &[AuditRow], checkpoints: &[CheckpointClaim], since: i64) ->
             None if first_linked.is_some_and(|f| i > f) => {
                 // The next link by row id, or the one after the last.
                 let next = rows[i..].iter().find_map(|r| r.link.as_ref().map(|l| l.seq));
-                let seq = next.unwrap_or_else(|| links.last().map_or(1, |(_, l)| l.seq + 1));
+                let seq = next.unwrap_or_else(|| links.last().map_or(1, |(_, l)| l.seq.saturating_add(1)));
                 return Err(finding(
                     seq,
                     Damage::Inserted,
@@ -210,10 +210,15 @@ pub fn verify(rows: &[AuditRow], checkpoints: &[CheckpointClaim], since: i64) ->
         }
     }
     links.sort_by_key(|(row, link)| (link.seq, row.id));
-    let start = links
-        .iter()
-        .position(|(_, l)| l.seq >= since)
-        .unwrap_or(links.len());
+    // From link 1, a link numbered below 1 is walked too (and refused).
+    let start = if since > 1 {
+        links
+            .iter()
+            .position(|(_, l)| l.seq >= since)
+            .unwrap_or(links.len())
+    } else {
+        0
+    };
     let walked = &links[start..];
     let mut expected = if since > 1 {
         walked.first().map_or(since, |(_, l)| l.seq)
@@ -230,16 +235,21 @@ pub fn verify(rows: &[AuditRow], checkpoints: &[CheckpointClaim], since: i64) ->
     let mut prev: Option<&str> = if since > 1 { None } else { Some(GENESIS) };
     for (k, (row, link)) in walked.iter().enumerate() {
         if link.seq < expected {
-            return Err(finding(
-                link.seq,
-                Damage::Inserted,
-                format!(
-                    "link {} appears twice (rows {} and {})",
+            return Err(match k.checked_sub(1).map(|before| walked[before].0.id) {
+                Some(first) => finding(
                     link.seq,
-                    walked[k - 1].0.id,
-                    row.id
+                    Damage::Inserted,
+                    format!("link {} appears twice (rows {first} and {})", link.seq, row.id),
                 ),
-            ));
+                None => finding(
+                    expected,
+                    Damage::Inserted,
+                    format!(
+                        "row {} is numbered {}, before the chain's first link",
+                        row.id, link.seq
+                    ),
+                ),
+            });
         }
         if link.seq > expected {
             return Err(finding(
@@ -297,7 +307,7 @@ pub fn verify(rows: &[AuditRow], checkpoints: &[CheckpointClaim], since: i64) ->
             });
         }
         prev = Some(&link.hash);
-        expected = link.seq + 1;
+        expected = link.seq.saturating_add(1);
     }
     let tail = walked.last().map(|(_, l)| (l.seq, l.hash.clone()));
     let mut matched = 0;
@@ -320,7 +330,7 @@ pub fn verify(rows: &[AuditRow], checkpoints: &[CheckpointClaim], since: i64) ->
             None => {
                 let end = tail.as_ref().map_or(since - 1, |(seq, _)| *seq);
                 return Err(finding(
-                    end + 1,
+                    end.saturating_add(1),
                     Damage::TailCut,
                     format!(
                         "the chain ends at link {end}, but the checkpoint from {} names link {}",
@@ -469,6 +479,10 @@ mod tests {
             link: Some(forged),
         });
         assert_eq!(damage(&inserted, &[]), (3, Damage::Inserted));
+
+        let mut zero = rows.clone();
+        zero[0].link.as_mut().unwrap().seq = 0;
+        assert_eq!(damage(&zero, &[]), (1, Damage::Inserted));
 
         let mut unlinked = rows.clone();
         unlinked.insert(

@@ -111,3 +111,77 @@ fn nanos() -> u128 {
         .unwrap()
         .as_nanos()
 }
+
+/// What the chain adds to a SQLite commit of receipt records, measured (not a pass/fail
+/// check; ADR 022 quotes it): `cargo test --release -p aml-grants --test chain -- --ignored
+/// --nocapture`. Transactions of 8 records of ~600 bytes each, as the writer makes them, with
+/// the insert of before the chain and with the chain's (the tail read, a hash per record,
+/// three more columns), interleaved, on the same file and connection settings.
+#[test]
+#[ignore = "a measurement; run it with --ignored --nocapture"]
+fn measure_sqlite_append_cost() {
+    use std::time::Instant;
+    let path = temp("measure");
+    drop(SqliteStore::open(&path).unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;")
+        .unwrap();
+    let record =
+        serde_json::json!({"record": "aml-call-record/1", "plan": {"x": "y".repeat(500)}}).to_string();
+    let plain = |conn: &rusqlite::Connection| {
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        for _ in 0..8 {
+            conn.execute(
+                "INSERT INTO aml_receipts (recorded_at, record) VALUES (1, ?1)",
+                [&record],
+            )
+            .unwrap();
+        }
+        conn.execute_batch("COMMIT").unwrap();
+    };
+    let chained = |conn: &rusqlite::Connection| {
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let (mut seq, mut prev): (i64, String) = conn
+            .query_row(
+                "SELECT seq, hash FROM aml_receipts WHERE seq IS NOT NULL ORDER BY id DESC LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap_or((0, aml_grants::GENESIS.to_owned()));
+        for _ in 0..8 {
+            seq += 1;
+            let hash = aml_grants::link_hash(seq, &prev, 1, &record);
+            conn.execute(
+                "INSERT INTO aml_receipts (recorded_at, record, seq, prev, hash) VALUES (1, ?1, ?2, ?3, ?4)",
+                rusqlite::params![record, seq, prev, hash],
+            )
+            .unwrap();
+            prev = hash;
+        }
+        conn.execute_batch("COMMIT").unwrap();
+    };
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for _ in 0..400 {
+        let t = Instant::now();
+        plain(&conn);
+        before.push(t.elapsed());
+        let t = Instant::now();
+        chained(&conn);
+        after.push(t.elapsed());
+    }
+    let hash_started = Instant::now();
+    for seq in 0..10_000 {
+        std::hint::black_box(aml_grants::link_hash(seq, aml_grants::GENESIS, 1, &record));
+    }
+    let per_hash = hash_started.elapsed() / 10_000;
+    let median = |v: &mut Vec<std::time::Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    eprintln!(
+        "sqlite commit of 8 records, median of 400: before the chain {:?}, with it {:?}; one link hash of a {}-byte record: {per_hash:?}",
+        median(&mut before),
+        median(&mut after),
+        record.len()
+    );
+}

@@ -586,5 +586,19 @@ fn a_bad_audit_key_is_an_error_at_start() {
         assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
         assert!(stderr.contains(says), "{flags:?}: {stderr}");
     }
+    // From --config, relative to the file.
+    let config = dir.join("gate.toml");
+    std::fs::write(&config, format!("policy = \"policy.json\"\nstate = \"state.sqlite3\"\nserver = [\"sh\", \"-c\", {server:?}]\n[audit]\nkey = \"weak.json\"\nevery = 5\n")).unwrap();
+    let out = Command::new(GATE)
+        .args(["--config", &config.display().to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("weak.json") && stderr.contains("weak seed"),
+        "{stderr}"
+    );
     assert!(!marker.exists(), "no server was started");
 }

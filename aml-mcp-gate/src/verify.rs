@@ -9,7 +9,7 @@ use aml_grants::{AuditLog, AuditRow, Damage, Finding, LINK_KIND};
 use clap::Args;
 use serde_json::json;
 
-use crate::audit::Checkpoint;
+use crate::audit::{Checkpoint, CHECKPOINT_KIND};
 
 /// `journal verify`'s options.
 #[derive(Debug, Args)]
@@ -60,8 +60,18 @@ pub(crate) async fn verify(log: Arc<dyn AuditLog>, args: VerifyArgs) -> Result<R
         let text =
             std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let source = path.display().to_string();
-        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-            match Checkpoint::parse(line, &source) {
+        // JSON lines (the --receipts log, an export), or log lines that carry one (the
+        // gate's stderr: `… audit checkpoint {…}`); lines without a checkpoint are skipped.
+        let marked = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| l.contains(CHECKPOINT_KIND));
+        for (n, line) in marked {
+            let json = match (line.find('{'), line.rfind('}')) {
+                (Some(start), Some(end)) if start < end => &line[start..=end],
+                _ => line,
+            };
+            match Checkpoint::parse(json, &source) {
                 Ok(Some(checkpoint)) => checkpoints.push(checkpoint),
                 Ok(None) => {}
                 Err(e) => return Err(format!("{source}:{}: {e}", n + 1)),

@@ -184,18 +184,24 @@ impl Gate {
         }
     }
 
-    /// EOF, then a bounded wait for a clean exit.
-    fn close(mut self) {
+    /// EOF, then a bounded wait for a clean exit; the log lines not read yet.
+    fn close(mut self) -> Vec<String> {
         drop(self.input.take());
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 assert!(status.success(), "the gate exited with {status}");
-                return;
+                break;
             }
             assert!(Instant::now() < deadline, "the gate did not exit");
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Until the reader sees the end of the pipe.
+        let mut rest = Vec::new();
+        while let Ok(line) = self.log.recv_timeout(WAIT) {
+            rest.push(line);
+        }
+        rest
     }
 
     fn kill(mut self) {
@@ -318,7 +324,9 @@ fn history(dir: &Path, state: &str) -> i64 {
     let (code, _, err) = journal(state, &["reconcile", &id, "--note", "checked: it echoed once"]);
     assert_eq!(code, 0, "{err}");
 
-    Gate::start(dir, state, &[]).close();
+    // The last run's log on stderr, kept as an operator would keep it.
+    let kept = Gate::start(dir, state, &[]).close();
+    std::fs::write(dir.join("gate-stderr.log"), kept.join("\n")).unwrap();
     let (code, out, err) = journal(state, &["export"]);
     assert_eq!(code, 0, "{err}");
     let links: Vec<Value> = out
@@ -450,6 +458,16 @@ fn tamper_and_verify(dir: &Path, state: &str, db: &Db) {
     );
     db.restore();
     expect_damage(db, state, dir, &cut, n - 1, "tail_cut");
+    // The copy in the gate's own log on stderr shows it too.
+    db.exec(&cut);
+    let stderr_log = dir.join("gate-stderr.log").display().to_string();
+    let (code, line) = verify(state, &["--key", &key, "--checkpoints", &stderr_log]);
+    assert_eq!(
+        (code, line["seq"].as_i64(), line["kind"].as_str()),
+        (1, Some(n - 1), Some("tail_cut")),
+        "{line}"
+    );
+    db.restore();
 
     // Checkpoints signed with another key are refused.
     let (code, line) = verify(state, &["--key", &other]);

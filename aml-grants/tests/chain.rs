@@ -185,3 +185,74 @@ fn measure_sqlite_append_cost() {
         record.len()
     );
 }
+
+/// How long an intent waits for its commit on PostgreSQL while records keep arriving (the
+/// chain's lock; ADR 022), measured: `cargo test --release -p aml-grants --all-features
+/// --test chain -- --ignored --nocapture measure_postgres`. Eight tasks, each: an intent
+/// (timed), then 8 records queued, 200 times.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement; run it with --ignored --nocapture"]
+async fn measure_postgres_intent_latency_under_records() {
+    use aml_grants::{GrantLifetimes, IntentEntry, PostgresStore, ReceiptJournal};
+    let url = std::env::var("AML_POSTGRES_URL").expect("AML_POSTGRES_URL is not set");
+    let schema = format!("aml_measure_{}_{}", std::process::id(), nanos());
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .unwrap();
+    let config = format!("{url} options='-c search_path={schema}'");
+    let store = Arc::new(
+        PostgresStore::connect(&config, GrantLifetimes::default())
+            .await
+            .unwrap(),
+    );
+    let record =
+        serde_json::json!({"record": "aml-call-record/1", "plan": {"x": "y".repeat(500)}}).to_string();
+    let tasks: Vec<_> = (0..8)
+        .map(|task| {
+            let (store, record) = (Arc::clone(&store), record.clone());
+            tokio::spawn(async move {
+                let mut waits = Vec::new();
+                for i in 0..200 {
+                    let entry = IntentEntry {
+                        proposal_sha256: aml_core::Sha256Digest::of(format!("{task}-{i}").as_bytes()),
+                        grant_id: None,
+                        tool: "echo".into(),
+                        resource: "notes".into(),
+                    };
+                    let started = std::time::Instant::now();
+                    store.intent(&entry).await.unwrap();
+                    waits.push(started.elapsed());
+                    store.append_records(&vec![record.clone(); 8]).await.unwrap();
+                }
+                waits
+            })
+        })
+        .collect();
+    let mut waits = Vec::new();
+    for task in tasks {
+        waits.extend(task.await.unwrap());
+    }
+    store.flush_records().await.unwrap();
+    let intact = verify(&store.audit_rows().await.unwrap(), &[], 1).unwrap();
+    assert_eq!(intact.links, 8 * 200 * 8);
+    waits.sort();
+    let at = |q: f64| waits[((waits.len() - 1) as f64 * q) as usize];
+    eprintln!(
+        "postgres intent commit while records arrive: p50 {:?}, p90 {:?}, p99 {:?} ({} intents, {} commits)",
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        waits.len(),
+        store.commit_stats().transactions
+    );
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}

@@ -119,11 +119,11 @@ CREATE TABLE IF NOT EXISTS aml_checkpoints (
 CREATE OR REPLACE FUNCTION aml_chain_append(records TEXT[]) RETURNS void
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    at_ts TIMESTAMPTZ := now();
     at_ms BIGINT := (extract(epoch from now()) * 1000)::bigint;
     tail_seq BIGINT;
     tail_hash TEXT;
-    prev_hash TEXT;
+    prevs TEXT[] := '{}';
+    hashes TEXT[] := '{}';
     r TEXT;
 BEGIN
     PERFORM pg_advisory_xact_lock(7436102, hashtext(current_schema()));
@@ -134,14 +134,17 @@ BEGIN
         tail_hash := repeat('0', 64);
     END IF;
     FOREACH r IN ARRAY records LOOP
-        tail_seq := tail_seq + 1;
-        prev_hash := tail_hash;
+        prevs := prevs || tail_hash;
         tail_hash := encode(sha256(convert_to(
-            '{\"at\":' || at_ms || ',\"kind\":\"aml-audit-link/1\",\"prev\":\"' || prev_hash
-            || '\",\"record\":' || to_json(r)::text || ',\"seq\":' || tail_seq || '}', 'UTF8')), 'hex');
-        INSERT INTO aml_receipts (recorded_at, record, seq, prev, hash)
-            VALUES (at_ts, r, tail_seq, prev_hash, tail_hash);
+            '{\"at\":' || at_ms || ',\"kind\":\"aml-audit-link/1\",\"prev\":\"' || tail_hash
+            || '\",\"record\":' || to_json(r)::text || ',\"seq\":'
+            || (tail_seq + cardinality(hashes) + 1) || '}', 'UTF8')), 'hex');
+        hashes := hashes || tail_hash;
     END LOOP;
+    -- One statement for the batch; recorded_at is now(), the time hashed.
+    INSERT INTO aml_receipts (record, seq, prev, hash)
+        SELECT u.r, tail_seq + u.n, u.p, u.h
+        FROM unnest(records, prevs, hashes) WITH ORDINALITY AS u(r, p, h, n) ORDER BY u.n;
 END $fn$;
 COMMIT;";
 

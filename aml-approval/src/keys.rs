@@ -180,6 +180,14 @@ impl ApproverKey {
         })
     }
 
+    /// Signs `message` (Ed25519, RFC 8032): the signature, 128 lowercase hex. For messages
+    /// of another protocol than approval statements, such as the gate's audit checkpoints;
+    /// the message must name its protocol, so that it can never read as a statement.
+    pub fn sign_message(&self, message: &[u8]) -> String {
+        use ed25519_dalek::Signer;
+        hex::encode(&self.signing.sign(message).to_bytes())
+    }
+
     /// This key's keyring entry: `{"key_id", "public_key"}`.
     pub fn public_entry(&self) -> Value {
         json!({"key_id": self.key_id, "public_key": self.public_key_hex()})
@@ -271,6 +279,23 @@ impl Keyring {
         self.keys.is_empty()
     }
 
+    /// Checks, strictly, that `signature` (128 lowercase hex, as
+    /// [`ApproverKey::sign_message`] writes it) is `key_id`'s signature of `message`.
+    pub fn verify_message(
+        &self,
+        key_id: &str,
+        message: &[u8],
+        signature: &str,
+    ) -> Result<(), StatementError> {
+        let key = self
+            .keys
+            .get(key_id)
+            .ok_or_else(|| StatementError::UnknownKey(key_id.to_owned()))?;
+        let bytes = hex::decode::<64>(signature).ok_or(StatementError::BadSignature)?;
+        key.verify_strict(message, &ed25519_dalek::Signature::from_bytes(&bytes))
+            .map_err(|_| StatementError::BadSignature)
+    }
+
     /// Checks, strictly (RFC 8032 with canonical encodings and no small-order points), that
     /// `signed` was signed by the key it names; its statement.
     pub fn verify<'a>(&self, signed: &'a SignedStatement) -> Result<&'a Statement, StatementError> {
@@ -298,6 +323,27 @@ mod tests {
             StatementDecision::Approve,
             Validity::new(1, 2).unwrap(),
         )
+    }
+
+    #[test]
+    fn messages_verify_only_with_the_key_that_signed_them() {
+        let alice = ApproverKey::generate("alice").unwrap();
+        let mallory = ApproverKey::generate("alice").unwrap();
+        let ring = Keyring::new().with_approver(&alice).unwrap();
+        let signature = alice.sign_message(b"checkpoint");
+        assert_eq!(signature.len(), 128);
+        assert!(ring.verify_message("alice", b"checkpoint", &signature).is_ok());
+        assert!(ring.verify_message("alice", b"checkpoinT", &signature).is_err());
+        let forged = mallory.sign_message(b"checkpoint");
+        assert!(matches!(
+            ring.verify_message("alice", b"checkpoint", &forged),
+            Err(StatementError::BadSignature)
+        ));
+        assert!(matches!(
+            ring.verify_message("bob", b"checkpoint", &signature),
+            Err(StatementError::UnknownKey(_))
+        ));
+        assert!(ring.verify_message("alice", b"checkpoint", "zz").is_err());
     }
 
     /// Fuzzing finding: serde reads a struct from an array of its fields, so key files,

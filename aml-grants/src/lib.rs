@@ -22,7 +22,10 @@
 //!   committed, an outcome or a record once queued (durable with the next commit, or
 //!   [`ReceiptJournal::flush`]); [`StoredReceipts::settling`] with
 //!   [`JournaledGrants::settled_by`] stores each call's outcome with its receipt record
-//!   ([`SettlesCalls`]), so a crash leaves a call with both or neither.
+//!   ([`SettlesCalls`]), so a crash leaves a call with both or neither;
+//! - the audit chain: every stored record is a link (sequence number, previous hash, own
+//!   hash over canonical bytes: [`link_input`]) appended in the transaction that stores it;
+//!   [`AuditLog`] reads it back and keeps checkpoints, [`verify`] walks it (docs/AUDIT.md).
 //!
 //! Feature flags: `sqlite` (default: bundled SQLite), `postgres` (tokio-postgres through a
 //! deadpool pool). Supported Rust: the workspace's `rust-version`
@@ -55,6 +58,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod chain;
 mod clock;
 mod grant;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -71,6 +75,10 @@ mod shared;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use chain::{
+    link_hash, link_input, verify, AuditLog, AuditRow, CheckpointClaim, Damage, Finding, Intact, Link,
+    GENESIS, LINK_KIND,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use grant::{new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

@@ -24,7 +24,8 @@ State (--state): one-use grants, the intent written before each call is forwarde
 outcome, approval decisions and receipts. Default: a SQLite file in $XDG_STATE_HOME/aml-mcp-gate/
 (else ~/.local/state/aml-mcp-gate/), named on stderr at start; `--state memory` keeps nothing
 across restarts; `--state postgres://…` lets several gates share one database. Read it with
-`aml-mcp-gate journal unresolved|reconcile|receipts`.
+`aml-mcp-gate journal unresolved|reconcile|receipts`. Every stored record is a link of a hash
+chain (`journal verify`, `journal export`); --audit-key signs checkpoints of it.
 
 Start here: `aml-mcp-gate init --out DIR -- SERVER…` reads a server's tools and writes a
 pinned tools.json and an empty policy.json to edit.
@@ -45,7 +46,8 @@ Exit status:
   1  runtime failure: the server could not start, did not complete the MCP handshake (it
      sent initialize back, or did not answer within --handshake-timeout), or exited while
      the session ran; the state database could not be opened
-  2  bad usage, or an unreadable or invalid --config, --policy, --tools or --approver-key file
+  2  bad usage, or an unreadable or invalid --config, --policy, --tools, --approver-key or
+     --audit-key file
 
 Logging: RUST_LOG (default warn,aml_mcp_gate=info; e.g. RUST_LOG=aml_mcp=debug) for
 diagnostics on stderr.";
@@ -119,6 +121,19 @@ pub(crate) struct RunArgs {
     /// The approver's key file (aml-approval keygen); default: a key for this run only
     #[arg(long, value_name = "KEY.json")]
     pub(crate) approver_key: Option<PathBuf>,
+    /// The gate's audit key (a key file as `aml-approval keygen` writes it): signs a
+    /// checkpoint of the state's audit chain every --audit-every links or --audit-interval
+    /// seconds and at a clean exit, stored in the state and written to the --receipts log;
+    /// without it the chain is kept with hashes only (docs/AUDIT.md)
+    #[arg(long, value_name = "KEY.json")]
+    pub(crate) audit_key: Option<PathBuf>,
+    /// Links between checkpoints, at most [default: 1000]; with --audit-key
+    #[arg(long, value_name = "LINKS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) audit_every: Option<u64>,
+    /// Seconds between checkpoints when there are new links, at most [default: 60]; with
+    /// --audit-key
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) audit_interval: Option<u64>,
     /// How long a call waits for a decision before it is blocked (approval_error) [default: 300]
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) approval_timeout: Option<u64>,

@@ -22,6 +22,11 @@
 //! max_streams = 64
 //! notify = "tell-me"               # a program for each new pending proposal
 //!
+//! [audit]
+//! key = "audit-key.json"          # aml-approval keygen; signs checkpoints of the chain
+//! every = 1000
+//! interval_seconds = 60
+//!
 //! [limits]
 //! upstream_timeout_seconds = 120
 //! handshake_timeout_seconds = 30
@@ -49,7 +54,17 @@ struct File {
     #[serde(default)]
     approval: Approval,
     #[serde(default)]
+    audit: Audit,
+    #[serde(default)]
     limits: Limits,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Audit {
+    key: Option<PathBuf>,
+    every: Option<u64>,
+    interval_seconds: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -94,6 +109,9 @@ pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
     fill(&mut args.approve, file.approval.channel);
     fill(&mut args.approver_key, file.approval.key.map(relative));
     fill(&mut args.approval_timeout, file.approval.timeout_seconds);
+    fill(&mut args.audit_key, file.audit.key.map(relative));
+    fill(&mut args.audit_every, file.audit.every);
+    fill(&mut args.audit_interval, file.audit.interval_seconds);
     fill(&mut args.approval_port, file.approval.port);
     let page = &mut args.approval_page;
     fill(

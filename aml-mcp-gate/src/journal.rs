@@ -13,6 +13,8 @@ Examples:
   aml-mcp-gate journal unresolved                  calls that may have reached the server
   aml-mcp-gate journal reconcile 42 --note \"checked: the mail was sent once\"
   aml-mcp-gate journal receipts --since 1h         receipts of the last hour
+  aml-mcp-gate journal verify --key audit.pub.json --checkpoints receipts.jsonl
+  aml-mcp-gate journal export > chain.jsonl        links and checkpoints for an auditor
 
 An unresolved intent is a call the gate was about to forward (its grant spent, if it had one)
 when it stopped without learning the outcome: the server may or may not have acted. A gate
@@ -30,8 +32,13 @@ The state keeps no arguments (tool input never goes into records). Check with th
 log, or the effect itself on that resource) whether it did the call, then reconcile it; the
 note then shows in `journal receipts`. Nothing ever re-sends it.
 
+Every stored record is a link of the audit chain (docs/AUDIT.md): `journal verify` walks it
+and names the first modified, deleted, inserted or reordered link; links cut from the end
+show only against a checkpoint kept elsewhere (--checkpoints).
+
 Exit status: 0 done; 1 the state could not be read, or ID is not an unresolved intent;
-2 bad usage.";
+2 bad usage. `journal verify`: 0 intact; 1 tampering found; 2 bad usage, or the state or a
+file could not be read.";
 
 /// `journal` and its `--state`.
 #[derive(Debug, Args)]
@@ -58,6 +65,12 @@ enum What {
         #[arg(long, value_name = "TEXT")]
         note: String,
     },
+    /// Check the audit chain (every stored record is a link) and its checkpoints: exit 0
+    /// intact, 1 tampering found (the first bad seq and what kind, as a JSON line), 2 bad
+    /// usage or the state or a file could not be read
+    Verify(crate::verify::VerifyArgs),
+    /// The audit chain's links and checkpoints as JSON lines, for an auditor (docs/AUDIT.md)
+    Export(crate::verify::ExportArgs),
     /// Receipt records (calls and approval decisions), oldest first, one JSON line each
     Receipts {
         /// Only those stored since: a time in ms since the epoch, or an age such as 90s,
@@ -103,6 +116,21 @@ pub(crate) fn main(args: JournalArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let What::Verify(verify) = args.what {
+        // Its own exit codes: 0 intact, 1 tampering, 2 usage or I/O.
+        let checked = runtime.block_on(async {
+            let log = state::open_audit(&location).await?;
+            crate::verify::verify(log, verify).await
+        });
+        return match checked {
+            Ok(Ok(())) => ExitCode::SUCCESS,
+            Ok(Err(())) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("aml-mcp-gate journal verify: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     match runtime.block_on(run(&location, args.what)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -117,8 +145,12 @@ pub(crate) fn main(args: JournalArgs) -> ExitCode {
 const RECONCILE_RECORD: &str = "aml-reconcile-record/1";
 
 async fn run(location: &Location, what: What) -> Result<(), String> {
+    if let What::Export(export) = what {
+        return crate::verify::export(state::open_audit(location).await?, export).await;
+    }
     let (journal, receipts) = state::open_journal(location).await?;
     match what {
+        What::Verify(_) | What::Export(_) => return Err("not a journal read".into()),
         What::Unresolved => {
             let intents = journal.unresolved().await.map_err(|e| e.to_string())?;
             let approvals =

@@ -4,6 +4,7 @@
 //! what the gate's durable state says happened.
 
 mod approvals;
+mod audit;
 mod child;
 mod cli;
 mod config;
@@ -16,6 +17,7 @@ mod run;
 mod sinks;
 mod state;
 mod upstream;
+mod verify;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -140,6 +142,33 @@ fn settle(args: RunArgs) -> run::Settings {
     }
     let state = state::Location::parse(args.state.as_deref())
         .unwrap_or_else(|e| usage_error(ErrorKind::InvalidValue, e));
+    for (given, flag) in [
+        (args.audit_every.is_some(), "--audit-every"),
+        (args.audit_interval.is_some(), "--audit-interval"),
+    ] {
+        if given && args.audit_key.is_none() {
+            usage_error(
+                ErrorKind::MissingRequiredArgument,
+                format!("{flag} needs --audit-key"),
+            );
+        }
+    }
+    if args.audit_key.is_some() && state == state::Location::Memory {
+        usage_error(
+            ErrorKind::ArgumentConflict,
+            "--audit-key needs a database --state: --state memory keeps no audit chain",
+        );
+    }
+    if args.audit_every == Some(0) || args.audit_interval == Some(0) {
+        usage_error(
+            ErrorKind::InvalidValue,
+            "--audit-every and --audit-interval must be at least 1",
+        );
+    }
+    let audit_schedule = audit::Schedule {
+        every: args.audit_every.unwrap_or(1000),
+        interval: Duration::from_secs(args.audit_interval.unwrap_or(60)),
+    };
     run::Settings {
         policy,
         tools: args.tools,
@@ -147,6 +176,8 @@ fn settle(args: RunArgs) -> run::Settings {
         receipts: args.receipts,
         approve: args.approve,
         approver_key: args.approver_key,
+        audit_key: args.audit_key,
+        audit_schedule,
         approval_timeout: seconds(args.approval_timeout, 300, "--approval-timeout"),
         approval_port: args.approval_port.unwrap_or(0),
         approval_page,

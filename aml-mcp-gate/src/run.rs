@@ -12,6 +12,7 @@ use aml_mcp::relay::{self, stdio, DeferredSink, RelayConfig, RelayEnd, RelayTool
 use crate::{listen, upstream};
 
 use crate::approvals::{self, Channel};
+use crate::audit::Checkpointer;
 use crate::reload;
 use crate::sinks::Receipts;
 use crate::state::{self, Location};
@@ -25,6 +26,9 @@ pub(crate) struct Settings {
     pub(crate) receipts: Option<PathBuf>,
     pub(crate) approve: Option<Channel>,
     pub(crate) approver_key: Option<PathBuf>,
+    /// `--audit-key`: signs checkpoints of the audit chain.
+    pub(crate) audit_key: Option<PathBuf>,
+    pub(crate) audit_schedule: crate::audit::Schedule,
     pub(crate) approval_timeout: Duration,
     pub(crate) approval_port: u16,
     pub(crate) approval_page: approvals::PageLimits,
@@ -41,6 +45,7 @@ pub(crate) struct Settings {
 pub(crate) struct Loaded {
     policy: Policy,
     tools: Option<String>,
+    audit_key: Option<aml_approval::ApproverKey>,
 }
 
 /// Reads and checks the policy, tools and key files.
@@ -68,8 +73,18 @@ pub(crate) fn load(settings: &Settings) -> Result<Loaded, String> {
     if let Some(key) = &settings.approver_key {
         read(key)?;
     }
+    // A key that cannot sign is an error now, never a chain left unsigned.
+    let audit_key = settings
+        .audit_key
+        .as_deref()
+        .map(crate::audit::read_key)
+        .transpose()?;
     warn_typos(tools.as_deref(), &policy);
-    Ok(Loaded { policy, tools })
+    Ok(Loaded {
+        policy,
+        tools,
+        audit_key,
+    })
 }
 
 /// Logs what in the tools file and policy looks like a typo (they load, and do less than
@@ -127,11 +142,21 @@ pub(crate) enum Failure {
     Runtime(String),
 }
 
-pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failure> {
+pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Failure> {
     let state = state::open(&settings.state)
         .await
         .map_err(|e| Failure::Runtime(format!("cannot open the state: {e}")))?;
     tracing::info!("state: {}", settings.state.describe());
+    let checkpoints = match (loaded.audit_key.take(), &state.audit) {
+        (Some(key), Some(log)) => Some(Checkpointer::start(
+            Arc::clone(log),
+            key,
+            settings.audit_schedule.clone(),
+            settings.receipts.clone(),
+        )),
+        (Some(_), None) => return Err(Failure::Config("--audit-key needs a database --state".into())),
+        (None, _) => None,
+    };
     // Records: into the state, and as JSON lines into --receipts (stderr when nothing else
     // keeps them). Never on stdout.
     let (stored, stored_task) = state.receipts.unzip();
@@ -203,6 +228,9 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
         reloader.abort();
         let _ = tokio::time::timeout(Duration::from_secs(5), records).await;
         settle(&receipts, grouped.as_deref()).await;
+        if let Some(checkpoints) = checkpoints {
+            checkpoints.finish().await;
+        }
         return served.map_err(Failure::Runtime);
     }
     let program = server.name();
@@ -246,6 +274,9 @@ pub(crate) async fn run(settings: Settings, loaded: Loaded) -> Result<(), Failur
     }
     stopper.stop(Duration::from_secs(2)).await;
     settle(&receipts, grouped.as_deref()).await;
+    if let Some(checkpoints) = checkpoints {
+        checkpoints.finish().await;
+    }
     drop((receipts, stored_task));
     match end {
         Ok(RelayEnd::ClientClosed) => Ok(()),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use aml_core::{GrantStore, ToolExecutor};
 use aml_grants::{
-    ClaimsWithIntent, CommitStats, DecisionJournal, GrantIssuer, GrantLifetimes, JournaledGrants,
+    AuditLog, ClaimsWithIntent, CommitStats, DecisionJournal, GrantIssuer, GrantLifetimes, JournaledGrants,
     MemoryGrants, OpenGrants, PostgresStore, ReceiptJournal, ReceiptStore, SettlesCalls, SqliteStore,
     StoredReceipts,
 };
@@ -96,6 +96,8 @@ pub(crate) struct State {
     pub(crate) open: Option<Arc<dyn OpenGrants>>,
     /// How the store grouped its writes into commits; `None` in memory.
     pub(crate) grouped: Option<Arc<dyn Grouped>>,
+    /// The audit chain the store keeps of its records; `None` in memory.
+    pub(crate) audit: Option<Arc<dyn AuditLog>>,
 }
 
 /// A store that groups writes into commits (both databases do).
@@ -116,9 +118,12 @@ impl Grouped for PostgresStore {
 }
 
 /// A store that keeps everything: grants, intents, decisions, receipts.
-trait Everything: ClaimsWithIntent + GrantIssuer + DecisionJournal + SettlesCalls + OpenGrants + Grouped {}
-impl<T: ClaimsWithIntent + GrantIssuer + DecisionJournal + SettlesCalls + OpenGrants + Grouped> Everything
-    for T
+trait Everything:
+    ClaimsWithIntent + GrantIssuer + DecisionJournal + SettlesCalls + OpenGrants + Grouped + AuditLog
+{
+}
+impl<T> Everything for T where
+    T: ClaimsWithIntent + GrantIssuer + DecisionJournal + SettlesCalls + OpenGrants + Grouped + AuditLog
 {
 }
 
@@ -136,6 +141,7 @@ pub(crate) async fn open(location: &Location) -> Result<State, String> {
             history: None,
             open: None,
             grouped: None,
+            audit: None,
         });
     };
     let (receipts, task) = StoredReceipts::settling(store.clone());
@@ -149,8 +155,25 @@ pub(crate) async fn open(location: &Location) -> Result<State, String> {
         receipts: Some((receipts, task)),
         history: Some(store.clone()),
         open: Some(store.clone()),
-        grouped: Some(store),
+        grouped: Some(store.clone()),
+        audit: Some(store),
     })
+}
+
+/// Opens the audit chain at `location` for `journal verify` and `journal export`.
+pub(crate) async fn open_audit(location: &Location) -> Result<Arc<dyn AuditLog>, String> {
+    if let Location::Sqlite(path) = location {
+        if !path.exists() {
+            return Err(format!(
+                "{} does not exist: no gate has used this state yet",
+                path.display()
+            ));
+        }
+    }
+    match database(location).await? {
+        Some(store) => Ok(store),
+        None => Err("--state memory keeps no audit chain".into()),
+    }
 }
 
 /// Opens the journal at `location` for the `journal` commands.

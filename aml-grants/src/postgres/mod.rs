@@ -22,6 +22,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
+use crate::chain::{AuditLog, AuditRow, Link};
 use crate::grant::{new_grant_id, GrantIssuer, GrantLifetimes, StoreError};
 use crate::group::{CommitStats, Later, Queue};
 use crate::intent_claims::ClaimsWithIntent;
@@ -94,10 +95,57 @@ BEGIN
                      AND column_name = 'resource') THEN
         ALTER TABLE aml_journal ADD COLUMN resource TEXT;
     END IF;
+    -- The audit chain (ADR 022): records stored before keep NULL, unchained.
+    FOREACH col IN ARRAY ARRAY['seq', 'prev', 'hash'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                       WHERE table_schema = current_schema() AND table_name = 'aml_receipts'
+                         AND column_name = col) THEN
+            EXECUTE format('ALTER TABLE aml_receipts ADD COLUMN %I %s', col,
+                           CASE col WHEN 'seq' THEN 'BIGINT' ELSE 'TEXT' END);
+        END IF;
+    END LOOP;
     IF to_regclass('aml_journal_grant_id') IS NULL THEN
         CREATE INDEX aml_journal_grant_id ON aml_journal (grant_id);
     END IF;
 END $$;
+CREATE TABLE IF NOT EXISTS aml_checkpoints (
+    id BIGSERIAL PRIMARY KEY,
+    seq BIGINT NOT NULL,
+    checkpoint TEXT NOT NULL
+);
+-- Appends records as the chain's next links (docs/AUDIT.md: the same bytes as
+-- aml_grants::link_input), in the caller's transaction. One chain per schema: the lock
+-- serializes appenders until they commit, and the tail is read under it.
+CREATE OR REPLACE FUNCTION aml_chain_append(records TEXT[]) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    at_ms BIGINT := (extract(epoch from now()) * 1000)::bigint;
+    tail_seq BIGINT;
+    tail_hash TEXT;
+    prevs TEXT[] := '{}';
+    hashes TEXT[] := '{}';
+    r TEXT;
+BEGIN
+    PERFORM pg_advisory_xact_lock(7436102, hashtext(current_schema()));
+    SELECT seq, hash INTO tail_seq, tail_hash FROM aml_receipts
+        WHERE seq IS NOT NULL ORDER BY id DESC LIMIT 1;
+    IF NOT FOUND THEN
+        tail_seq := 0;
+        tail_hash := repeat('0', 64);
+    END IF;
+    FOREACH r IN ARRAY records LOOP
+        prevs := prevs || tail_hash;
+        tail_hash := encode(sha256(convert_to(
+            '{\"at\":' || at_ms || ',\"kind\":\"aml-audit-link/1\",\"prev\":\"' || tail_hash
+            || '\",\"record\":' || to_json(r)::text || ',\"seq\":'
+            || (tail_seq + cardinality(hashes) + 1) || '}', 'UTF8')), 'hex');
+        hashes := hashes || tail_hash;
+    END LOOP;
+    -- One statement for the batch; recorded_at is now(), the time hashed.
+    INSERT INTO aml_receipts (record, seq, prev, hash)
+        SELECT u.r, tail_seq + u.n, u.p, u.h
+        FROM unnest(records, prevs, hashes) WITH ORDINALITY AS u(r, p, h, n) ORDER BY u.n;
+END $fn$;
 COMMIT;";
 
 /// Why one attempt failed.
@@ -485,5 +533,81 @@ impl OpenGrants for PostgresStore {
                 .await?;
             Ok(row.map(|r| r.get(0)))
         })
+    }
+}
+
+#[async_trait]
+impl AuditLog for PostgresStore {
+    async fn audit_rows(&self) -> Result<Vec<AuditRow>, StoreError> {
+        self.writer.committed(false).await?;
+        let rows = retrying!(self, "read", |client| {
+            Ok(client
+                .query(
+                    // The time exactly as aml_chain_append hashed it.
+                    "SELECT id, (extract(epoch from recorded_at) * 1000)::bigint, record, seq, prev, hash
+                     FROM aml_receipts ORDER BY id",
+                    &[],
+                )
+                .await?)
+        })?;
+        let read = |e| StoreError::database("postgres", "read", e);
+        rows.iter()
+            .map(|r| {
+                let seq: Option<i64> = r.try_get(3).map_err(read)?;
+                let prev: Option<String> = r.try_get(4).map_err(read)?;
+                let hash: Option<String> = r.try_get(5).map_err(read)?;
+                Ok(AuditRow {
+                    id: r.try_get(0).map_err(read)?,
+                    at_ms: r.try_get(1).map_err(read)?,
+                    record: r.try_get(2).map_err(read)?,
+                    link: seq.map(|seq| Link {
+                        seq,
+                        prev: prev.unwrap_or_default(),
+                        hash: hash.unwrap_or_default(),
+                    }),
+                })
+            })
+            .collect()
+    }
+
+    async fn chain_tail(&self) -> Result<Option<(i64, String)>, StoreError> {
+        self.writer.committed(false).await?;
+        let row = retrying!(self, "read", |client| {
+            Ok(client
+                .query_opt(
+                    "SELECT seq, hash FROM aml_receipts WHERE seq IS NOT NULL ORDER BY id DESC LIMIT 1",
+                    &[],
+                )
+                .await?)
+        })?;
+        let read = |e| StoreError::database("postgres", "read", e);
+        row.map(|r| Ok((r.try_get(0).map_err(read)?, r.try_get(1).map_err(read)?)))
+            .transpose()
+    }
+
+    async fn add_checkpoint(&self, seq: i64, text: &str) -> Result<(), StoreError> {
+        once!(self, "checkpoint", |client| {
+            client
+                .execute(
+                    "INSERT INTO aml_checkpoints (seq, checkpoint) VALUES ($1, $2)",
+                    &[&seq, &text],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    async fn checkpoints(&self) -> Result<Vec<String>, StoreError> {
+        let rows = retrying!(self, "read", |client| {
+            Ok(client
+                .query("SELECT checkpoint FROM aml_checkpoints ORDER BY id", &[])
+                .await?)
+        })?;
+        rows.iter()
+            .map(|r| {
+                r.try_get(0)
+                    .map_err(|e| StoreError::database("postgres", "read", e))
+            })
+            .collect()
     }
 }

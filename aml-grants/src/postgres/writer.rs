@@ -4,6 +4,10 @@
 //! one; a statement per claim), `COMMIT` — so it costs one round trip and one WAL flush.
 //! Up to [`PIPELINES`] batches are in flight at once, on as many connections.
 //!
+//! Records are the audit chain's links (ADR 022), appended under a lock the server holds
+//! until their batch commits: a batch with claims or intents never carries them (they go in
+//! a batch of their own, one such batch in flight at a time), so no call waits for the chain.
+//!
 //! The transaction is `READ COMMITTED` whatever the server's default: a claim that waits for
 //! a concurrent claim's row lock then sees the grant spent (and answers `AlreadyClaimed`),
 //! instead of failing the whole batch with a serialization error.
@@ -71,8 +75,9 @@ const OUTCOME_BY_GRANT: &str = "WITH resolved AS (
      WHERE NOT EXISTS (SELECT 1 FROM aml_journal WHERE grant_id = $1)
        AND NOT EXISTS (SELECT 1 FROM resolved)";
 
-const RECORDS: &str = "INSERT INTO aml_receipts (record)
-     SELECT r FROM unnest($1::text[]) WITH ORDINALITY AS t(r, n) ORDER BY n";
+/// The records, in order, as the audit chain's next links (the function the schema
+/// creates; it takes the chain's lock until the batch commits).
+const RECORDS: &str = "SELECT aml_chain_append($1::text[])";
 
 /// Starts the task (on the current tokio runtime) that writes through `pool`; it commits
 /// what is left and ends when the last clone of the queue is dropped.
@@ -86,7 +91,33 @@ pub(crate) fn start(pool: Pool) -> Queue {
 async fn run(pool: Pool, mut writes: mpsc::UnboundedReceiver<Write>, tally: Tally) {
     let losses = Losses::default();
     let slots = Arc::new(Semaphore::new(PIPELINES));
-    while let Some(mut batch) = next_batch(&mut writes).await {
+    // Held by the one batch in flight that carries records: the server holds the chain's
+    // lock from its record statement until it commits, so a batch with claims or intents
+    // must not carry records (they would wait for the lock and the hashing). Records wait
+    // for nobody: they are held back and committed in a batch of their own, one at a time,
+    // unless a flush takes everything at once (ADR 022).
+    let chain = Arc::new(Semaphore::new(1));
+    let mut held: Vec<Write> = Vec::new();
+    loop {
+        let mut batch = if held.is_empty() {
+            match next_batch(&mut writes).await {
+                Some(batch) => batch,
+                None => break,
+            }
+        } else {
+            // Held records go once the chain is free, or with the next write, whichever first.
+            let next = tokio::select! {
+                biased;
+                free = Arc::clone(&chain).acquire_owned() => {
+                    drop(free);
+                    None
+                }
+                write = writes.recv() => write,
+            };
+            let mut batch = std::mem::take(&mut held);
+            batch.extend(next);
+            batch
+        };
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
             return;
         };
@@ -97,7 +128,7 @@ async fn run(pool: Pool, mut writes: mpsc::UnboundedReceiver<Write>, tally: Tall
                 Err(_) => break,
             }
         }
-        // A flush also waits for the batches before it.
+        // A flush also waits for the batches before it (and so finds the chain free).
         let all = if batch.iter().any(|w| matches!(w, Write::Flush { .. })) {
             Arc::clone(&slots)
                 .acquire_many_owned(PIPELINES as u32 - 1)
@@ -106,13 +137,38 @@ async fn run(pool: Pool, mut writes: mpsc::UnboundedReceiver<Write>, tally: Tall
         } else {
             None
         };
+        let mut chained = None;
+        if all.is_some() {
+            // Everything before the flush commits with it: no batch is in flight.
+            if batch.iter().any(carries_records) {
+                chained = Arc::clone(&chain).acquire_owned().await.ok();
+            }
+        } else if batch.iter().any(carries_records) {
+            // Claims and intents never wait for the chain: records then go on their own.
+            if !batch.iter().any(Write::waited_for) {
+                chained = Arc::clone(&chain).try_acquire_owned().ok();
+            }
+            if chained.is_none() {
+                let (records, rest): (Vec<Write>, Vec<Write>) = batch.into_iter().partition(carries_records);
+                held = records;
+                batch = rest;
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
         let (pool, losses, tally) = (pool.clone(), losses.clone(), tally.clone());
         tokio::spawn(async move {
             commit(&pool, batch, &losses, &tally).await;
-            drop((slot, all));
+            drop((slot, all, chained));
         });
     }
     let _ = slots.acquire_many(PIPELINES as u32).await;
+}
+
+/// Whether `write` stores a receipt record (and so appends to the audit chain).
+fn carries_records(write: &Write) -> bool {
+    matches!(write, Write::Later(later) if later.iter().any(|l| matches!(l, Later::Record(_))))
 }
 
 /// Waits for a write, then takes every write queued behind it; writes nobody waits for wait

@@ -19,6 +19,7 @@ use std::time::Duration;
 use aml_core::{async_trait, ClaimError, ClaimStatus, FrozenProposal, GrantRef, GrantStore, Sha256Digest};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
+use crate::chain::{AuditLog, AuditRow, Link};
 use crate::clock::{Clock, SystemClock};
 use crate::grant::{GrantIssuer, GrantLifetimes, StoreError};
 use crate::group::{CommitStats, Later, Queue};
@@ -72,7 +73,15 @@ CREATE TABLE IF NOT EXISTS aml_decisions (
 CREATE TABLE IF NOT EXISTS aml_receipts (
     id INTEGER PRIMARY KEY,
     recorded_at INTEGER NOT NULL,
-    record TEXT NOT NULL
+    record TEXT NOT NULL,
+    seq INTEGER,
+    prev TEXT,
+    hash TEXT
+);
+CREATE TABLE IF NOT EXISTS aml_checkpoints (
+    id INTEGER PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    checkpoint TEXT NOT NULL
 );";
 
 /// How long the first open of a file retries while other processes set it up.
@@ -236,10 +245,14 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
 fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(SCHEMA)?;
-    for (table, column) in [
-        ("aml_grants", "tool"),
-        ("aml_grants", "resource"),
-        ("aml_journal", "resource"),
+    for (table, column, kind) in [
+        ("aml_grants", "tool", "TEXT"),
+        ("aml_grants", "resource", "TEXT"),
+        ("aml_journal", "resource", "TEXT"),
+        // The audit chain (ADR 022): records stored before keep NULL, "unchained".
+        ("aml_receipts", "seq", "INTEGER"),
+        ("aml_receipts", "prev", "TEXT"),
+        ("aml_receipts", "hash", "TEXT"),
     ] {
         let present: bool = tx.query_row(
             "SELECT count(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
@@ -247,7 +260,7 @@ fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
             |r| r.get(0),
         )?;
         if !present {
-            tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} TEXT;"))?;
+            tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind};"))?;
         }
     }
     tx.commit()
@@ -452,6 +465,78 @@ impl OpenGrants for SqliteStore {
             )
             .optional()
             .map_err(db("read"))
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl AuditLog for SqliteStore {
+    async fn audit_rows(&self) -> Result<Vec<AuditRow>, StoreError> {
+        self.writer.committed(false).await?;
+        self.run(|c| {
+            let mut stmt = c
+                .prepare("SELECT id, recorded_at, record, seq, prev, hash FROM aml_receipts ORDER BY id")
+                .map_err(db("read"))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    let link = match (r.get(3)?, r.get(4)?, r.get(5)?) {
+                        (Some(seq), Some(prev), Some(hash)) => Some(Link { seq, prev, hash }),
+                        // A link with a field taken out reads as a broken link.
+                        (Some(seq), prev, hash) => Some(Link {
+                            seq,
+                            prev: prev.unwrap_or_default(),
+                            hash: hash.unwrap_or_default(),
+                        }),
+                        (None, _, _) => None,
+                    };
+                    Ok(AuditRow {
+                        id: r.get(0)?,
+                        at_ms: r.get(1)?,
+                        record: r.get(2)?,
+                        link,
+                    })
+                })
+                .map_err(db("read"))?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(db("read"))
+        })
+        .await
+    }
+
+    async fn chain_tail(&self) -> Result<Option<(i64, String)>, StoreError> {
+        self.writer.committed(false).await?;
+        self.run(|c| {
+            c.query_row(
+                "SELECT seq, hash FROM aml_receipts WHERE seq IS NOT NULL ORDER BY id DESC LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(db("read"))
+        })
+        .await
+    }
+
+    async fn add_checkpoint(&self, seq: i64, text: &str) -> Result<(), StoreError> {
+        let text = text.to_owned();
+        self.run(move |c| {
+            c.execute(
+                "INSERT INTO aml_checkpoints (seq, checkpoint) VALUES (?1, ?2)",
+                params![seq, text],
+            )
+            .map(drop)
+            .map_err(db("checkpoint"))
+        })
+        .await
+    }
+
+    async fn checkpoints(&self) -> Result<Vec<String>, StoreError> {
+        self.run(|c| {
+            let mut stmt = c
+                .prepare("SELECT checkpoint FROM aml_checkpoints ORDER BY id")
+                .map_err(db("read"))?;
+            let rows = stmt.query_map([], |r| r.get(0)).map_err(db("read"))?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(db("read"))
         })
         .await
     }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use aml_core::ClaimStatus;
 use rusqlite::{params, Connection, OptionalExtension, Statement};
 
+use crate::chain::Appender;
 use crate::clock::Clock;
 use crate::grant::{cause_chain, classify, StoreError};
 use crate::group::{
@@ -66,6 +67,7 @@ struct Statements<'c> {
     outcome_by_grant: Statement<'c>,
     outcome_whole: Statement<'c>,
     record: Statement<'c>,
+    tail: Statement<'c>,
 }
 
 impl<'c> Statements<'c> {
@@ -103,7 +105,14 @@ impl<'c> Statements<'c> {
                  SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?4, ?7
                  WHERE NOT EXISTS (SELECT 1 FROM aml_journal WHERE grant_id = ?2)",
             )?,
-            record: conn.prepare("INSERT INTO aml_receipts (recorded_at, record) VALUES (?1, ?2)")?,
+            record: conn.prepare(
+                "INSERT INTO aml_receipts (recorded_at, record, seq, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?,
+            // Read inside the write transaction, so processes sharing the file extend one
+            // chain; the last link is the last row with one (ids only grow).
+            tail: conn.prepare(
+                "SELECT seq, hash FROM aml_receipts WHERE seq IS NOT NULL ORDER BY id DESC LIMIT 1",
+            )?,
         })
     }
 }
@@ -160,10 +169,12 @@ fn commit(
 ) {
     let mut answers = Vec::with_capacity(batch.len());
     let mut writes = batch.into_iter();
+    // The chain's tail, read once the transaction holds the write lock, when a record comes.
+    let mut chain: Option<Appender> = None;
     let committed = (|| {
         st.begin.execute([])?;
         for write in writes.by_ref() {
-            answers.push(apply(st, conn, now, write));
+            answers.push(apply(st, conn, now, write, &mut chain));
             if conn.is_autocommit() {
                 // SQLite rolled the whole transaction back (disk full, I/O error).
                 return Err(rusqlite::Error::SqliteFailure(
@@ -243,7 +254,13 @@ impl Answer {
     }
 }
 
-fn apply(st: &mut Statements<'_>, conn: &Connection, now: i64, write: Write) -> Answer {
+fn apply(
+    st: &mut Statements<'_>,
+    conn: &Connection,
+    now: i64,
+    write: Write,
+    chain: &mut Option<Appender>,
+) -> Answer {
     let failed = |operation| move |e: rusqlite::Error| StoreError::database(BACKEND, operation, e);
     match write {
         Write::Claim(claim, reply) => Answer::Claim(reply, spend(st, now, &claim).map_err(failed("claim"))),
@@ -265,7 +282,7 @@ fn apply(st: &mut Statements<'_>, conn: &Connection, now: i64, write: Write) -> 
             for write in &writes {
                 let done = match write {
                     Later::Outcome(outcome) => resolve(st, now, outcome),
-                    Later::Record(record) => st.record.execute(params![now, record]).map(drop),
+                    Later::Record(record) => append(st, now, record, chain),
                 };
                 if let Err(e) = done {
                     failed += 1;
@@ -280,6 +297,30 @@ fn apply(st: &mut Statements<'_>, conn: &Connection, now: i64, write: Write) -> 
         }
         Write::Flush { reply, report } => Answer::Flush(reply, report),
     }
+}
+
+/// Stores `record` as the chain's next link, in the batch's transaction.
+fn append(
+    st: &mut Statements<'_>,
+    now: i64,
+    record: &str,
+    chain: &mut Option<Appender>,
+) -> rusqlite::Result<()> {
+    let appender = match chain {
+        Some(appender) => appender,
+        None => {
+            let tail = st
+                .tail
+                .query_row([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+                .optional()?;
+            chain.insert(Appender::after(tail))
+        }
+    };
+    let link = appender.next(now, record);
+    st.record
+        .execute(params![now, record, link.seq, link.prev, link.hash])?;
+    appender.commit(link);
+    Ok(())
 }
 
 /// The one-use claim: exactly one claimant of a grant sees a changed row, in this process or

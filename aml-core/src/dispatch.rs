@@ -9,7 +9,7 @@ use crate::hooks::{
     ApprovalHook, ApprovalRequest, ClaimStatus, ClaimedGrant, GrantRef, GrantStore, InMemoryGrantStore,
     ToolCall, ToolExecutor,
 };
-use crate::plan::{plan_frozen, Plan, Planned};
+use crate::plan::{plan_frozen, Plan, Planned, WouldBlock};
 use crate::proposal::FrozenProposal;
 use crate::reason::{blocking_reason, ReceiptReason};
 use crate::receipt::Receipt;
@@ -51,6 +51,7 @@ pub struct ActionBoundary {
     grants: Option<Arc<dyn GrantStore>>,
     executor: Option<Arc<dyn ToolExecutor>>,
     sink: Arc<dyn ReceiptSink>,
+    shadow: bool,
 }
 
 /// Builds an [`ActionBoundary`]. The grant store defaults to a fresh
@@ -108,6 +109,33 @@ impl ActionBoundaryBuilder {
         self.boundary.sink = sink;
         self
     }
+    /// Shadow mode, for rolling a policy out: every call is decided as usual, and one the
+    /// policy would block or send for approval is dispatched anyway, without approval, under
+    /// a plan with reason `shadow_mode`; its [`DispatchOutcome::would_block`] and call record
+    /// (`would_block`) say what the policy decided. Calls the proposal rules refuse
+    /// (`invalid_proposal`, `proposal_too_large`) are still blocked. Nothing is enforced:
+    /// a host that turns this on should say so loudly.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use aml_core::{tool_fn, ActionBoundary, Decision, ExecutionStatus, Policy, PlanReason};
+    /// let boundary = ActionBoundary::builder(Arc::new(Policy::empty()))
+    ///     .executor(tool_fn(|_| async { Ok(serde_json::json!("ran")) }))
+    ///     .shadow()
+    ///     .build();
+    /// let proposal = serde_json::json!({"protocol": "aml-proposed-action/1", "tool": "t",
+    ///     "effect": "read", "resource": "r", "purpose": "p", "arguments": {}});
+    /// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// let outcome = rt.block_on(boundary.run(&proposal));
+    /// assert_eq!(outcome.receipt().execution_status(), ExecutionStatus::Dispatched);
+    /// assert_eq!(outcome.plan().reason(), PlanReason::ShadowMode);
+    /// let would = outcome.would_block().unwrap();
+    /// assert_eq!((would.decision, would.reason), (Decision::Deny, PlanReason::NoExactRule));
+    /// ```
+    pub fn shadow(mut self) -> Self {
+        self.boundary.shadow = true;
+        self
+    }
     /// The boundary.
     pub fn build(self) -> ActionBoundary {
         self.boundary
@@ -126,9 +154,14 @@ pub struct DispatchOutcome {
     detail: Option<String>,
     deadline_passed: bool,
     caller_gone: bool,
+    would_block: Option<WouldBlock>,
 }
 
 impl DispatchOutcome {
+    /// In shadow mode, what the policy decided for a call it let through.
+    pub fn would_block(&self) -> Option<&WouldBlock> {
+        self.would_block.as_ref()
+    }
     /// The plan computed before any hook ran.
     pub fn plan(&self) -> &Plan {
         &self.plan
@@ -174,6 +207,7 @@ impl DispatchOutcome {
             detail,
             deadline_passed: false,
             caller_gone: false,
+            would_block: None,
         }
     }
 }
@@ -188,6 +222,7 @@ impl ActionBoundary {
                 grants: Some(Arc::new(InMemoryGrantStore::new())),
                 executor: None,
                 sink: Arc::new(NoSink),
+                shadow: false,
             },
         }
     }
@@ -195,6 +230,28 @@ impl ActionBoundary {
     /// The policy source.
     pub fn policy(&self) -> &Arc<dyn PolicySource> {
         &self.policy
+    }
+
+    /// Whether the boundary runs in shadow mode ([`ActionBoundaryBuilder::shadow`]).
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// In shadow mode, a planned call the policy would block or send for approval goes on
+    /// under a `shadow_mode` plan; what the policy decided comes back beside it.
+    fn shadowed(&self, mut planned: Planned) -> (Planned, Option<WouldBlock>) {
+        let decision = planned.plan.decision();
+        match (&planned.proposal, self.shadow && decision != Decision::Allow) {
+            (Some(proposal), true) if planned.refusal.is_none() => {
+                let would = WouldBlock {
+                    decision,
+                    reason: planned.plan.reason(),
+                };
+                planned.plan = Plan::shadowing(proposal.digest());
+                (planned, Some(would))
+            }
+            _ => (planned, None),
+        }
     }
 
     /// The one-use grant store (`None`: `replayable_approvals`).
@@ -277,6 +334,7 @@ impl ActionBoundary {
         mut watch: Watch,
         progress: &Progress,
     ) -> Authorization {
+        let (planned, would_block) = self.shadowed(planned);
         let (plan, proposal) = match blocked_by_plan(planned) {
             Ok(parts) => parts,
             Err((plan, reason)) => return Authorization::Ended(DispatchOutcome::ended(plan, reason, None)),
@@ -309,6 +367,7 @@ impl ActionBoundary {
             plan,
             proposal,
             grant,
+            would_block,
         })
     }
 
@@ -414,6 +473,7 @@ pub(crate) struct Authorized {
     plan: Plan,
     proposal: FrozenProposal,
     grant: Option<ClaimedGrant>,
+    would_block: Option<WouldBlock>,
 }
 
 impl Authorized {
@@ -434,6 +494,7 @@ impl Authorized {
             plan,
             proposal,
             grant,
+            would_block,
         } = self;
         let call = ToolCall {
             arguments: std::sync::OnceLock::new(),
@@ -442,7 +503,7 @@ impl Authorized {
         };
         progress.set(Stage::Tool);
         tracing::debug!(target: "aml.dispatch", "tool entered");
-        match guarded(|| executor.execute(call)).await {
+        let mut outcome = match guarded(|| executor.execute(call)).await {
             Ok(Ok(output)) => DispatchOutcome {
                 receipt: Receipt::new(
                     plan.proposal_sha256(),
@@ -455,12 +516,15 @@ impl Authorized {
                 detail: None,
                 deadline_passed: false,
                 caller_gone: false,
+                would_block: None,
             },
             Ok(Err(e)) => {
                 DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(with_causes(&e)))
             }
             Err(panic) => DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(panic)),
-        }
+        };
+        outcome.would_block = would_block;
+        outcome
     }
 }
 

@@ -94,6 +94,7 @@ impl CallTracker {
             r.receipt = Some(outcome.receipt().clone());
             r.detail = outcome.detail().map(str::to_owned);
             r.result = outcome.output_summary().filter(|_| summarize);
+            r.would_block = outcome.would_block().copied();
         });
     }
 

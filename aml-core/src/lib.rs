@@ -61,7 +61,7 @@ pub use hooks::{
 pub use jsonl_sink::JsonLinesSink;
 pub use object_only::ObjectOnly;
 pub use outcome::{Blocked, CallOutcome, Dispatched, HostError, Refused, Unknown, DISPATCH_IN_PROGRESS};
-pub use plan::{plan, plan_frozen, Plan, Planned, PLAN_PROTOCOL};
+pub use plan::{plan, plan_frozen, Plan, Planned, WouldBlock, PLAN_PROTOCOL};
 pub use policy::{LivePolicy, Policy, PolicyDecision, PolicyError, PolicySource, Rule};
 pub use proposal::{FrozenProposal, ProposalParts, ProposalRefusal, MULTI_RESOURCE_PROTOCOL};
 pub use reason::{JsonErrorCode, PlanReason, ReceiptReason, Refusal};

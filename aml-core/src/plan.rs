@@ -67,7 +67,26 @@ impl TryFrom<ObjectOnly<WirePlan>> for Plan {
     }
 }
 
+/// What the policy decided for a call that shadow mode let through
+/// ([`ActionBoundaryBuilder::shadow`](crate::ActionBoundaryBuilder::shadow)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WouldBlock {
+    /// The policy's decision: `deny` or `requires_approval`.
+    pub decision: Decision,
+    /// The policy's reason.
+    pub reason: PlanReason,
+}
+
 impl Plan {
+    /// The plan shadow mode dispatches under: allowed, reason `shadow_mode`.
+    pub(crate) fn shadowing(digest: Sha256Digest) -> Self {
+        Plan {
+            proposal_sha256: Some(digest),
+            decision: Decision::Allow,
+            reason: PlanReason::ShadowMode,
+        }
+    }
+
     pub(crate) fn denied(reason: PlanReason) -> Self {
         Plan {
             proposal_sha256: None,
@@ -271,7 +290,10 @@ mod tests {
                 reason.carries_digest()
             );
         }
-        assert_eq!(seen, PlanReason::ALL.iter().copied().collect());
+        // `shadow_mode` is the dispatch's, never planning's (shadow_tests.rs reaches it).
+        let planned: std::collections::BTreeSet<_> =
+            PlanReason::ALL.iter().copied().filter(|r| *r != PlanReason::ShadowMode).collect();
+        assert_eq!(seen, planned);
     }
 
     #[test]

@@ -27,6 +27,10 @@ wire_enum! {
         /// `"policy_error"`: a Cedar policy failed to evaluate for this proposal (it might
         /// have been a `forbid`); the proposal is denied.
         PolicyError = "policy_error",
+        /// `"shadow_mode"`: the boundary runs in shadow mode and lets through a call its
+        /// policy would have blocked or sent for approval; the call's record says what the
+        /// policy decided (`would_block`).
+        ShadowMode = "shadow_mode",
     }
 }
 
@@ -43,13 +47,17 @@ impl PlanReason {
                 | PlanReason::PolicyForbid
                 | PlanReason::NoPermit
                 | PlanReason::PolicyError
+                | PlanReason::ShadowMode
         )
     }
 
     /// Whether a plan with this reason may allow (or ask for approval); every other reason
     /// denies.
     pub const fn permits(self) -> bool {
-        matches!(self, PlanReason::ExactRule | PlanReason::PolicyPermit)
+        matches!(
+            self,
+            PlanReason::ExactRule | PlanReason::PolicyPermit | PlanReason::ShadowMode
+        )
     }
 }
 
@@ -216,7 +224,7 @@ impl From<JsonErrorCode> for ReceiptReason {
 /// `policy_permit` (a matching rule does not block by itself).
 pub(crate) const fn blocking_reason(plan: PlanReason) -> Option<ReceiptReason> {
     match plan {
-        PlanReason::ExactRule | PlanReason::PolicyPermit => None,
+        PlanReason::ExactRule | PlanReason::PolicyPermit | PlanReason::ShadowMode => None,
         PlanReason::NoExactRule => Some(ReceiptReason::NoExactRule),
         PlanReason::PolicyForbid => Some(ReceiptReason::PolicyForbid),
         PlanReason::NoPermit => Some(ReceiptReason::NoPermit),

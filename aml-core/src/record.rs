@@ -96,6 +96,9 @@ pub struct CallRecord {
     /// The ids of the Cedar policies that determined the plan (absent for exact rules).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<String>,
+    /// In shadow mode, what the policy decided for a call it let through.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub would_block: Option<crate::plan::WouldBlock>,
 }
 
 impl CallRecord {
@@ -115,6 +118,7 @@ impl CallRecord {
             detail: None,
             result: None,
             policies: Vec::new(),
+            would_block: None,
         }
     }
 

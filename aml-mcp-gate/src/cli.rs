@@ -1,5 +1,5 @@
-//! The command line: `run` (the default: `aml-mcp-gate --policy … -- SERVER…`), `init` and
-//! `journal`.
+//! The command line: `run` (the default: `aml-mcp-gate --policy … -- SERVER…`), `init`,
+//! `journal` and `policy`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -84,6 +84,9 @@ pub(crate) enum Command {
         after_help = "Example:\n  aml-mcp-gate init --out gate -- npx -y @modelcontextprotocol/server-everything\n\nExit status: 0 written; 1 the server could not be started or read; 2 bad usage, or\nthe files exist (without --force) or cannot be written."
     )]
     Init(crate::init::InitArgs),
+    /// Check a policy without a server: validate it (check), decide one call (explain), or
+    /// decide a table of calls against expected decisions (test)
+    Policy(crate::policy_cmd::PolicyArgs),
 }
 
 /// Options of `run`. Every option may also come from `--config`; a flag given here wins.

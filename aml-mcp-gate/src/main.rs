@@ -1,7 +1,8 @@
 //! `aml-mcp-gate`: an MCP server on stdin/stdout that starts the real server as a child
 //! process, relays everything between them faithfully, and gates every `tools/call` with the
 //! host's policy (the engine is `aml_mcp::relay`); and `aml-mcp-gate journal`, which reads
-//! what the gate's durable state says happened.
+//! what the gate's durable state says happened; and `aml-mcp-gate policy`, which checks a
+//! host's policy without a server.
 
 mod approvals;
 mod audit;
@@ -12,6 +13,8 @@ mod init;
 mod journal;
 mod listen;
 mod parent_death;
+mod policy_cases;
+mod policy_cmd;
 mod reload;
 mod run;
 mod sinks;
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Journal(args)) => journal::main(args),
         Some(Command::Init(args)) => init::main(args),
+        Some(Command::Policy(args)) => policy_cmd::main(args),
         Some(Command::Run(args)) => run_main(args),
         None => run_main(cli.run),
     }

@@ -291,8 +291,11 @@ mod tests {
             );
         }
         // `shadow_mode` is the dispatch's, never planning's (shadow_tests.rs reaches it).
-        let planned: std::collections::BTreeSet<_> =
-            PlanReason::ALL.iter().copied().filter(|r| *r != PlanReason::ShadowMode).collect();
+        let planned: std::collections::BTreeSet<_> = PlanReason::ALL
+            .iter()
+            .copied()
+            .filter(|r| *r != PlanReason::ShadowMode)
+            .collect();
         assert_eq!(seen, planned);
     }
 

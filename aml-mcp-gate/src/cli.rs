@@ -101,9 +101,20 @@ pub(crate) struct RunArgs {
     /// it, else this process's working directory.
     #[arg(skip)]
     pub(crate) server_dir: Option<PathBuf>,
-    /// The aml-action-policy/1 document; a malformed policy is refused at start
-    #[arg(long, value_name = "POLICY.json", required_unless_present = "config")]
+    /// The policy: an aml-action-policy/1 JSON document, or a Cedar policy set (a file
+    /// ending in .cedar, with NAME.cedarschema beside it as its schema; docs/POLICY.md); a
+    /// malformed policy is refused at start
+    #[arg(
+        long,
+        value_name = "POLICY.json|POLICY.cedar",
+        required_unless_present = "config"
+    )]
     pub(crate) policy: Option<PathBuf>,
+    /// `enforce` the policy, or `shadow` it for a rollout: every call is decided and
+    /// recorded as the policy would have it (`would_block` in its record; `journal receipts
+    /// --shadow` lists them) and is forwarded anyway, without approval [default: enforce]
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub(crate) enforce: Option<Enforcement>,
     /// The tools the agent may call: {"tools": [{name, effect, purpose, description?,
     /// resource: {"argument": NAME} | {"fixed": RESOURCE}, input_schema, pin?}]}; a pinned
     /// tool ("pin": "sha256:…", written by `init`) is hidden and refused while the server
@@ -175,6 +186,16 @@ pub(crate) struct RunArgs {
         required_unless_present_any = ["config", "upstream"]
     )]
     pub(crate) command: Vec<OsString>,
+}
+
+/// Whether the policy blocks calls or only records what it would block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Enforcement {
+    /// Block what the policy blocks, ask for what needs approval
+    Enforce,
+    /// Forward every call; record what the policy would have done
+    Shadow,
 }
 
 /// What the gate does with one kind of server-to-client request.

@@ -5,7 +5,8 @@
 //! server's relative arguments would otherwise name files there); unknown keys are errors.
 //!
 //! ```toml
-//! policy = "policy.json"
+//! policy = "policy.json"          # or "policy.cedar"
+//! enforce = "enforce"             # or "shadow": forward everything, record what would block
 //! tools = "tools.json"
 //! state = "gate.sqlite3"          # or "memory", or "postgres://…"
 //! receipts = "receipts.jsonl"
@@ -47,6 +48,7 @@ use crate::cli::{RunArgs, Setting};
 #[serde(deny_unknown_fields)]
 struct File {
     policy: Option<PathBuf>,
+    enforce: Option<crate::cli::Enforcement>,
     tools: Option<PathBuf>,
     state: Option<String>,
     receipts: Option<PathBuf>,
@@ -103,6 +105,7 @@ pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
         _ => relative(PathBuf::from(s)).display().to_string(),
     });
     fill(&mut args.policy, file.policy.map(relative));
+    fill(&mut args.enforce, file.enforce);
     fill(&mut args.tools, file.tools.map(relative));
     fill(&mut args.state, state);
     fill(&mut args.receipts, file.receipts.map(relative));

@@ -13,6 +13,7 @@ Examples:
   aml-mcp-gate journal unresolved                  calls that may have reached the server
   aml-mcp-gate journal reconcile 42 --note \"checked: the mail was sent once\"
   aml-mcp-gate journal receipts --since 1h         receipts of the last hour
+  aml-mcp-gate journal receipts --shadow           calls shadow mode let through against the policy
   aml-mcp-gate journal verify --key audit.pub.json --checkpoints receipts.jsonl
   aml-mcp-gate journal export > chain.jsonl        links and checkpoints for an auditor
 
@@ -77,6 +78,10 @@ enum What {
         /// 15m, 2h, 7d
         #[arg(long, value_name = "WHEN", value_parser = parse_since)]
         since: Option<i64>,
+        /// Only the calls shadow mode let through that the policy would have blocked or
+        /// sent for approval (records with `would_block`)
+        #[arg(long)]
+        shadow: bool,
     },
 }
 
@@ -196,17 +201,24 @@ async fn run(location: &Location, what: What) -> Result<(), String> {
             }
             eprintln!("aml-mcp-gate journal: intent {id} reconciled");
         }
-        What::Receipts { since } => {
+        What::Receipts { since, shadow } => {
             for stored in receipts
                 .records_since(since.unwrap_or(0))
                 .await
                 .map_err(|e| e.to_string())?
             {
-                println!("{}", stored.record);
+                if !shadow || would_block(&stored.record) {
+                    println!("{}", stored.record);
+                }
             }
         }
     }
     Ok(())
+}
+
+/// Whether a stored record is a call shadow mode let through against its policy.
+fn would_block(record: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(record).is_ok_and(|r| r.get("would_block").is_some())
 }
 
 /// Who approved each grant, from the approval records among the receipts (only read when an

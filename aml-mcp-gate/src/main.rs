@@ -180,6 +180,7 @@ fn settle(args: RunArgs) -> run::Settings {
         receipts: args.receipts,
         approve: args.approve,
         approver_key: args.approver_key,
+        shadow: args.enforce == Some(cli::Enforcement::Shadow),
         audit_key: args.audit_key,
         audit_schedule,
         approval_timeout: seconds(args.approval_timeout, 300, "--approval-timeout"),

@@ -26,6 +26,8 @@ pub(crate) struct Settings {
     pub(crate) receipts: Option<PathBuf>,
     pub(crate) approve: Option<Channel>,
     pub(crate) approver_key: Option<PathBuf>,
+    /// `--enforce shadow`: forward every call, record what the policy would do.
+    pub(crate) shadow: bool,
     /// `--audit-key`: signs checkpoints of the audit chain.
     pub(crate) audit_key: Option<PathBuf>,
     pub(crate) audit_schedule: crate::audit::Schedule,
@@ -177,6 +179,12 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
     let mut boundary = ActionBoundary::builder(live_policy.clone())
         .sink(deferred)
         .grants_arc(Arc::clone(&state.grants));
+    if settings.shadow {
+        tracing::warn!(
+            "SHADOW MODE (--enforce shadow): the policy is not enforced; every call is forwarded, and one it would block or send for approval is recorded with would_block (journal receipts --shadow)"
+        );
+        boundary = boundary.shadow();
+    }
     if let Some(channel) = settings.approve {
         boundary = approvals::with_approvals(
             boundary,

@@ -411,3 +411,91 @@ when { context.resource like "out/*" };
     );
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Shadow mode from outside: the same Cedar policy, `--enforce shadow`: the calls it would
+/// deny or send for approval reach the server and run, each record says what the policy
+/// would have done, and `journal receipts --shadow` lists exactly those.
+#[test]
+fn shadow_mode_forwards_every_call_and_records_what_the_policy_would_block() {
+    let (work, files) = filesystem_tree("shadow");
+    let stdin_log = work.join("server-stdin.log");
+    write_json(&work.join("tools.json"), &typed_filesystem_tools(&files));
+    std::fs::write(
+        work.join("policy.cedar"),
+        r#"permit(principal, action == Action::"read_text_file", resource) when { context.resource like "docs/*" };
+           @approval("required") permit(principal, action == Action::"write_file", resource) when { context.resource like "out/*" };"#,
+    )
+    .unwrap();
+    let state = work.join("state.sqlite3");
+    let gate_args = json!([
+        "--policy",
+        work.join("policy.cedar"),
+        "--tools",
+        work.join("tools.json"),
+        "--state",
+        state,
+        "--enforce",
+        "shadow"
+    ]);
+    let calls = json!([
+        {"name": "read_text_file", "arguments": {"path": "docs/a.md"}},
+        {"name": "read_text_file", "arguments": {"path": "secret.txt"}},
+        {"name": "write_file", "arguments": {"path": "out/r.md", "content": "report"}},
+        {"name": "read_text_file", "arguments": {"path": "/etc/passwd"}},
+    ]);
+    let report = through_gate_to_filesystem(gate_args, &files, &stdin_log, &calls);
+    assert_eq!(
+        outcomes(&report),
+        [
+            "host_dispatch_returned",
+            "host_dispatch_returned",
+            "host_dispatch_returned",
+            "resource_outside_root"
+        ],
+        "{report}"
+    );
+    assert_eq!(
+        report["results"][1]["text"], "the secret",
+        "shadow mode enforced nothing"
+    );
+    assert_eq!(std::fs::read_to_string(files.join("out/r.md")).unwrap(), "report");
+    assert_eq!(
+        calls_reaching(&stdin_log).len(),
+        3,
+        "a path out of the root is still refused"
+    );
+    let shadowed = Command::new(gate_binary())
+        .args(["journal", "receipts", "--shadow", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(
+        shadowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shadowed.stderr)
+    );
+    let listed: Vec<Value> = String::from_utf8(shadowed.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let would: Vec<(&str, &str)> = listed
+        .iter()
+        .map(|r| {
+            (
+                r["would_block"]["decision"].as_str().unwrap(),
+                r["would_block"]["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        would,
+        [("deny", "no_permit"), ("requires_approval", "policy_permit")],
+        "{listed:#?}"
+    );
+    for record in &listed {
+        assert_eq!(record["plan"]["reason"], "shadow_mode");
+        assert_eq!(record["receipt"]["execution_status"], "dispatched");
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}

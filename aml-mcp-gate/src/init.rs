@@ -64,8 +64,9 @@ fn parse_capabilities(text: &str) -> Result<Value, String> {
 pub(crate) fn main(args: InitArgs) -> ExitCode {
     let tools_path = args.out.join("tools.json");
     let policy_path = args.out.join("policy.json");
+    let cedar_path = args.out.join("policy.cedar");
     if !args.force {
-        for path in [&tools_path, &policy_path] {
+        for path in [&tools_path, &policy_path, &cedar_path] {
             if path.exists() {
                 eprintln!(
                     "aml-mcp-gate init: {} exists; pass --force to overwrite it",
@@ -114,8 +115,32 @@ pub(crate) fn main(args: InitArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    if let Err(e) = std::fs::write(&cedar_path, starter_cedar(&tools)) {
+        eprintln!("aml-mcp-gate init: cannot write {}: {e}", cedar_path.display());
+        return ExitCode::from(2);
+    }
     print!("{}", next_steps(&tools, &tools_path, &policy_path, &args.command));
     ExitCode::SUCCESS
+}
+
+/// A starter Cedar policy (docs/POLICY.md): every example commented out, so nothing is
+/// allowed until the host writes a permit. Tool names are written as Cedar string literals
+/// (escaped), so a server's name cannot end a comment line and add a policy of its own.
+pub(crate) fn starter_cedar(tools: &[Value]) -> String {
+    let mut text = String::from(
+        "// A starter Cedar policy for aml-mcp-gate (docs/POLICY.md): nothing is allowed until a\n\
+         // permit says so. Use it in place of policy.json: --policy policy.cedar.\n\
+         // Resources are the tools file's (a path under its \"root\" is relative to it); a permit\n\
+         // annotated @approval(\"required\") asks a person first; a forbid always wins.\n",
+    );
+    for tool in tools.iter().filter_map(|t| t["name"].as_str()) {
+        // Rust's escaping of a string is a valid Cedar string literal with no raw newline.
+        let literal = format!("{tool:?}");
+        text.push_str(&format!(
+            "\n// @id({literal})\n// permit(principal, action == Action::{literal}, resource)\n// when {{ context.resource like \"docs/*\" }};\n"
+        ));
+    }
+    text
 }
 
 /// The `tools.json` document for the server's tools: each pinned, its input schema copied,
@@ -207,7 +232,8 @@ fn next_steps(tools: &[Value], tools_path: &Path, policy_path: &Path, command: &
     let server: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     format!(
         "Wrote {tools} ({count} tools, each pinned to the definition the server advertises now: {names})
-and {policy} (no rules: nothing is allowed).
+and {policy} (no rules: nothing is allowed), and {cedar} (a Cedar policy to use instead, its
+examples commented out: nothing is allowed).
 
 Next:
   1. In {tools}, keep only the tools the agent may call. For each, replace \"effect\"
@@ -225,6 +251,7 @@ another directory and copy the new \"pin\").
 ",
         tools = tools_path.display(),
         policy = policy_path.display(),
+        cedar = policy_path.with_extension("cedar").display(),
         count = names.len(),
         names = names.join(", "),
         server = server.join(" "),
@@ -353,5 +380,42 @@ mod tests {
             Some(&definition_digest(&tools[0]).unwrap())
         );
         assert!(skeleton(&[json!({"name": "x"})]).is_err(), "no input schema");
+    }
+
+    #[test]
+    fn the_starter_cedar_policy_loads_allows_nothing_and_cannot_be_injected_by_a_tool_name() {
+        let tools = vec![
+            serde_json::json!({"name": "read_file"}),
+            serde_json::json!({"name": "evil\npermit(principal, action, resource);\n//"}),
+            serde_json::json!({"name": "quote\"back\\slash"}),
+        ];
+        let text = super::starter_cedar(&tools);
+        assert!(
+            text.lines().all(|l| l.is_empty() || l.starts_with("//")),
+            "{text}"
+        );
+        let policy = aml_core::Policy::from_cedar(&text, None);
+        assert!(policy.error().is_none(), "{:?}", policy.error());
+        assert_eq!(
+            policy.decide("read_file", aml_core::Effect::Read, "docs/a").0,
+            aml_core::Decision::Deny
+        );
+        assert!(!policy.may_allow("anything", aml_core::Effect::Read));
+        let uncommented: String = text
+            .lines()
+            .map(|l| l.strip_prefix("// ").unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let body = uncommented.split("\n\n").skip(1).collect::<Vec<_>>().join("\n");
+        let examples = aml_core::Policy::from_cedar(&body, None);
+        assert!(
+            examples.error().is_none(),
+            "the examples parse once uncommented: {:?}",
+            examples.error()
+        );
+        assert_eq!(
+            examples.decide("read_file", aml_core::Effect::Read, "docs/a").0,
+            aml_core::Decision::Allow
+        );
     }
 }

@@ -253,6 +253,32 @@ impl Policy {
         }
     }
 
+    /// The policy a host's own configuration document names in one member: the
+    /// `aml-action-policy/1` document itself (a JSON object), or the path of a policy file (a
+    /// string, relative to `base`, read as [`read_file`](Self::read_file) reads it: a `.cedar`
+    /// file is Cedar). A file that cannot be read or a policy that is not valid is an error,
+    /// for hosts that refuse to start on one.
+    ///
+    /// ```
+    /// use aml_core::Policy;
+    /// let inline = serde_json::json!({"protocol": "aml-action-policy/1", "rules": []});
+    /// assert!(Policy::from_config(&inline, std::path::Path::new(".")).is_ok());
+    /// let missing = serde_json::json!("no-such-policy.cedar");
+    /// assert!(Policy::from_config(&missing, std::path::Path::new("/nowhere")).is_err());
+    /// assert!(Policy::from_config(&serde_json::json!(7), std::path::Path::new(".")).is_err());
+    /// ```
+    pub fn from_config(value: &Value, base: &std::path::Path) -> Result<Self, String> {
+        let policy = match value {
+            Value::Object(_) => Self::from_value(value),
+            Value::String(path) => Self::read_file(&base.join(path))?,
+            _ => return Err("a policy is a policy document (an object) or the path of a policy file".into()),
+        };
+        match policy.error() {
+            Some(e) => Err(e.to_string()),
+            None => Ok(policy),
+        }
+    }
+
     /// Whether this is a Cedar policy set.
     pub fn is_cedar(&self) -> bool {
         #[cfg(feature = "cedar")]

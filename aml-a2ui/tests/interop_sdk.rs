@@ -188,3 +188,29 @@ fn the_python_sdks_drive_the_gate_and_accept_every_answer() {
         .count();
     assert_eq!(dispatched_records, entries.len());
 }
+
+/// `host.json` may name a policy file instead of holding the document: a `.cedar` file is
+/// read as Cedar, relative to host.json, and one that does not load stops the host.
+#[test]
+fn host_json_may_name_a_cedar_policy_file() {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("a2ui-cedar-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("aml-a2ui/examples/host.json")).unwrap())
+            .unwrap();
+    config["policy"] = json!("policy.cedar");
+    std::fs::write(tmp.join("host.json"), config.to_string()).unwrap();
+    let log: Log = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let load = || HostConfig::load(&tmp.join("host.json")).and_then(|c| c.host(&log).map(|_| ()));
+    std::fs::write(
+        tmp.join("policy.cedar"),
+        r#"permit(principal, action == Action::"sendMessage", resource == Resource::"team@example.test");"#,
+    )
+    .unwrap();
+    assert_eq!(load(), Ok(()));
+    std::fs::write(tmp.join("policy.cedar"), "permit(principal, action, resource").unwrap();
+    let error = load().unwrap_err();
+    assert!(error.contains("Cedar syntax error"), "{error}");
+    std::fs::remove_file(tmp.join("policy.cedar")).unwrap();
+    assert!(load().unwrap_err().contains("cannot read"));
+}

@@ -17,8 +17,11 @@ use serde_json::{json, Value};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct HostConfig {
-    /// An `aml-action-policy/1` document.
+    /// An `aml-action-policy/1` document, or the path of a policy file (`.cedar`: Cedar).
     policy: Value,
+    /// The folder of host.json, which a policy file's path is relative to.
+    #[serde(skip)]
+    base: std::path::PathBuf,
     #[serde(rename = "catalogId")]
     catalog_id: String,
     #[serde(default)]
@@ -87,13 +90,18 @@ impl HostConfig {
     /// Reads and checks `host.json`.
     pub(crate) fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let mut config: Self =
+            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        config.base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        Ok(config)
     }
 
     /// The host: one catalog, each agent-callable function bound to a tool registration
     /// named after the function, run by a fixture tool that logs to `log`.
     pub(crate) fn host(&self, log: &Log) -> Result<Host, String> {
-        let policy = Arc::new(Policy::try_from_value(&self.policy).map_err(|e| format!("policy: {e}"))?);
+        // The document itself, or the path of a policy file (a .cedar file is Cedar).
+        let policy =
+            Arc::new(Policy::from_config(&self.policy, &self.base).map_err(|e| format!("policy: {e}"))?);
         let title = self.title.as_deref().unwrap_or("Host functions");
         let mut catalog = HostCatalog::new(self.catalog_id.as_str(), title);
         for f in &self.functions {

@@ -72,7 +72,9 @@ impl Config {
         let value = aml_core::strict::parse_str(&text).map_err(|e| invalid(e.to_string()))?;
         let document: Document = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
         // A malformed policy would deny every call; a demonstration server refuses to start.
-        let policy = Policy::try_from_value(&document.policy).map_err(|e| invalid(e.to_string()))?;
+        // The document itself, or the path of a policy file (a .cedar file is Cedar).
+        let base = path.parent().unwrap_or(Path::new("."));
+        let policy = Policy::from_config(&document.policy, base).map_err(invalid)?;
         let catalog = ToolCatalog::from_json(&json!({"tools": document.tools}).to_string())
             .map_err(|e| invalid(e.to_string()))?;
         let limits = match document.limits {

@@ -22,6 +22,13 @@ use crate::{Decision, Effect, Sha256Digest};
 
 /// Largest Cedar policy file, in bytes.
 pub(crate) const MAX_CEDAR_BYTES: usize = 1 << 20;
+/// Largest policy statement, in bytes; deepest `(`/`[`/`{` nesting; most `if`s in one
+/// statement. Cedar's parser and evaluator recurse: past these a policy could overflow a
+/// thread's stack (measured: 200 nested parentheses on a 2 MiB stack), which would abort
+/// the gate instead of refusing the file.
+const MAX_STATEMENT_BYTES: usize = 16 << 10;
+const MAX_NESTING: usize = 32;
+const MAX_IFS: usize = 64;
 /// The only principal there is until callers are identified: the host's own agent.
 const LOCAL_CALLER: &str = "local";
 const ANNOTATIONS: [&str; 2] = ["id", "approval"];
@@ -82,6 +89,7 @@ impl CedarPolicy {
                 text.len()
             ));
         }
+        check_shape(text)?;
         let parsed = PolicySet::from_str(text).map_err(|e| {
             let first = e
                 .iter()
@@ -108,8 +116,14 @@ impl CedarPolicy {
         });
         for policy in policies {
             let source = policy.to_string();
-            let start = text[cursor..].find(&source).map_or(cursor, |at| cursor + at);
-            cursor = start + source.len().min(text.len() - start);
+            // Cedar keeps each policy's own text; found, it gives the line.
+            let start = match text.get(cursor..).and_then(|rest| rest.find(&source)) {
+                Some(at) => {
+                    cursor += at + source.len();
+                    cursor - source.len()
+                }
+                None => cursor,
+            };
             let line = line_of(text, start);
             let id = policy.annotation("id").unwrap_or(policy.id().as_ref()).to_owned();
             let here = format!("policy {id:?} (line {line})");
@@ -275,6 +289,61 @@ fn policy_of(error: &cedar_policy::AuthorizationError) -> &str {
     match error {
         cedar_policy::AuthorizationError::PolicyEvaluationError(e) => e.policy_id().as_ref(),
     }
+}
+
+/// Refuses, before Cedar parses it, text deep or long enough to overflow a stack: each
+/// statement (up to a `;` outside brackets) is at most [`MAX_STATEMENT_BYTES`], nests at most
+/// [`MAX_NESTING`] brackets and holds at most [`MAX_IFS`] `if`s. String literals and `//`
+/// comments are skipped.
+fn check_shape(text: &str) -> Result<(), String> {
+    let bytes = text.as_bytes();
+    let (mut i, mut start, mut depth, mut ifs) = (0, 0, 0usize, 0usize);
+    let refuse = |at: usize, what: String| Err(format!("line {}: {what}", line_of(text, at)));
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return refuse(i, format!("brackets nest deeper than {MAX_NESTING}"));
+                }
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            b';' if depth == 0 => {
+                (start, ifs) = (i + 1, 0);
+            }
+            b'i' if bytes.get(i + 1) == Some(&b'f')
+                && !bytes
+                    .get(i + 2)
+                    .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+                && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_')) =>
+            {
+                ifs += 1;
+                if ifs > MAX_IFS {
+                    return refuse(i, format!("a policy holds more than {MAX_IFS} `if` expressions"));
+                }
+            }
+            _ => {}
+        }
+        if i.saturating_sub(start) > MAX_STATEMENT_BYTES {
+            return refuse(
+                start,
+                format!("a policy is longer than {MAX_STATEMENT_BYTES} bytes"),
+            );
+        }
+        i += 1;
+    }
+    Ok(())
 }
 
 /// The scope may name only the model's entity types.

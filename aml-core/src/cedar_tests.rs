@@ -178,6 +178,37 @@ fn bad_files_are_invalid_policies_that_say_which_policy_and_line() {
         assert_eq!(policy.decide("t", Effect::Read, "r"), (Decision::Deny, PlanReason::InvalidPolicy));
         assert!(!policy.may_allow("t", Effect::Read));
     }
+    // Deep enough to overflow a stack in Cedar's parser or evaluator: refused first.
+    let deep = format!(
+        "permit(principal, action, resource) when {{ {}true{} }};",
+        "(".repeat(10_000),
+        ")".repeat(10_000)
+    );
+    let ifs = format!(
+        "permit(principal, action, resource) when {{ {} true {} }};",
+        "if true then ".repeat(2_000),
+        " else false".repeat(2_000)
+    );
+    let chain = format!(
+        "permit(principal, action, resource) when {{ 1{} == 1 }};",
+        " + 1".repeat(20_000)
+    );
+    for (text, says) in [
+        (&deep, "nest deeper than 32"),
+        (&ifs, "more than 64 `if`"),
+        (&chain, "longer than 16384 bytes"),
+    ] {
+        let error = Policy::from_cedar(text, None)
+            .error()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains(says) && error.contains("line 1"), "{error}");
+    }
+    let fine = "// if ((((( in a comment\npermit(principal, action, resource) when { context.resource like \"((((((if\" };";
+    assert!(
+        Policy::from_cedar(fine, None).error().is_none(),
+        "comments and strings are skipped"
+    );
     let huge = "// padding\n".repeat(1 << 17);
     let error = Policy::from_cedar(&huge, None)
         .error()

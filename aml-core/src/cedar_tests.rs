@@ -47,7 +47,7 @@ fn permits_allow_or_ask_forbids_and_silence_deny_each_with_its_policies() {
     let read = policy.evaluate(&frozen(
         "read_text_file",
         Effect::Read,
-        &["docs/new.md"],
+        &["docs/new.txt"],
         json!({}),
     ));
     assert_eq!(
@@ -281,7 +281,7 @@ fn the_documented_example_decides_as_documented() {
             .0
     };
     assert_eq!(
-        decide("read_text_file", Effect::Read, &["docs/later.md"]),
+        decide("read_text_file", Effect::Read, &["docs/later.txt"]),
         Decision::Allow
     );
     assert_eq!(
@@ -289,9 +289,9 @@ fn the_documented_example_decides_as_documented() {
         Decision::RequiresApproval
     );
     assert_eq!(
-        decide("move_file", Effect::Write, &["docs/a.md", "out/a.md"]),
+        decide("move_file", Effect::Write, &["docs/a.txt", "out/a.md"]),
         Decision::Deny,
-        "docs/a.md is not writable"
+        "docs/a.txt is not writable"
     );
     assert_eq!(
         decide("move_file", Effect::Write, &["out/a.md", "out/b.md"]),

@@ -187,7 +187,7 @@ impl Policy {
     ///     when { context.resource like "docs/*" };
     /// "#, None);
     /// assert!(policy.error().is_none());
-    /// assert_eq!(policy.decide("read_text_file", Effect::Read, "docs/new.md"),
+    /// assert_eq!(policy.decide("read_text_file", Effect::Read, "docs/new.txt"),
     ///     (Decision::Allow, PlanReason::PolicyPermit));
     /// assert_eq!(policy.decide("read_text_file", Effect::Read, "secret.txt"),
     ///     (Decision::Deny, PlanReason::NoPermit));

@@ -188,10 +188,10 @@ impl FrozenProposal {
     /// use aml_core::{Effect, FrozenProposal, ProposalParts};
     /// let arguments = serde_json::Map::new();
     /// let parts = ProposalParts { tool: "move_file", effect: Effect::Write,
-    ///     resource: "docs/a.md", purpose: "Move a file", arguments: &arguments };
+    ///     resource: "docs/a.txt", purpose: "Move a file", arguments: &arguments };
     /// let moved = FrozenProposal::freeze_many(parts, &["out/a.md"]).unwrap();
-    /// assert_eq!(moved.resources().collect::<Vec<_>>(), ["docs/a.md", "out/a.md"]);
-    /// assert_eq!(moved.resource(), r#"["docs/a.md","out/a.md"]"#);
+    /// assert_eq!(moved.resources().collect::<Vec<_>>(), ["docs/a.txt", "out/a.md"]);
+    /// assert_eq!(moved.resource(), r#"["docs/a.txt","out/a.md"]"#);
     /// assert!(moved.canonical_json().contains(r#""protocol":"aml-proposed-action/2""#));
     /// ```
     pub fn freeze_many(parts: ProposalParts<'_>, more: &[&str]) -> Result<Self, ProposalRefusal> {

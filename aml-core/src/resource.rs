@@ -22,9 +22,9 @@ use crate::Refusal;
 /// use aml_core::{ArgumentSnapshot, ResourceMapper, ResourceRule};
 /// let rule: ResourceRule = serde_json::from_str(
 ///     r#"{"arguments": ["source", "destination"], "as": "path", "root": "/srv/files"}"#).unwrap();
-/// let call = serde_json::json!({"source": "/srv/files/docs//a.md", "destination": "./out/a.md"});
+/// let call = serde_json::json!({"source": "/srv/files/docs//a.txt", "destination": "./out/a.md"});
 /// let snapshot = ArgumentSnapshot::from(call.as_object().cloned().unwrap());
-/// assert_eq!(rule.resources_for(&snapshot).unwrap(), ["docs/a.md", "out/a.md"]);
+/// assert_eq!(rule.resources_for(&snapshot).unwrap(), ["docs/a.txt", "out/a.md"]);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -20,11 +20,11 @@ fn path_rule() -> ResourceRule {
 fn paths_are_made_relative_to_the_root_and_collapsed() {
     let rule = path_rule();
     for (given, expected) in [
-        ("docs/a.md", "docs/a.md"),
-        ("./docs/a.md", "docs/a.md"),
-        ("docs//a.md", "docs/a.md"),
-        ("/srv/files/docs/a.md", "docs/a.md"),
-        ("/srv//files/./docs/a.md", "docs/a.md"),
+        ("docs/a.txt", "docs/a.txt"),
+        ("./docs/a.txt", "docs/a.txt"),
+        ("docs//a.txt", "docs/a.txt"),
+        ("/srv/files/docs/a.txt", "docs/a.txt"),
+        ("/srv//files/./docs/a.txt", "docs/a.txt"),
         ("docs/../secret.txt", "secret.txt"),
         ("docs/", "docs"),
         ("/srv/files", "."),
@@ -222,9 +222,9 @@ mod through_the_gate {
         )
         .unwrap();
         let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
-            {"tool": "read_file", "effect": "read", "resource": "docs/a.md", "requires_approval": false},
-            {"tool": "read_multiple_files", "effect": "read", "resource": "docs/a.md", "requires_approval": false},
-            {"tool": "move_file", "effect": "write", "resource": "docs/a.md", "requires_approval": false},
+            {"tool": "read_file", "effect": "read", "resource": "docs/a.txt", "requires_approval": false},
+            {"tool": "read_multiple_files", "effect": "read", "resource": "docs/a.txt", "requires_approval": false},
+            {"tool": "move_file", "effect": "write", "resource": "docs/a.txt", "requires_approval": false},
             {"tool": "move_file", "effect": "write", "resource": "out/a.md", "requires_approval": true}]}));
         let boundary = ActionBoundary::builder(Arc::new(policy))
             .sink(sink.clone())
@@ -253,7 +253,7 @@ mod through_the_gate {
         let sink = MemorySink::new();
         let gate = gate(&sink);
         let counting = CountingTool::new();
-        for path in ["docs/a.md", "./docs/a.md", "docs//a.md", "/srv/docs/a.md"] {
+        for path in ["docs/a.txt", "./docs/a.txt", "docs//a.txt", "/srv/docs/a.txt"] {
             let done = run(&gate, &counting, "read_file", json!({"path": path}));
             let CallOutcome::Dispatched(done) = done else {
                 panic!("{path}: {done:?}")
@@ -305,21 +305,21 @@ mod through_the_gate {
             &gate,
             &counting,
             "move_file",
-            json!({"source": "docs/a.md", "destination": "secret.txt"}),
+            json!({"source": "docs/a.txt", "destination": "secret.txt"}),
         );
         assert_eq!(out_of_area.reason(), "no_exact_rule");
         let protected_source = run(
             &gate,
             &counting,
             "move_file",
-            json!({"source": "secret.txt", "destination": "docs/a.md"}),
+            json!({"source": "secret.txt", "destination": "docs/a.txt"}),
         );
         assert_eq!(protected_source.reason(), "no_exact_rule");
         let asks = run(
             &gate,
             &counting,
             "move_file",
-            json!({"source": "docs/a.md", "destination": "out/a.md"}),
+            json!({"source": "docs/a.txt", "destination": "out/a.md"}),
         );
         assert_eq!(
             asks.reason(),
@@ -330,7 +330,7 @@ mod through_the_gate {
             &gate,
             &counting,
             "read_multiple_files",
-            json!({"paths": ["docs/a.md", "secret.txt"]}),
+            json!({"paths": ["docs/a.txt", "secret.txt"]}),
         );
         assert_eq!(one_protected.reason(), "no_exact_rule");
         assert_eq!(counting.entries(), 0, "nothing refused reached the tool");
@@ -338,7 +338,7 @@ mod through_the_gate {
             &gate,
             &counting,
             "read_multiple_files",
-            json!({"paths": ["docs/a.md", "./docs/a.md"]}),
+            json!({"paths": ["docs/a.txt", "./docs/a.txt"]}),
         );
         assert!(matches!(both, CallOutcome::Dispatched(_)), "{both:?}");
         assert_eq!(counting.entries(), 1);
@@ -354,20 +354,20 @@ mod through_the_gate {
             purpose: "Move a file",
             arguments: &arguments,
         };
-        let one = crate::FrozenProposal::freeze_many(parts("docs/a.md"), &["out/a.md"]).unwrap();
-        let other = crate::FrozenProposal::freeze_many(parts("docs/a.md"), &["out/b.md"]).unwrap();
-        let swapped = crate::FrozenProposal::freeze_many(parts("out/a.md"), &["docs/a.md"]).unwrap();
+        let one = crate::FrozenProposal::freeze_many(parts("docs/a.txt"), &["out/a.md"]).unwrap();
+        let other = crate::FrozenProposal::freeze_many(parts("docs/a.txt"), &["out/b.md"]).unwrap();
+        let swapped = crate::FrozenProposal::freeze_many(parts("out/a.md"), &["docs/a.txt"]).unwrap();
         assert_ne!(one.digest(), other.digest());
         assert_ne!(one.digest(), swapped.digest());
         assert_eq!(
             one.canonical_json(),
-            r#"{"arguments":{},"effect":"write","protocol":"aml-proposed-action/2","purpose":"Move a file","resources":["docs/a.md","out/a.md"],"tool":"move_file"}"#
+            r#"{"arguments":{},"effect":"write","protocol":"aml-proposed-action/2","purpose":"Move a file","resources":["docs/a.txt","out/a.md"],"tool":"move_file"}"#
         );
         let read = crate::FrozenProposal::from_value(&one.to_value()).unwrap();
         assert_eq!(read, one);
-        let single = crate::FrozenProposal::freeze_many(parts("docs/a.md"), &[]).unwrap();
+        let single = crate::FrozenProposal::freeze_many(parts("docs/a.txt"), &[]).unwrap();
         assert!(single.canonical_json().contains(
-            r#""protocol":"aml-proposed-action/1","purpose":"Move a file","resource":"docs/a.md""#
+            r#""protocol":"aml-proposed-action/1","purpose":"Move a file","resource":"docs/a.txt""#
         ));
         for bad in [
             json!({"protocol": "aml-proposed-action/2", "tool": "t", "effect": "read", "resources": ["a"], "purpose": "p", "arguments": {}}),

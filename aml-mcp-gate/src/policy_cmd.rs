@@ -20,7 +20,7 @@ const AFTER_HELP: &str = "\
 Examples:
   aml-mcp-gate policy check --policy policy.cedar --tools tools.json
   aml-mcp-gate policy explain --policy policy.cedar --tools tools.json \\
-    --tool read_text_file --arguments '{\"path\": \"docs/a.md\"}'
+    --tool read_text_file --arguments '{\"path\": \"docs/a.txt\"}'
   aml-mcp-gate policy test policy-cases.json
 
 The files are read as `run` reads them (a .cedar policy with NAME.cedarschema beside it, else

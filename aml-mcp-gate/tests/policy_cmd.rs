@@ -144,7 +144,7 @@ fn check_accepts_a_good_policy_and_warns_of_typos() {
 
     // Exact rules: a rule for a tool the file lacks, a rule with another effect.
     let rules = json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "read_text_file", "effect": "read", "resource": "docs/a.md", "requires_approval": false},
+        {"tool": "read_text_file", "effect": "read", "resource": "docs/a.txt", "requires_approval": false},
         {"tool": "move_file", "effect": "delete", "resource": "out/a.md", "requires_approval": true},
         {"tool": "delete_fil", "effect": "delete", "resource": "x", "requires_approval": true}]});
     std::fs::write(dir.join("rules.json"), rules.to_string()).unwrap();
@@ -284,7 +284,7 @@ fn explain_prints_the_gates_decision_resources_policies_and_digest() {
         &dir,
         "policy.cedar",
         "read_text_file",
-        &json!({"path": "docs/a.md"}),
+        &json!({"path": "docs/a.txt"}),
     );
     assert_eq!(
         (&read["decision"], &read["policies"]),
@@ -294,7 +294,7 @@ fn explain_prints_the_gates_decision_resources_policies_and_digest() {
         &dir,
         "policy.cedar",
         "read_text_file",
-        &json!({"path": "docs/drafts/a.md"}),
+        &json!({"path": "docs/drafts/a.txt"}),
     );
     assert_eq!(
         (&draft["decision"], &draft["reason"]),
@@ -366,9 +366,9 @@ fn explain_prints_the_gates_decision_resources_policies_and_digest() {
 
     // Exact rules name no policies; @FILE arguments.
     let rules = json!({"protocol": "aml-action-policy/1", "rules": [
-        {"tool": "read_text_file", "effect": "read", "resource": "docs/a.md", "requires_approval": false}]});
+        {"tool": "read_text_file", "effect": "read", "resource": "docs/a.txt", "requires_approval": false}]});
     std::fs::write(dir.join("rules.json"), rules.to_string()).unwrap();
-    std::fs::write(dir.join("args.json"), r#"{"path": "/srv/files/docs/a.md"}"#).unwrap();
+    std::fs::write(dir.join("args.json"), r#"{"path": "/srv/files/docs/a.txt"}"#).unwrap();
     let args = [
         "policy",
         "explain",
@@ -391,7 +391,7 @@ fn explain_prints_the_gates_decision_resources_policies_and_digest() {
     );
     assert_eq!(
         (&got["policies"], &got["resources"]),
-        (&json!([]), &json!(["docs/a.md"]))
+        (&json!([]), &json!(["docs/a.txt"]))
     );
 }
 
@@ -436,7 +436,7 @@ fn write_cases(dir: &Path, cases: &Value) {
 fn test_runs_a_table_of_expected_decisions() {
     let dir = work("cases");
     let mut cases = json!([
-        {"name": "docs are read", "tool": "read_text_file", "arguments": {"path": "docs/a.md"},
+        {"name": "docs are read", "tool": "read_text_file", "arguments": {"path": "docs/a.txt"},
          "expect": "allow", "policies": ["read-docs"]},
         {"name": "moves in out ask", "tool": "move_file",
          "arguments": {"source": "out/a", "destination": "out/b"}, "expect": "requires_approval"},

@@ -128,7 +128,7 @@ fn python_sdk_client_through_the_gate_to_the_filesystem_server() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
-/// A scratch tree for server-filesystem: `docs/a.md`, `docs/b.md`, `out/`, `secret.txt` under
+/// A scratch tree for server-filesystem: `docs/a.txt`, `docs/b.txt`, `out/`, `secret.txt` under
 /// `files/` (canonical, as the server reports paths), and `outside.txt` beside it.
 fn filesystem_tree(tag: &str) -> (PathBuf, PathBuf) {
     let work = std::env::temp_dir().join(format!("aml-interop-{tag}-{}", std::process::id()));
@@ -137,8 +137,8 @@ fn filesystem_tree(tag: &str) -> (PathBuf, PathBuf) {
     std::fs::create_dir_all(files.join("docs")).unwrap();
     std::fs::create_dir_all(files.join("out")).unwrap();
     let files = files.canonicalize().unwrap();
-    std::fs::write(files.join("docs/a.md"), "alpha notes").unwrap();
-    std::fs::write(files.join("docs/b.md"), "beta notes").unwrap();
+    std::fs::write(files.join("docs/a.txt"), "alpha notes").unwrap();
+    std::fs::write(files.join("docs/b.txt"), "beta notes").unwrap();
     std::fs::write(files.join("secret.txt"), "the secret").unwrap();
     std::fs::write(work.join("outside.txt"), "outside the root").unwrap();
     (work, files)
@@ -243,10 +243,10 @@ fn typed_path_resources_decide_every_spelling_alike_and_nothing_refused_reaches_
     write_json(
         &work.join("policy.json"),
         &json!({"protocol": "aml-action-policy/1", "rules": [
-            rule("read_text_file", "read", "docs/a.md"),
-            rule("read_multiple_files", "read", "docs/a.md"),
-            rule("read_multiple_files", "read", "docs/b.md"),
-            rule("move_file", "write", "docs/b.md"),
+            rule("read_text_file", "read", "docs/a.txt"),
+            rule("read_multiple_files", "read", "docs/a.txt"),
+            rule("read_multiple_files", "read", "docs/b.txt"),
+            rule("move_file", "write", "docs/b.txt"),
             rule("move_file", "write", "out/b.md")]}),
     );
     let gate_args = json!([
@@ -257,18 +257,18 @@ fn typed_path_resources_decide_every_spelling_alike_and_nothing_refused_reaches_
         "--state",
         "memory"
     ]);
-    let absolute = format!("{root}/docs/a.md");
+    let absolute = format!("{root}/docs/a.txt");
     let calls = json!([
-        {"name": "read_text_file", "arguments": {"path": "./docs/a.md"}},
+        {"name": "read_text_file", "arguments": {"path": "./docs/a.txt"}},
         {"name": "read_text_file", "arguments": {"path": absolute}},
-        {"name": "read_text_file", "arguments": {"path": "docs//a.md"}},
+        {"name": "read_text_file", "arguments": {"path": "docs//a.txt"}},
         {"name": "read_text_file", "arguments": {"path": "docs/../secret.txt"}},
         {"name": "read_text_file", "arguments": {"path": "/etc/passwd"}},
         {"name": "read_text_file", "arguments": {"path": "../outside.txt"}},
         {"name": "move_file", "arguments": {"source": "secret.txt", "destination": "out/b.md"}},
-        {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.md", "secret.txt"]}},
-        {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.md", "./docs/b.md"]}},
-        {"name": "move_file", "arguments": {"source": "docs/b.md", "destination": "out/b.md"}},
+        {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.txt", "secret.txt"]}},
+        {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.txt", "./docs/b.txt"]}},
+        {"name": "move_file", "arguments": {"source": "docs/b.txt", "destination": "out/b.md"}},
     ]);
     let report = through_gate_to_filesystem(gate_args, &files, &stdin_log, &calls);
     assert_eq!(
@@ -355,15 +355,15 @@ when { context.resource like "out/*" };
         receipts
     ]);
     let calls = json!([
-        {"name": "read_text_file", "arguments": {"path": "docs/a.md"}},
-        {"create": files.join("docs/later.md"), "content": "written after the gate started"},
-        {"name": "read_text_file", "arguments": {"path": "./docs//later.md"}},
-        {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.md", "docs/later.md"]}},
+        {"name": "read_text_file", "arguments": {"path": "docs/a.txt"}},
+        {"create": files.join("docs/later.txt"), "content": "written after the gate started"},
+        {"name": "read_text_file", "arguments": {"path": "./docs//later.txt"}},
+        {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.txt", "docs/later.txt"]}},
         {"name": "write_file", "arguments": {"path": "out/r.md", "content": "report"}},
-        {"name": "write_file", "arguments": {"path": "docs/a.md", "content": "overwritten"}},
+        {"name": "write_file", "arguments": {"path": "docs/a.txt", "content": "overwritten"}},
         {"name": "read_text_file", "arguments": {"path": "secret.txt"}},
-        {"name": "move_file", "arguments": {"source": "docs/a.md", "destination": "out/a.md"}},
-        {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.md", "secret.txt"]}},
+        {"name": "move_file", "arguments": {"source": "docs/a.txt", "destination": "out/a.md"}},
+        {"name": "read_multiple_files", "arguments": {"paths": ["docs/a.txt", "secret.txt"]}},
     ]);
     let report = through_gate_to_filesystem(gate_args, &files, &stdin_log, &calls);
     assert_eq!(
@@ -387,7 +387,7 @@ when { context.resource like "out/*" };
         json!(["move_file", "read_multiple_files", "read_text_file", "write_file"])
     );
     assert_eq!(
-        std::fs::read_to_string(files.join("docs/a.md")).unwrap(),
+        std::fs::read_to_string(files.join("docs/a.txt")).unwrap(),
         "alpha notes"
     );
     assert!(!files.join("out/r.md").exists() && !files.join("out/a.md").exists());
@@ -438,7 +438,7 @@ fn shadow_mode_forwards_every_call_and_records_what_the_policy_would_block() {
         "shadow"
     ]);
     let calls = json!([
-        {"name": "read_text_file", "arguments": {"path": "docs/a.md"}},
+        {"name": "read_text_file", "arguments": {"path": "docs/a.txt"}},
         {"name": "read_text_file", "arguments": {"path": "secret.txt"}},
         {"name": "write_file", "arguments": {"path": "out/r.md", "content": "report"}},
         {"name": "read_text_file", "arguments": {"path": "/etc/passwd"}},

@@ -40,12 +40,47 @@ impl ResultSummary {
     /// map writes them). Hashed as it is written: the text is never held in memory.
     pub fn of_json(value: &Value) -> Self {
         let mut hasher = HashingWriter::default();
-        // Writing a `Value` to an infallible writer cannot fail.
-        let _ = serde_json::to_writer(&mut hasher, value);
+        // Writing to an infallible writer cannot fail.
+        let _ = write_sorted(value, &mut hasher);
         ResultSummary {
             sha256: Sha256Digest::from_bytes(hasher.hasher.finalize().into()),
             bytes: hasher.bytes,
         }
+    }
+}
+
+/// Compact JSON with every object's keys in byte order, whatever order the map keeps: a
+/// dependency may turn on serde_json's `preserve_order` (cedar-policy does), which makes
+/// `serde_json::Map` keep insertion order for every crate in the build.
+fn write_sorted(value: &Value, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    match value {
+        Value::Array(items) => {
+            out.write_all(b"[")?;
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b",")?;
+                }
+                write_sorted(item, out)?;
+            }
+            out.write_all(b"]")
+        }
+        Value::Object(members) => {
+            let mut entries: Vec<(&String, &Value)> = members.iter().collect();
+            if !entries.is_sorted_by(|a, b| a.0 <= b.0) {
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            }
+            out.write_all(b"{")?;
+            for (i, (key, member)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b",")?;
+                }
+                serde_json::to_writer(&mut *out, key)?;
+                out.write_all(b":")?;
+                write_sorted(member, out)?;
+            }
+            out.write_all(b"}")
+        }
+        scalar => serde_json::to_writer(out, scalar).map_err(std::io::Error::from),
     }
 }
 
@@ -317,5 +352,27 @@ impl CallClock {
     pub fn elapsed_us(&self) -> u64 {
         let elapsed: Duration = self.started.elapsed();
         elapsed.as_micros().min(u128::from(u64::MAX)) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With serde_json's `preserve_order` on (cedar-policy turns it on in this build), a map
+    /// keeps insertion order; the summary still hashes the keys sorted.
+    #[test]
+    fn a_result_is_hashed_with_its_keys_sorted_whatever_order_the_map_keeps() {
+        let mut inner = serde_json::Map::new();
+        inner.insert("z".into(), Value::from(1));
+        inner.insert("a".into(), Value::from(vec![1.5, 2.0]));
+        let mut outer = serde_json::Map::new();
+        outer.insert("structuredContent".into(), Value::Object(inner));
+        outer.insert("content".into(), Value::Array(vec![]));
+        let sorted = r#"{"content":[],"structuredContent":{"a":[1.5,2.0],"z":1}}"#;
+        assert_eq!(
+            ResultSummary::of_json(&Value::Object(outer)),
+            ResultSummary::of_bytes(sorted.as_bytes())
+        );
     }
 }

@@ -204,10 +204,9 @@ mod through_the_gate {
 
     use serde_json::json;
 
-    use crate::testing::CountingTool;
+    use crate::testing::{call_blocking, CountingTool};
     use crate::{
-        ActionBoundary, CallOutcome, CallRequest, Effect, MemorySink, Policy, Refusal, TokioRuntime,
-        ToolCatalog, ToolExecutor, ToolGate,
+        ActionBoundary, CallOutcome, Effect, MemorySink, Policy, Refusal, TokioRuntime, ToolCatalog, ToolGate,
     };
 
     fn gate(sink: &MemorySink) -> ToolGate {
@@ -234,27 +233,13 @@ mod through_the_gate {
             .with_runtime(TokioRuntime)
     }
 
-    fn run(
-        gate: &ToolGate,
-        counting: &CountingTool,
-        tool: &str,
-        arguments: serde_json::Value,
-    ) -> CallOutcome {
-        let executor: Arc<dyn ToolExecutor> = Arc::new(counting.clone());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        rt.block_on(gate.call(CallRequest::value(tool, arguments).executor(executor)))
-    }
-
     #[test]
     fn spellings_of_one_path_decide_alike_and_the_tool_gets_the_arguments_as_sent() {
         let sink = MemorySink::new();
         let gate = gate(&sink);
         let counting = CountingTool::new();
         for path in ["docs/a.txt", "./docs/a.txt", "docs//a.txt", "/srv/docs/a.txt"] {
-            let done = run(&gate, &counting, "read_file", json!({"path": path}));
+            let done = call_blocking(&gate, &counting, "read_file", json!({"path": path}));
             let CallOutcome::Dispatched(done) = done else {
                 panic!("{path}: {done:?}")
             };
@@ -275,11 +260,11 @@ mod through_the_gate {
         let gate = gate(&sink);
         let counting = CountingTool::new();
         for path in ["../secret.txt", "/etc/passwd"] {
-            let refused = run(&gate, &counting, "read_file", json!({"path": path}));
+            let refused = call_blocking(&gate, &counting, "read_file", json!({"path": path}));
             assert_eq!(refused.refusal(), Some(Refusal::ResourceOutsideRoot), "{path}");
             assert!(refused.plan().is_none());
         }
-        let denied = run(
+        let denied = call_blocking(
             &gate,
             &counting,
             "read_file",
@@ -301,21 +286,21 @@ mod through_the_gate {
         let sink = MemorySink::new();
         let gate = gate(&sink);
         let counting = CountingTool::new();
-        let out_of_area = run(
+        let out_of_area = call_blocking(
             &gate,
             &counting,
             "move_file",
             json!({"source": "docs/a.txt", "destination": "secret.txt"}),
         );
         assert_eq!(out_of_area.reason(), "no_exact_rule");
-        let protected_source = run(
+        let protected_source = call_blocking(
             &gate,
             &counting,
             "move_file",
             json!({"source": "secret.txt", "destination": "docs/a.txt"}),
         );
         assert_eq!(protected_source.reason(), "no_exact_rule");
-        let asks = run(
+        let asks = call_blocking(
             &gate,
             &counting,
             "move_file",
@@ -326,7 +311,7 @@ mod through_the_gate {
             "approval_unavailable",
             "one resource needs approval: the call asks"
         );
-        let one_protected = run(
+        let one_protected = call_blocking(
             &gate,
             &counting,
             "read_multiple_files",
@@ -334,7 +319,7 @@ mod through_the_gate {
         );
         assert_eq!(one_protected.reason(), "no_exact_rule");
         assert_eq!(counting.entries(), 0, "nothing refused reached the tool");
-        let both = run(
+        let both = call_blocking(
             &gate,
             &counting,
             "read_multiple_files",

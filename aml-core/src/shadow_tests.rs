@@ -7,8 +7,8 @@ use serde_json::json;
 
 use crate::testing::{self, CountingTool};
 use crate::{
-    ActionBoundary, CallOutcome, CallRequest, Decision, Effect, MemorySink, PlanReason, Policy, ResourceRule,
-    TokioRuntime, ToolCatalog, ToolExecutor, ToolGate, ToolRegistration,
+    ActionBoundary, CallOutcome, Decision, Effect, MemorySink, PlanReason, Policy, ResourceRule,
+    TokioRuntime, ToolCatalog, ToolGate, ToolRegistration,
 };
 
 fn shadow_gate(sink: &MemorySink, requires_approval: bool) -> ToolGate {
@@ -44,33 +44,24 @@ fn shadow_gate(sink: &MemorySink, requires_approval: bool) -> ToolGate {
         .with_runtime(TokioRuntime)
 }
 
-fn call(gate: &ToolGate, counting: &CountingTool, tool: &str, arguments: serde_json::Value) -> CallOutcome {
-    let executor: Arc<dyn ToolExecutor> = Arc::new(counting.clone());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    rt.block_on(gate.call(CallRequest::value(tool, arguments).executor(executor)))
-}
-
 #[test]
 fn shadow_mode_dispatches_what_the_policy_would_block_and_records_the_decision_beside_it() {
     let sink = MemorySink::new();
     let gate = shadow_gate(&sink, true);
     let counting = CountingTool::new();
-    let asks = call(
+    let asks = testing::call_blocking(
         &gate,
         &counting,
         testing::SEND_MESSAGE,
         testing::send_message_args(),
     );
-    let denied = call(
+    let denied = testing::call_blocking(
         &gate,
         &counting,
         testing::SEND_MESSAGE,
         json!({"to": "else@example.test", "body": "b"}),
     );
-    let unregistered = call(&gate, &counting, "nothing", json!({}));
+    let unregistered = testing::call_blocking(&gate, &counting, "nothing", json!({}));
     assert!(matches!(asks, CallOutcome::Dispatched(_)), "{asks:?}");
     assert!(matches!(denied, CallOutcome::Dispatched(_)), "{denied:?}");
     assert_eq!(
@@ -111,7 +102,7 @@ fn shadow_mode_leaves_allowed_calls_as_they_are_and_lists_every_tool() {
     let sink = MemorySink::new();
     let gate = shadow_gate(&sink, false);
     let counting = CountingTool::new();
-    let allowed = call(
+    let allowed = testing::call_blocking(
         &gate,
         &counting,
         testing::SEND_MESSAGE,

@@ -139,3 +139,20 @@ impl ToolExecutor for CountingTool {
         Ok(json!({"sent": true, "arguments": call.arguments()}))
     }
 }
+
+/// Runs one call of `name` through `gate`, with `tool` as the request's executor, to its
+/// outcome on a fresh current-thread runtime (timers on, so deadlines work).
+#[cfg(all(feature = "catalog", feature = "tokio"))]
+pub fn call_blocking(
+    gate: &crate::ToolGate,
+    tool: &CountingTool,
+    name: &str,
+    arguments: Value,
+) -> crate::CallOutcome {
+    let executor: Arc<dyn ToolExecutor> = Arc::new(tool.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a current-thread runtime");
+    runtime.block_on(gate.call(crate::CallRequest::value(name, arguments).executor(executor)))
+}

@@ -228,6 +228,13 @@ fn calls_reaching(stdin_log: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Each line of `text` as JSON (a receipts file, `journal receipts` output).
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
 /// Typed path resources and several resources per call, from outside: the official Python
 /// SDK client, the gate, and server-filesystem behind it with its raw stdin copied to a log.
 /// Spellings of one path decide alike; paths out of the root are refused before the server;
@@ -396,11 +403,9 @@ when { context.resource like "out/*" };
         3,
         "only the three reads reached the server"
     );
-    let records: Vec<Value> = std::fs::read_to_string(&receipts)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|r: &Value| r["record"] == "aml-call-record/1")
+    let records: Vec<Value> = json_lines(&std::fs::read_to_string(&receipts).unwrap())
+        .into_iter()
+        .filter(|r| r["record"] == "aml-call-record/1")
         .collect();
     assert_eq!(records.len(), 8, "{records:#?}");
     assert_eq!(records[0]["policies"], json!(["read-docs"]));
@@ -474,11 +479,7 @@ fn shadow_mode_forwards_every_call_and_records_what_the_policy_would_block() {
         "{}",
         String::from_utf8_lossy(&shadowed.stderr)
     );
-    let listed: Vec<Value> = String::from_utf8(shadowed.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let listed = json_lines(&String::from_utf8(shadowed.stdout).unwrap());
     let would: Vec<(&str, &str)> = listed
         .iter()
         .map(|r| {

@@ -1,7 +1,8 @@
 //! A request body that is refused as soon as its first message's 5-byte gRPC prefix
 //! declares more than the limit: `RESOURCE_EXHAUSTED` with `ErrorInfo`
 //! (`request_too_large`) and a call record, before the message is read (tonic's own limit
-//! would answer `OUT_OF_RANGE` without details).
+//! would answer `OUT_OF_RANGE` without details). A unary request carries one message: bytes
+//! after it are refused too (`malformed_request`), where tonic would ignore them.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -17,6 +18,8 @@ pub(crate) struct SizeChecked<B> {
     inner: Pin<Box<B>>,
     prefix: [u8; 5],
     seen: usize,
+    /// Where the first message ends, once its prefix is read.
+    end: Option<usize>,
     limit: usize,
     gate: Option<(ToolGate, String)>,
 }
@@ -27,24 +30,35 @@ impl<B> SizeChecked<B> {
             inner: Box::pin(inner),
             prefix: [0; 5],
             seen: 0,
+            end: None,
             limit,
             gate: Some((gate.clone(), tool.to_owned())),
         }
     }
 
     fn observe(&mut self, data: &Bytes) -> Result<(), Status> {
-        if self.seen >= self.prefix.len() {
+        if self.seen < self.prefix.len() {
+            let take = (self.prefix.len() - self.seen).min(data.remaining());
+            self.prefix[self.seen..self.seen + take].copy_from_slice(&data[..take]);
+        }
+        self.seen = self.seen.saturating_add(data.remaining());
+        if let Some(end) = self.end {
+            if self.seen > end {
+                return Err(self.more_than_one());
+            }
             return Ok(());
         }
-        let take = (self.prefix.len() - self.seen).min(data.remaining());
-        self.prefix[self.seen..self.seen + take].copy_from_slice(&data[..take]);
-        self.seen += take;
         if self.seen < self.prefix.len() {
             return Ok(());
         }
         let declared = u32::from_be_bytes([self.prefix[1], self.prefix[2], self.prefix[3], self.prefix[4]]);
         let declared = usize::try_from(declared).unwrap_or(usize::MAX);
         if declared <= self.limit {
+            let end = declared.saturating_add(self.prefix.len());
+            self.end = Some(end);
+            if self.seen > end {
+                return Err(self.more_than_one());
+            }
             return Ok(());
         }
         let detail = format!(
@@ -61,6 +75,16 @@ impl<B> SizeChecked<B> {
             &detail,
             None,
         ))
+    }
+}
+
+impl<B> SizeChecked<B> {
+    fn more_than_one(&mut self) -> Status {
+        let detail = "a unary request carries exactly one message; this one carries more";
+        if let Some((gate, tool)) = self.gate.take() {
+            gate.refuse_request(&tool, Refusal::MalformedRequest, detail.to_owned());
+        }
+        aml_grpc::refusal_status(Refusal::MalformedRequest, detail)
     }
 }
 

@@ -187,12 +187,7 @@ pub fn status_for(outcome: &CallOutcome) -> Status {
 
 /// The status of a call the service ended itself, with `detail` (capped) and, when one was
 /// made, the plan.
-pub fn service_status(
-    reason: ServiceReason,
-    message: &str,
-    detail: &str,
-    plan: Option<&Plan>,
-) -> Status {
+pub fn service_status(reason: ServiceReason, message: &str, detail: &str, plan: Option<&Plan>) -> Status {
     let mut metadata = HashMap::new();
     insert_detail(&mut metadata, detail);
     if let Some(plan) = plan {

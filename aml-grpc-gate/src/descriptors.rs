@@ -93,7 +93,11 @@ async fn ask(
     let stream = tokio_stream::once(request);
     let codec = tonic_prost::ProstCodec::<ServerReflectionRequest, ServerReflectionResponse>::default();
     let response = grpc
-        .streaming(tonic::Request::new(stream), PathAndQuery::from_static(path), codec)
+        .streaming(
+            tonic::Request::new(stream),
+            PathAndQuery::from_static(path),
+            codec,
+        )
         .await
         .map_err(|status| match status.code() {
             tonic::Code::Unimplemented => Failure::Unimplemented(status.message().to_owned()),
@@ -102,7 +106,9 @@ async fn ask(
     let mut answers = response.into_inner();
     match answers.message().await {
         Ok(Some(answer)) => Ok(answer),
-        Ok(None) => Err(Failure::Other("the upstream's reflection answered nothing".into())),
+        Ok(None) => Err(Failure::Other(
+            "the upstream's reflection answered nothing".into(),
+        )),
         Err(status) => Err(Failure::Other(format!("{}: {}", status.code(), status.message()))),
     }
 }
@@ -111,9 +117,12 @@ async fn reflect(channel: Channel, path: &'static str) -> Result<DescriptorPool,
     let mut grpc = tonic::client::Grpc::new(channel);
     let listed = ask(&mut grpc, path, MessageRequest::ListServices(String::new())).await?;
     let services: BTreeSet<String> = match listed.message_response {
-        Some(MessageResponse::ListServicesResponse(list)) => {
-            list.service.into_iter().map(|s| s.name).filter(|n| !own_service(n)).collect()
-        }
+        Some(MessageResponse::ListServicesResponse(list)) => list
+            .service
+            .into_iter()
+            .map(|s| s.name)
+            .filter(|n| !own_service(n))
+            .collect(),
         Some(MessageResponse::ErrorResponse(e)) => return Err(Failure::Other(e.error_message)),
         _ => return Err(Failure::Other("unexpected answer to list_services".into())),
     };

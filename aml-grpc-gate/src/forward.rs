@@ -70,7 +70,9 @@ impl ToolExecutor for Forward {
                 let bytes = response.get_ref().len();
                 let (metadata, message, extensions) = response.into_parts();
                 let metadata = self.allowed.filter(&metadata);
-                self.keep(Answer::Message(Response::from_parts(metadata, message, extensions)));
+                self.keep(Answer::Message(Response::from_parts(
+                    metadata, message, extensions,
+                )));
                 Ok(json!({"grpc_status": "OK", "response_bytes": bytes}))
             }
             // A status the transport made up (no connection, a reset stream): the call may or

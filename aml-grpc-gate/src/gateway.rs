@@ -8,7 +8,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use aml_core::{CallClock, CallOutcome, CallRecord, CallRequest, Receipt, Record, Refusal, TokioRuntime, ToolGate};
+use aml_core::{
+    CallClock, CallOutcome, CallRecord, CallRequest, Receipt, Record, Refusal, TokioRuntime, ToolGate,
+};
 use aml_grpc::{answer_by, parse_grpc_timeout, refusal_status, service_status, status_for, ServiceReason};
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -59,14 +61,22 @@ pub struct Gateway(Arc<Inner>);
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gateway").field("routes", &self.0.routes.len()).finish_non_exhaustive()
+        f.debug_struct("Gateway")
+            .field("routes", &self.0.routes.len())
+            .finish_non_exhaustive()
     }
 }
 
 impl Gateway {
     /// A gateway that gates `routes` with `gate` and forwards to `channel`, passing the
     /// metadata `allowed` lets through.
-    pub fn new(gate: ToolGate, routes: HashMap<String, Route>, channel: Channel, allowed: Allowed, limits: Limits) -> Self {
+    pub fn new(
+        gate: ToolGate,
+        routes: HashMap<String, Route>,
+        channel: Channel,
+        allowed: Allowed,
+        limits: Limits,
+    ) -> Self {
         Gateway(Arc::new(Inner {
             gate: gate.for_adapter(ADAPTER).with_runtime(TokioRuntime),
             routes,
@@ -101,13 +111,18 @@ where
         let inner = Arc::clone(&self.0);
         let path = request.uri().path().to_owned();
         let limits = inner.limits;
-        let grpc = Grpc::new(RawCodec).apply_max_message_size_config(
-            Some(limits.max_request_bytes),
-            Some(limits.max_response_bytes),
-        );
+        let grpc = Grpc::new(RawCodec)
+            .apply_max_message_size_config(Some(limits.max_request_bytes), Some(limits.max_response_bytes));
         match inner.routes.get(&path).cloned() {
             Some(Route::Gated(method)) => Box::pin(async move {
-                let request = request.map(|body| Body::new(crate::size::SizeChecked::new(body, &inner.gate, &method.tool, limits.max_request_bytes)));
+                let request = request.map(|body| {
+                    Body::new(crate::size::SizeChecked::new(
+                        body,
+                        &inner.gate,
+                        &method.tool,
+                        limits.max_request_bytes,
+                    ))
+                });
                 let mut grpc = grpc;
                 Ok(grpc.unary(Gated { inner, method }, request).await)
             }),
@@ -116,8 +131,12 @@ where
                 Ok(grpc.streaming(Relay { inner, path }, request).await)
             }),
             None => {
-                let detail = format!("{path} is not a method this gateway serves (the host's tools file lists none such)");
-                inner.gate.refuse_request(&path, Refusal::InvalidOrUnregisteredCall, detail.clone());
+                let detail = format!(
+                    "{path} is not a method this gateway serves (the host's tools file lists none such)"
+                );
+                inner
+                    .gate
+                    .refuse_request(&path, Refusal::InvalidOrUnregisteredCall, detail.clone());
                 let status = refusal_status(Refusal::InvalidOrUnregisteredCall, &detail);
                 Box::pin(async move { Ok(status.into_http()) })
             }
@@ -142,19 +161,31 @@ impl UnaryService<Bytes> for Gated {
     }
 }
 
-async fn gated(inner: Arc<Inner>, method: Arc<GatedMethod>, request: Request<Bytes>) -> Result<Response<Bytes>, Status> {
+async fn gated(
+    inner: Arc<Inner>,
+    method: Arc<GatedMethod>,
+    request: Request<Bytes>,
+) -> Result<Response<Bytes>, Status> {
     let arrived = Instant::now();
     let gate = &inner.gate;
     let tool = method.tool.as_str();
     let (metadata, _, message) = request.into_parts();
-    let budget = match metadata.get("grpc-timeout").map(|v| parse_grpc_timeout(v.as_bytes())) {
+    let budget = match metadata
+        .get("grpc-timeout")
+        .map(|v| parse_grpc_timeout(v.as_bytes()))
+    {
         Some(Ok(budget)) => Some(budget),
         None => None,
         Some(Err(invalid)) => {
             let detail = invalid.to_string();
             let reason = ServiceReason::InvalidTimeout;
             gate.refuse_request(tool, Refusal::MalformedRequest, format!("{reason}: {detail}"));
-            return Err(service_status(reason, "the grpc-timeout header is malformed; nothing was planned", &detail, None));
+            return Err(service_status(
+                reason,
+                "the grpc-timeout header is malformed; nothing was planned",
+                &detail,
+                None,
+            ));
         }
     };
     let json = match crate::transcode::to_json(&method.input, &message) {
@@ -178,7 +209,8 @@ async fn gated(inner: Arc<Inner>, method: Arc<GatedMethod>, request: Request<Byt
         allowed: Arc::clone(&inner.allowed),
         answer: Mutex::new(None),
     });
-    let mut call = CallRequest::bytes(tool, &json).executor(Arc::clone(&forward) as Arc<dyn aml_core::ToolExecutor>);
+    let mut call =
+        CallRequest::bytes(tool, &json).executor(Arc::clone(&forward) as Arc<dyn aml_core::ToolExecutor>);
     if let Some(due) = budget.and_then(|b| answer_by(arrived, b)) {
         call = call.deadline(due.into_std());
     }
@@ -194,7 +226,12 @@ async fn gated(inner: Arc<Inner>, method: Arc<GatedMethod>, request: Request<Byt
                 mark(status.metadata_mut(), done.receipt());
                 Err(status)
             }
-            None => Err(service_status(ServiceReason::HostError, "the upstream's answer was lost", "no answer kept", None)),
+            None => Err(service_status(
+                ServiceReason::HostError,
+                "the upstream's answer was lost",
+                "no answer kept",
+                None,
+            )),
         },
         other => Err(status_for(&other)),
     }
@@ -207,7 +244,10 @@ fn mark(metadata: &mut MetadataMap, receipt: &Receipt) {
     if let Some(Ok(digest)) = value["proposal_sha256"].as_str().map(MetadataValue::try_from) {
         metadata.insert("aml-proposal-sha256", digest);
     }
-    metadata.insert_bin("aml-receipt-bin", MetadataValue::from_bytes(value.to_string().as_bytes()));
+    metadata.insert_bin(
+        "aml-receipt-bin",
+        MetadataValue::from_bytes(value.to_string().as_bytes()),
+    );
 }
 
 /// One streaming call the host relays ungated.
@@ -228,13 +268,19 @@ impl StreamingService<Bytes> for Relay {
     }
 }
 
-async fn relay(inner: Arc<Inner>, path: Arc<str>, request: Request<Streaming<Bytes>>) -> Result<Response<Streaming<Bytes>>, Status> {
+async fn relay(
+    inner: Arc<Inner>,
+    path: Arc<str>,
+    request: Request<Streaming<Bytes>>,
+) -> Result<Response<Streaming<Bytes>>, Status> {
     let clock = CallClock::start();
     let mut record = CallRecord::new(ADAPTER, &*path, &clock);
     record.detail = Some("relayed ungated: a streaming method the host lists in relay_ungated; no policy, approval or grant applied".into());
     inner.gate.boundary().sink().record(&Record::Call(record));
     let (metadata, extensions, messages) = request.into_parts();
-    let budget = metadata.get("grpc-timeout").and_then(|v| parse_grpc_timeout(v.as_bytes()).ok());
+    let budget = metadata
+        .get("grpc-timeout")
+        .and_then(|v| parse_grpc_timeout(v.as_bytes()).ok());
     let messages = tokio_stream::StreamExt::map_while(messages, Result::ok);
     let mut out = Request::from_parts(inner.allowed.filter(&metadata), extensions, messages);
     if let Some(budget) = budget {
@@ -242,8 +288,14 @@ async fn relay(inner: Arc<Inner>, path: Arc<str>, request: Request<Streaming<Byt
     }
     let path = PathAndQuery::try_from(&*path).map_err(|e| Status::internal(e.to_string()))?;
     let mut grpc = tonic::client::Grpc::new(inner.channel.clone());
-    grpc.ready().await.map_err(|e| Status::unavailable(format!("the upstream is not reachable: {e}")))?;
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unavailable(format!("the upstream is not reachable: {e}")))?;
     let response = grpc.streaming(out, path, RawCodec).await?;
     let (metadata, stream, extensions) = response.into_parts();
-    Ok(Response::from_parts(inner.allowed.filter(&metadata), stream, extensions))
+    Ok(Response::from_parts(
+        inner.allowed.filter(&metadata),
+        stream,
+        extensions,
+    ))
 }

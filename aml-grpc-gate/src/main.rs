@@ -99,7 +99,8 @@ fn print_line(line: &Value) {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let policy = Policy::read_file(&args.policy).map_err(|e| format!("--policy {}: {e}", args.policy.display()))?;
+    let policy =
+        Policy::read_file(&args.policy).map_err(|e| format!("--policy {}: {e}", args.policy.display()))?;
     let channel = tonic::transport::Endpoint::from_shared(args.upstream.clone())
         .map_err(|e| format!("--upstream {}: {e}", args.upstream))?
         .tcp_nodelay(true)
@@ -109,7 +110,8 @@ async fn run(args: Args) -> Result<(), String> {
         None => descriptors::from_reflection(channel.clone()).await,
     }
     .map_err(|e| e.to_string())?;
-    let text = std::fs::read_to_string(&args.tools).map_err(|e| format!("cannot read {}: {e}", args.tools.display()))?;
+    let text = std::fs::read_to_string(&args.tools)
+        .map_err(|e| format!("cannot read {}: {e}", args.tools.display()))?;
     let methods = Methods::from_json(&text, &pool).map_err(|e| format!("{}: {e}", args.tools.display()))?;
     let sink = Arc::new(
         match &args.receipts {
@@ -118,9 +120,11 @@ async fn run(args: Args) -> Result<(), String> {
         }
         .map_err(|e| format!("receipts: {e}"))?,
     );
-    let mut boundary = ActionBoundary::builder(Arc::new(policy)).sink_arc(Arc::clone(&sink) as Arc<dyn ReceiptSink>);
+    let mut boundary =
+        ActionBoundary::builder(Arc::new(policy)).sink_arc(Arc::clone(&sink) as Arc<dyn ReceiptSink>);
     if args.approve.is_some() {
-        let (with, url) = approve::with_web_approvals(boundary, Duration::from_secs(args.approval_timeout)).await?;
+        let (with, url) =
+            approve::with_web_approvals(boundary, Duration::from_secs(args.approval_timeout)).await?;
         boundary = with;
         eprintln!("aml-grpc-gate: approve or deny pending calls at {url}");
         print_line(&json!({"approval_page": url}));
@@ -130,8 +134,16 @@ async fn run(args: Args) -> Result<(), String> {
         max_request_bytes: args.max_request_bytes,
         ..Limits::default()
     };
-    let gateway = Gateway::new(gate, methods.routes, channel, Allowed::new(args.forward_metadata), limits);
-    let routes = serve::routes(gateway, &pool, &methods.services).await.map_err(|e| e.to_string())?;
+    let gateway = Gateway::new(
+        gate,
+        methods.routes,
+        channel,
+        Allowed::new(args.forward_metadata),
+        limits,
+    );
+    let routes = serve::routes(gateway, &pool, &methods.services)
+        .await
+        .map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;

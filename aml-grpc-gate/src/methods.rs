@@ -10,7 +10,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use aml_core::{ArgumentSnapshot, Effect, MapperError, ResourceMapper, ResourceRule, ToolCatalog, ToolRegistration};
+use aml_core::{
+    ArgumentSnapshot, Effect, MapperError, ResourceMapper, ResourceRule, ToolCatalog, ToolRegistration,
+};
 use prost_reflect::{DescriptorPool, Kind, MessageDescriptor, MethodDescriptor};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -99,9 +101,14 @@ impl Methods {
             }
             let schema = entry.input_schema.unwrap_or_else(|| json!({"type": "object"}));
             let mapper = Arc::new(FieldPaths(entry.resource));
-            let mut registration =
-                ToolRegistration::with_mapper(entry.name.clone(), entry.effect, entry.purpose, mapper, schema)
-                    .map_err(|e| err(&e))?;
+            let mut registration = ToolRegistration::with_mapper(
+                entry.name.clone(),
+                entry.effect,
+                entry.purpose,
+                mapper,
+                schema,
+            )
+            .map_err(|e| err(&e))?;
             if let Some(description) = entry.description {
                 registration = registration.with_description(description);
             }
@@ -156,9 +163,12 @@ fn check_path(input: &MessageDescriptor, path: &str) -> Result<(), String> {
     let mut message = input.clone();
     let mut parts = path.split('.').peekable();
     while let Some(part) = parts.next() {
-        let field = message
-            .get_field_by_name(part)
-            .ok_or_else(|| format!("resource path {path:?}: {} has no field {part:?}", message.full_name()))?;
+        let field = message.get_field_by_name(part).ok_or_else(|| {
+            format!(
+                "resource path {path:?}: {} has no field {part:?}",
+                message.full_name()
+            )
+        })?;
         if parts.peek().is_none() {
             return Ok(());
         }

@@ -38,14 +38,20 @@ fn fronted_files(pool: &DescriptorPool) -> FileDescriptorSet {
 
 /// The gateway's routes: health reports each of `services` `SERVING`, reflection lists
 /// them, and every other path goes to `gateway`.
-pub async fn routes(gateway: Gateway, pool: &DescriptorPool, services: &BTreeSet<String>) -> Result<Routes, ServeError> {
+pub async fn routes(
+    gateway: Gateway,
+    pool: &DescriptorPool,
+    services: &BTreeSet<String>,
+) -> Result<Routes, ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     for service in services {
         health
             .set_service_status(service.as_str(), tonic_health::ServingStatus::Serving)
             .await;
     }
-    health.set_service_status("", tonic_health::ServingStatus::Serving).await;
+    health
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
     let files = fronted_files(pool);
     let reflection = || {
         let mut builder = tonic_reflection::server::Builder::configure()

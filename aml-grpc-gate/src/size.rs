@@ -96,7 +96,10 @@ where
     type Data = Bytes;
     type Error = Status;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let frame = std::task::ready!(self.inner.as_mut().poll_frame(cx));
         let frame = match frame {
             None => return Poll::Ready(None),

@@ -12,7 +12,9 @@
 //! members refused, and encoded: the upstream receives exactly the message that was decided.
 
 use prost::Message;
-use prost_reflect::{DeserializeOptions, DynamicMessage, MessageDescriptor, ReflectMessage, SerializeOptions, Value};
+use prost_reflect::{
+    DeserializeOptions, DynamicMessage, MessageDescriptor, ReflectMessage, SerializeOptions, Value,
+};
 use serde_json::{Map, Value as Json};
 
 /// Why a request message cannot be turned into arguments.

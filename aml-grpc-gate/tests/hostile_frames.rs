@@ -63,13 +63,27 @@ async fn hostile_frames_get_statuses_and_the_gateway_keeps_serving() {
     let files = |p: &str| dir.join(p).display().to_string();
     // Nothing listens on port 9 (discard): any forward would fail, and none is attempted.
     let (mut gate, address, _) = gateway(&[
-        "--upstream", "http://127.0.0.1:9", "--tools", &files("tools.json"), "--policy", &files("policy.json"),
-        "--descriptors", &descriptors.display().to_string(), "--max-request-bytes", "65536",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--tools",
+        &files("tools.json"),
+        "--policy",
+        &files("policy.json"),
+        "--descriptors",
+        &descriptors.display().to_string(),
+        "--max-request-bytes",
+        "65536",
     ]);
 
     // 100 MB declared, a few bytes sent: refused from the prefix, never read.
     let huge = send(&address, frame(0, 100 << 20, &[0; 64]), None).await;
-    assert_eq!(status(&huge), (tonic::Code::ResourceExhausted as i32, Some("request_too_large".into())));
+    assert_eq!(
+        status(&huge),
+        (
+            tonic::Code::ResourceExhausted as i32,
+            Some("request_too_large".into())
+        )
+    );
 
     // A frame that ends early, a compressed flag, a flag that is no flag, two messages.
     let truncated = send(&address, frame(0, 10, b"\x0a\x03A-1"), None).await;
@@ -81,10 +95,22 @@ async fn hostile_frames_get_statuses_and_the_gateway_keeps_serving() {
     let mut two = frame(0, 5, b"\x0a\x03A-1");
     two.extend(frame(0, 5, b"\x0a\x03A-1"));
     let two = send(&address, two, None).await;
-    assert_eq!(status(&two), (tonic::Code::InvalidArgument as i32, Some("malformed_request".into())));
+    assert_eq!(
+        status(&two),
+        (
+            tonic::Code::InvalidArgument as i32,
+            Some("malformed_request".into())
+        )
+    );
     // A malformed grpc-timeout: INVALID_ARGUMENT, invalid_grpc_timeout.
     let body = frame(0, 5, b"\x0a\x03A-1");
     let timeout = send(&address, body, Some("999999999S")).await;
-    assert_eq!(status(&timeout), (tonic::Code::InvalidArgument as i32, Some("invalid_grpc_timeout".into())));
+    assert_eq!(
+        status(&timeout),
+        (
+            tonic::Code::InvalidArgument as i32,
+            Some("invalid_grpc_timeout".into())
+        )
+    );
     assert!(gate.alive(), "the gateway is still serving");
 }

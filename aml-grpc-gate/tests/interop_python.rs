@@ -33,18 +33,44 @@ const MAX_I64: &str = "9223372036854775807";
 
 /// The digest of the proposal the boundary freezes for `tool` with the request message
 /// `hex` (as the upstream logged it), rebuilt independently from the bytes.
-fn digest_of(pool: &DescriptorPool, method: &str, hex: &str, tool: &str, effect: Effect, purpose: &str, resource: &str) -> String {
+fn digest_of(
+    pool: &DescriptorPool,
+    method: &str,
+    hex: &str,
+    tool: &str,
+    effect: Effect,
+    purpose: &str,
+    resource: &str,
+) -> String {
     let (service, name) = method.split_once('/').unwrap();
-    let input = pool.get_service_by_name(service).unwrap().methods().find(|m| m.name() == name).unwrap().input();
-    let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+    let input = pool
+        .get_service_by_name(service)
+        .unwrap()
+        .methods()
+        .find(|m| m.name() == name)
+        .unwrap()
+        .input();
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
     let json = aml_grpc_gate::transcode::to_json(&input, &bytes).unwrap();
     let arguments: serde_json::Map<String, Value> = serde_json::from_slice(&json).unwrap();
-    let frozen = FrozenProposal::freeze(ProposalParts { tool, effect, resource, purpose, arguments: &arguments }).unwrap();
+    let frozen = FrozenProposal::freeze(ProposalParts {
+        tool,
+        effect,
+        resource,
+        purpose,
+        arguments: &arguments,
+    })
+    .unwrap();
     frozen.digest().to_string()
 }
 
 fn reason(answer: &Value) -> &str {
-    answer["error_info"]["reason"].as_str().unwrap_or_else(|| panic!("no ErrorInfo: {answer}"))
+    answer["error_info"]["reason"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no ErrorInfo: {answer}"))
 }
 
 #[test]
@@ -61,15 +87,32 @@ fn python_clients_through_the_gateway_to_a_python_upstream() {
     let upstream_url = format!("http://{upstream_address}");
     // Types from the upstream's reflection (no --descriptors).
     let (mut gate, address, page) = gateway(&[
-        "--upstream", &upstream_url, "--tools", &files("tools.json"), "--policy", &files("policy.json"),
-        "--approve", "web", "--receipts", &receipts.display().to_string(),
+        "--upstream",
+        &upstream_url,
+        "--tools",
+        &files("tools.json"),
+        "--policy",
+        &files("policy.json"),
+        "--approve",
+        "web",
+        "--receipts",
+        &receipts.display().to_string(),
     ]);
     let page = page.unwrap();
 
     // Reflection and health for what it fronts.
     let services = client(&address, &["services"]);
-    assert!(services["services"].as_array().unwrap().contains(&json!("payments.v1.Payments")), "{services}");
-    assert_eq!(services["health"]["payments.v1.Payments"], "SERVING", "{services}");
+    assert!(
+        services["services"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("payments.v1.Payments")),
+        "{services}"
+    );
+    assert_eq!(
+        services["health"]["payments.v1.Payments"], "SERVING",
+        "{services}"
+    );
 
     // Allowed, with an int64 of 2^63-1.
     let lookup = json!({"order_id": "A-1", "cursor": MAX_I64, "tags": ["x", "y"]}).to_string();
@@ -79,39 +122,72 @@ fn python_clients_through_the_gateway_to_a_python_upstream() {
 
     // Denied: no rule for that order.
     let denied = client(&address, &["call", LOOKUP, r#"{"order_id": "B-2"}"#]);
-    assert_eq!((denied["code"].as_str(), reason(&denied)), (Some("PERMISSION_DENIED"), "no_exact_rule"), "{denied}");
+    assert_eq!(
+        (denied["code"].as_str(), reason(&denied)),
+        (Some("PERMISSION_DENIED"), "no_exact_rule"),
+        "{denied}"
+    );
     assert_eq!(denied["error_info"]["domain"], "aml.action-boundary");
 
     // Approved on the page's API; the resource is the normalized address at a field path.
-    let refund = json!({"order_id": "A-1", "amount_minor": "1250", "customer": {"email": "ok@Example.TEST"}}).to_string();
+    let refund = json!({"order_id": "A-1", "amount_minor": "1250", "customer": {"email": "ok@Example.TEST"}})
+        .to_string();
     let approved = client(&address, &["approve", &page, REFUND, &refund]);
     assert_eq!(approved["code"], "OK", "{approved}");
     assert_eq!(approved["approval"]["outcome"], "approved", "{approved}");
-    assert_eq!(approved["approval"]["proposal_sha256"], approved["metadata"]["aml-proposal-sha256"]);
+    assert_eq!(
+        approved["approval"]["proposal_sha256"],
+        approved["metadata"]["aml-proposal-sha256"]
+    );
     assert_eq!(approved["response"]["amount_minor"], "1250");
 
     // A deadline during approval: blocked, never sent.
     let late = client(&address, &["call", REFUND, &refund, "0.6"]);
-    assert_eq!((late["code"].as_str(), reason(&late)), (Some("DEADLINE_EXCEEDED"), "approval_error"), "{late}");
+    assert_eq!(
+        (late["code"].as_str(), reason(&late)),
+        (Some("DEADLINE_EXCEEDED"), "approval_error"),
+        "{late}"
+    );
 
     // The upstream's NOT_FOUND, with its details, reaches the client.
     let missing = client(&address, &["call", LOOKUP, r#"{"order_id": "A-404"}"#]);
     assert_eq!(missing["code"], "NOT_FOUND", "{missing}");
     assert_eq!(missing["message"], "order A-404 not found");
-    assert_eq!(missing["details"][0]["resource_info"]["resource_name"], "A-404", "{missing}");
+    assert_eq!(
+        missing["details"][0]["resource_info"]["resource_name"], "A-404",
+        "{missing}"
+    );
 
     // Unknown fields, hostile bytes and unlisted methods: statuses with ErrorInfo.
     let unknown = client(&address, &["raw", LOOKUP, "0a03412d317801"]);
-    assert_eq!((unknown["code"].as_str(), reason(&unknown)), (Some("INVALID_ARGUMENT"), "invalid_arguments"), "{unknown}");
+    assert_eq!(
+        (unknown["code"].as_str(), reason(&unknown)),
+        (Some("INVALID_ARGUMENT"), "invalid_arguments"),
+        "{unknown}"
+    );
     for hostile in ["0a05412d31", "0801", "0a03412d31ff"] {
         let refused = client(&address, &["raw", LOOKUP, hostile]);
-        assert_eq!((refused["code"].as_str(), reason(&refused)), (Some("INVALID_ARGUMENT"), "malformed_request"), "{hostile}: {refused}");
+        assert_eq!(
+            (refused["code"].as_str(), reason(&refused)),
+            (Some("INVALID_ARGUMENT"), "malformed_request"),
+            "{hostile}: {refused}"
+        );
     }
-    let unlisted = client(&address, &["call", "payments.v1.Payments/Cancel", r#"{"order_id": "A-1"}"#]);
+    let unlisted = client(
+        &address,
+        &["call", "payments.v1.Payments/Cancel", r#"{"order_id": "A-1"}"#],
+    );
     assert_eq!(reason(&unlisted), "invalid_or_unregistered_call", "{unlisted}");
 
     // The server-streaming method, relayed ungated.
-    let watched = client(&address, &["stream", "payments.v1.Payments/Watch", r#"{"order_id": "A-1", "count": 3}"#]);
+    let watched = client(
+        &address,
+        &[
+            "stream",
+            "payments.v1.Payments/Watch",
+            r#"{"order_id": "A-1", "count": 3}"#,
+        ],
+    );
     assert_eq!(watched["events"].as_array().map(Vec::len), Some(3), "{watched}");
     assert!(gate.alive(), "the gateway survived every hostile message");
 
@@ -123,22 +199,50 @@ fn python_clients_through_the_gateway_to_a_python_upstream() {
     assert_eq!(seen[1]["hex"], approved["sent_hex"]);
     assert_eq!(seen[2]["hex"], missing["sent_hex"]);
     let hex = |i: usize| seen[i]["hex"].as_str().unwrap().to_owned();
-    let lookup_digest = digest_of(&pool, LOOKUP, &hex(0), "lookup_order", Effect::Read, "Look up an order", "A-1");
+    let lookup_digest = digest_of(
+        &pool,
+        LOOKUP,
+        &hex(0),
+        "lookup_order",
+        Effect::Read,
+        "Look up an order",
+        "A-1",
+    );
     assert_eq!(allowed["metadata"]["aml-proposal-sha256"], lookup_digest.as_str());
-    let refund_digest = digest_of(&pool, REFUND, &hex(1), "refund_order", Effect::Pay, "Refund an order", "ok@example.test");
-    assert_eq!(approved["metadata"]["aml-proposal-sha256"], refund_digest.as_str());
+    let refund_digest = digest_of(
+        &pool,
+        REFUND,
+        &hex(1),
+        "refund_order",
+        Effect::Pay,
+        "Refund an order",
+        "ok@example.test",
+    );
+    assert_eq!(
+        approved["metadata"]["aml-proposal-sha256"],
+        refund_digest.as_str()
+    );
     // 2^63-1 arrived exact: the upstream echoed it, and its bytes decode to it.
     let arrived = aml_grpc_gate::transcode::to_json(
         &pool.get_message_by_name("payments.v1.LookupRequest").unwrap(),
-        &(0..hex(0).len()).step_by(2).map(|i| u8::from_str_radix(&hex(0)[i..i + 2], 16).unwrap()).collect::<Vec<u8>>(),
+        &(0..hex(0).len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex(0)[i..i + 2], 16).unwrap())
+            .collect::<Vec<u8>>(),
     )
     .unwrap();
-    assert_eq!(serde_json::from_slice::<Value>(&arrived).unwrap()["cursor"], MAX_I64);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&arrived).unwrap()["cursor"],
+        MAX_I64
+    );
 
     // Every call left a record; the relayed stream's says it was not gated.
     drop(gate);
     let records = std::fs::read_to_string(&receipts).unwrap();
-    assert!(records.lines().any(|l| l.contains("relayed ungated")), "{records}");
+    assert!(
+        records.lines().any(|l| l.contains("relayed ungated")),
+        "{records}"
+    );
     assert!(records.lines().count() >= 9, "{records}");
     descriptor_file_gateway(&dir, &descriptors, &upstream_url, &log);
 }
@@ -147,14 +251,30 @@ fn python_clients_through_the_gateway_to_a_python_upstream() {
 fn descriptor_file_gateway(dir: &Path, descriptors: &Path, upstream_url: &str, log: &Path) {
     let files = |p: &str| dir.join(p).display().to_string();
     let (_gate, address, _) = gateway(&[
-        "--upstream", upstream_url, "--tools", &files("tools.json"), "--policy", &files("policy.json"),
-        "--descriptors", &descriptors.display().to_string(),
+        "--upstream",
+        upstream_url,
+        "--tools",
+        &files("tools.json"),
+        "--policy",
+        &files("policy.json"),
+        "--descriptors",
+        &descriptors.display().to_string(),
     ]);
     let before = upstream_log(log).len();
-    let allowed = client(&address, &["call", LOOKUP, r#"{"order_id": "A-1", "cursor": "-9223372036854775808"}"#]);
+    let allowed = client(
+        &address,
+        &[
+            "call",
+            LOOKUP,
+            r#"{"order_id": "A-1", "cursor": "-9223372036854775808"}"#,
+        ],
+    );
     assert_eq!(allowed["response"]["cursor"], "-9223372036854775808", "{allowed}");
     // Without --approve, an approval rule blocks: nothing is sent.
-    let unapproved = client(&address, &["call", REFUND, r#"{"customer": {"email": "ok@example.test"}}"#]);
+    let unapproved = client(
+        &address,
+        &["call", REFUND, r#"{"customer": {"email": "ok@example.test"}}"#],
+    );
     assert_eq!(reason(&unapproved), "approval_unavailable", "{unapproved}");
     assert_eq!(upstream_log(log).len(), before + 1);
 }

@@ -22,7 +22,9 @@ pub fn python() -> PathBuf {
 
 /// A script under `tests/python/`.
 pub fn script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(name)
 }
 
 /// Compiles `tests/proto/payments.proto` (with protox, so no protoc) and writes the
@@ -92,12 +94,15 @@ impl Running {
 /// JSON line; fails after [`WAIT`].
 pub fn client(target: &str, args: &[&str]) -> Value {
     let mut command = Command::new(python());
-    command.arg(script("client.py")).arg(target).args(args).stderr(Stdio::inherit());
+    command
+        .arg(script("client.py"))
+        .arg(target)
+        .args(args)
+        .stderr(Stdio::inherit());
     let run = Running::start(command);
-    let out = run
-        .lines
-        .recv_timeout(WAIT)
-        .unwrap_or_else(|_| panic!("client {args:?} printed nothing (it failed, see above) or not within {WAIT:?}"));
+    let out = run.lines.recv_timeout(WAIT).unwrap_or_else(|_| {
+        panic!("client {args:?} printed nothing (it failed, see above) or not within {WAIT:?}")
+    });
     assert!(out.get("unparsed").is_none(), "client {args:?}: {out}");
     out
 }
@@ -116,7 +121,10 @@ pub fn upstream(descriptors: &Path, log: &Path) -> (Running, String) {
 /// address (after the `approval_page` line, when `--approve web` is among the args).
 pub fn gateway(args: &[&str]) -> (Running, String, Option<String>) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_aml-grpc-gate"));
-    command.args(["--listen", "127.0.0.1:0"]).args(args).env("RUST_LOG", "warn");
+    command
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("RUST_LOG", "warn");
     let running = Running::start(command);
     let page = args
         .contains(&"--approve")

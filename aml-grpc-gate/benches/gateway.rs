@@ -151,7 +151,9 @@ fn bench(c: &mut Criterion) {
     // parse, freeze, hash, plan, record), and the frozen message re-encoded by the executor.
     let local = rt.block_on(async {
         let methods = Methods::from_json(TOOLS, &pool).unwrap();
-        let Some(aml_grpc_gate::Route::Gated(method)) = methods.routes.get(PATH).cloned() else { unreachable!() };
+        let Some(aml_grpc_gate::Route::Gated(method)) = methods.routes.get(PATH).cloned() else {
+            unreachable!()
+        };
         let policy = Policy::from_value(&serde_json::from_str(POLICY).unwrap());
         let input = method.input.clone();
         let executor = aml_core::tool_fn(move |call| {
@@ -161,10 +163,16 @@ fn bench(c: &mut Criterion) {
                 Ok(serde_json::json!({"bytes": bytes.len()}))
             }
         });
-        let boundary = ActionBoundary::builder(Arc::new(policy)).sink(NoSink).executor(executor).build();
+        let boundary = ActionBoundary::builder(Arc::new(policy))
+            .sink(NoSink)
+            .executor(executor)
+            .build();
         (ToolGate::new(methods.catalog, boundary), method)
     });
-    let local_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let local_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let decide_locally = || {
         let (gate, method) = &local;
         let json = aml_grpc_gate::transcode::to_json(&method.input, &request).unwrap();
@@ -212,7 +220,10 @@ fn bench(c: &mut Criterion) {
         })
         .collect();
     own.sort();
-    println!("  the gateway's own work in process (decode, gate, re-encode): p50 {:.1?}", own[rounds / 2]);
+    println!(
+        "  the gateway's own work in process (decode, gate, re-encode): p50 {:.1?}",
+        own[rounds / 2]
+    );
     let added = percentiles[1].0.saturating_sub(percentiles[0].0);
     let goal = Duration::from_micros(30);
     let verdict = if added <= goal { "met" } else { "NOT met" };

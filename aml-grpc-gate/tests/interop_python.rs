@@ -3,7 +3,8 @@
 //! gateway's reflection only. Allowed, denied, approved and streaming calls; the upstream's
 //! log shows only what was allowed, byte for byte the frozen message; an int64 of 2^63−1
 //! arrives exact; unknown fields, truncated messages, wrong wire types and a 100 MB length
-//! prefix are refused with statuses; a deadline during approval never reaches the upstream;
+//! prefix are refused with statuses; a deadline or a cancel during approval never reaches the
+//! upstream;
 //! the upstream's NOT_FOUND and its details reach the client.
 
 mod support;
@@ -147,6 +148,13 @@ fn python_clients_through_the_gateway_to_a_python_upstream() {
         (late["code"].as_str(), reason(&late)),
         (Some("DEADLINE_EXCEEDED"), "approval_error"),
         "{late}"
+    );
+
+    // A caller that cancels while approval waits: the request is withdrawn, never sent.
+    let cancelled = client(&address, &["cancel", &page, REFUND, &refund]);
+    assert_eq!(
+        cancelled,
+        json!({"was_pending": true, "cancelled": true, "still_pending": false})
     );
 
     // The upstream's NOT_FOUND, with its details, reaches the client.

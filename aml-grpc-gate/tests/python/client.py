@@ -6,6 +6,7 @@ Usage: client.py TARGET COMMAND ARGS...
   raw METHOD HEX                 a unary call whose request is the given bytes
   stream METHOD JSON             a server-streaming call
   approve PAGE_URL METHOD JSON   a unary call, approved on the approval page's JSON API
+  cancel PAGE_URL METHOD JSON    a unary call cancelled once the page shows it pending
   services                       what reflection lists, and health
 Prints one JSON object: code, response (proto3 JSON, proto field names), the request's own
 encoding (sent_hex), the answer's metadata, ErrorInfo and other details.
@@ -107,6 +108,28 @@ def approve(page, decided):
     decided["outcome"] = "nothing pending in 20 s"
 
 
+def pending(page):
+    origin, token = page.split("/?t=")
+    request = urllib.request.Request(origin + "/api/v1/pending", headers={"Authorization": "Bearer " + token})
+    with urllib.request.urlopen(request) as answer:
+        return json.load(answer)["pending"]
+
+
+def cancel(channel, pool, page, method, request_json):
+    request_type, response_type = types(pool, method)
+    stub = channel.unary_unary("/" + method, request_serializer=request_type.SerializeToString,
+                               response_deserializer=response_type.FromString)
+    future = stub.future(json_format.Parse(request_json, request_type()), timeout=30)
+    deadline = time.time() + 20
+    while not pending(page) and time.time() < deadline:
+        time.sleep(0.05)  # polling the page's API until the gate asks
+    was_pending = bool(pending(page))
+    future.cancel()
+    while pending(page) and time.time() < deadline:
+        time.sleep(0.05)  # polling until the gate withdraws the request
+    return {"was_pending": was_pending, "cancelled": future.cancelled(), "still_pending": bool(pending(page))}
+
+
 def main() -> None:
     target, command, args = sys.argv[1], sys.argv[2], sys.argv[3:]
     channel = grpc.insecure_channel(target)
@@ -133,6 +156,8 @@ def main() -> None:
         out = unary(channel, pool, args[1], args[2], 30)
         approver.join()
         out["approval"] = decided
+    elif command == "cancel":
+        out = cancel(channel, pool, args[0], args[1], args[2])
     elif command == "services":
         health = health_pb2_grpc.HealthStub(channel)
         names = sorted(ProtoReflectionDescriptorDatabase(channel).get_services())

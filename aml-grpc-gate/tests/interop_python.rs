@@ -98,6 +98,8 @@ fn python_clients_through_the_gateway_to_a_python_upstream() {
         "web",
         "--receipts",
         &receipts.display().to_string(),
+        "--forward-metadata",
+        "x-request-id",
     ]);
     let page = page.unwrap();
 
@@ -204,6 +206,14 @@ fn python_clients_through_the_gateway_to_a_python_upstream() {
     let methods: Vec<&str> = seen.iter().map(|l| l["method"].as_str().unwrap()).collect();
     assert_eq!(methods, ["Lookup", "Refund", "Lookup", "Watch"], "{seen:?}");
     assert_eq!(seen[0]["hex"], allowed["sent_hex"]);
+    // The caller's deadline (10 s; grpcio's header rounds it up a little, to 10.1 s) went on
+    // with the time left; only allowed metadata crossed.
+    let left = seen[0]["time_remaining"].as_f64().unwrap();
+    assert!(left > 1.0 && left <= 10.2, "{seen:?}");
+    assert_eq!(
+        (seen[0]["x_request_id"].as_str(), seen[0]["x_secret"].as_str()),
+        (Some("req-7"), None)
+    );
     assert_eq!(seen[1]["hex"], approved["sent_hex"]);
     assert_eq!(seen[2]["hex"], missing["sent_hex"]);
     let hex = |i: usize| seen[i]["hex"].as_str().unwrap().to_owned();

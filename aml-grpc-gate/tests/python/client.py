@@ -69,7 +69,8 @@ def unary(channel, pool, method, request_json, timeout):
                                response_deserializer=response_type.FromString)
     out = {"sent_hex": request.SerializeToString().hex()}
     try:
-        response, call = stub.with_call(request, timeout=timeout)
+        sent = (("x-request-id", "req-7"), ("x-secret", "not forwarded"))
+        response, call = stub.with_call(request, timeout=timeout, metadata=sent)
         out.update(code="OK", metadata=metadata(call),
                    response=json_format.MessageToDict(response, preserving_proto_field_name=True))
     except grpc.RpcError as error:

@@ -28,17 +28,20 @@ def main() -> None:
     Watch, OrderEvent = cls("WatchRequest"), cls("OrderEvent")
     log = open(log_path, "a", buffering=1)
 
-    def logged(method, raw):
-        log.write(json.dumps({"method": method, "hex": raw.hex()}) + "\n")
+    def logged(method, raw, context):
+        # time_remaining: the deadline the gateway passed on (None without one).
+        log.write(json.dumps({"method": method, "hex": raw.hex(), "time_remaining": context.time_remaining(),
+                              "x_request_id": dict(context.invocation_metadata()).get("x-request-id"),
+                              "x_secret": dict(context.invocation_metadata()).get("x-secret")}) + "\n")
         log.flush()
 
     def refund(raw, context):
-        logged("Refund", raw)
+        logged("Refund", raw, context)
         request = Refund.FromString(raw)
         return RefundReply(refund_id="R-" + request.order_id, amount_minor=request.amount_minor).SerializeToString()
 
     def lookup(raw, context):
-        logged("Lookup", raw)
+        logged("Lookup", raw, context)
         request = Lookup.FromString(raw)
         if request.order_id == "A-404":
             info = error_details_pb2.ResourceInfo(resource_type="order", resource_name=request.order_id,
@@ -50,11 +53,11 @@ def main() -> None:
         return LookupReply(order_id=request.order_id, cursor=request.cursor, state="open").SerializeToString()
 
     def cancel(raw, context):
-        logged("Cancel", raw)
+        logged("Cancel", raw, context)
         return LookupReply(state="cancelled").SerializeToString()
 
     def watch(raw, context):
-        logged("Watch", raw)
+        logged("Watch", raw, context)
         request = Watch.FromString(raw)
         for seq in range(request.count):
             yield OrderEvent(order_id=request.order_id, seq=seq).SerializeToString()

@@ -126,6 +126,7 @@ fn bench(c: &mut Criterion) {
         let gateway = Gateway::new(
             gate,
             methods.routes,
+            aml_grpc_gate::upstream::Upstream::new(&upstream).unwrap(),
             to_upstream,
             Allowed::default(),
             Limits::default(),

@@ -51,6 +51,7 @@ struct Inner {
     gate: ToolGate,
     routes: HashMap<String, Route>,
     channel: Channel,
+    upstream: crate::upstream::Upstream,
     allowed: Arc<Allowed>,
     limits: Limits,
 }
@@ -68,11 +69,13 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    /// A gateway that gates `routes` with `gate` and forwards to `channel`, passing the
-    /// metadata `allowed` lets through.
+    /// A gateway that gates `routes` with `gate` and forwards gated calls to `upstream` and
+    /// relayed streams on `channel` (the same server), passing the metadata `allowed` lets
+    /// through.
     pub fn new(
         gate: ToolGate,
         routes: HashMap<String, Route>,
+        upstream: crate::upstream::Upstream,
         channel: Channel,
         allowed: Allowed,
         limits: Limits,
@@ -80,6 +83,7 @@ impl Gateway {
         Gateway(Arc::new(Inner {
             gate: gate.for_adapter(ADAPTER).with_runtime(TokioRuntime),
             routes,
+            upstream,
             channel,
             allowed: Arc::new(allowed),
             limits,
@@ -201,7 +205,7 @@ async fn gated(
         }
     };
     let forward = Arc::new(Forward {
-        channel: inner.channel.clone(),
+        upstream: inner.upstream.clone(),
         path: PathAndQuery::try_from(method.path.as_str()).map_err(|e| Status::internal(e.to_string()))?,
         method: Arc::clone(&method),
         metadata: inner.allowed.filter(&metadata),

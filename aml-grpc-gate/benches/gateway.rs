@@ -126,7 +126,6 @@ fn bench(c: &mut Criterion) {
         let gateway = Gateway::new(
             gate,
             methods.routes,
-            aml_grpc_gate::upstream::Upstream::new(&upstream).unwrap(),
             to_upstream,
             Allowed::default(),
             Limits::default(),

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::MetadataMap;
+use tonic::transport::Channel;
 use tonic::{Response, Status};
 
 use crate::codec::RawCodec;
@@ -28,7 +29,7 @@ pub enum Answer {
 /// Sends one call's frozen message to the upstream and keeps its answer for the handler.
 #[derive(Debug)]
 pub struct Forward {
-    pub(crate) upstream: crate::upstream::Upstream,
+    pub(crate) channel: Channel,
     pub(crate) method: Arc<GatedMethod>,
     pub(crate) path: PathAndQuery,
     pub(crate) metadata: MetadataMap,
@@ -60,8 +61,7 @@ impl ToolExecutor for Forward {
             let left = deadline.saturating_duration_since(Instant::now());
             request.set_timeout(left.max(Duration::from_millis(1)));
         }
-        let connection = self.upstream.sender().await.map_err(ToolError::new)?;
-        let mut grpc = tonic::client::Grpc::new(connection);
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
         grpc.ready()
             .await
             .map_err(|e| ToolError::new(format!("the upstream is not reachable: {e}")))?;

@@ -51,7 +51,6 @@ struct Inner {
     gate: ToolGate,
     routes: HashMap<String, Route>,
     channel: Channel,
-    upstream: crate::upstream::Upstream,
     allowed: Arc<Allowed>,
     limits: Limits,
 }
@@ -69,13 +68,11 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    /// A gateway that gates `routes` with `gate` and forwards gated calls to `upstream` and
-    /// relayed streams on `channel` (the same server), passing the metadata `allowed` lets
-    /// through.
+    /// A gateway that gates `routes` with `gate` and forwards to `channel`, passing the
+    /// metadata `allowed` lets through.
     pub fn new(
         gate: ToolGate,
         routes: HashMap<String, Route>,
-        upstream: crate::upstream::Upstream,
         channel: Channel,
         allowed: Allowed,
         limits: Limits,
@@ -83,7 +80,6 @@ impl Gateway {
         Gateway(Arc::new(Inner {
             gate: gate.for_adapter(ADAPTER).with_runtime(TokioRuntime),
             routes,
-            upstream,
             channel,
             allowed: Arc::new(allowed),
             limits,
@@ -205,7 +201,7 @@ async fn gated(
         }
     };
     let forward = Arc::new(Forward {
-        upstream: inner.upstream.clone(),
+        channel: inner.channel.clone(),
         path: PathAndQuery::try_from(method.path.as_str()).map_err(|e| Status::internal(e.to_string()))?,
         method: Arc::clone(&method),
         metadata: inner.allowed.filter(&metadata),

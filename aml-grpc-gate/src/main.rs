@@ -134,12 +134,9 @@ async fn run(args: Args) -> Result<(), String> {
         max_request_bytes: args.max_request_bytes,
         ..Limits::default()
     };
-    let upstream =
-        aml_grpc_gate::upstream::Upstream::new(&args.upstream).map_err(|e| format!("--upstream {e}"))?;
     let gateway = Gateway::new(
         gate,
         methods.routes,
-        upstream,
         channel,
         Allowed::new(args.forward_metadata),
         limits,

@@ -131,17 +131,28 @@ where
                 Ok(grpc.streaming(Relay { inner, path }, request).await)
             }),
             None => {
+                // The path is the caller's: the record keeps a bounded prefix of it.
+                let path = shown(&path);
                 let detail = format!(
                     "{path} is not a method this gateway serves (the host's tools file lists none such)"
                 );
                 inner
                     .gate
-                    .refuse_request(&path, Refusal::InvalidOrUnregisteredCall, detail.clone());
+                    .refuse_request(path, Refusal::InvalidOrUnregisteredCall, detail.clone());
                 let status = refusal_status(Refusal::InvalidOrUnregisteredCall, &detail);
                 Box::pin(async move { Ok(status.into_http()) })
             }
         }
     }
+}
+
+/// At most the first 256 bytes of `text`, cut on a character boundary.
+fn shown(text: &str) -> &str {
+    let mut end = text.len().min(256);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// One gated unary call.

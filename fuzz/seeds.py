@@ -76,6 +76,10 @@ for t in ("1S", "99999999H", "0n", "5m", "250u", "7M", "100000000S", "1s", "-1S"
 add("grpc_call", b'\xffsend\xff{"to":"team","to":"x"}')
 add("grpc_call", b'1m\xffsend\xff{"to":"\\ud800"}')
 add("grpc_call", b'\xffnope\xff{"to":"team"}')
+# grpc_gate_decode: a type-picking byte, then a message of the test API (payments.proto).
+for pick in range(8):
+    add("grpc_gate_decode", bytes([pick]) + b"\x0a\x03A-1\x10\xff\xff\xff\xff\xff\xff\xff\xff\x7f\x1a\x01x")
+    add("grpc_gate_decode", bytes([pick]) + b"\x0a\x03A-1\x10\x80\x01\x1a\x0a\x0a\x08e@x.test")
 
 client = [
     '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}',

@@ -48,6 +48,7 @@ pub use route::{RouteFuture, ToolServiceRoute};
 pub use server::{serve, ServeError, ServerLimits, FILE_DESCRIPTOR_SET};
 pub use service::{GatedToolService, ADAPTER};
 pub use status::{
-    code_for, receipt_code, report_of, status_for, ServiceReason, StatusReport, DETAIL_LIMIT, DOMAIN,
+    code_for, receipt_code, refusal_status, report_of, service_status, status_for, ServiceReason,
+    StatusReport, DETAIL_LIMIT, DOMAIN,
 };
-pub use timeout::{parse_grpc_timeout, InvalidTimeout};
+pub use timeout::{answer_by, parse_grpc_timeout, InvalidTimeout, ANSWER_MARGIN};

@@ -187,12 +187,7 @@ pub fn status_for(outcome: &CallOutcome) -> Status {
 
 /// The status of a call the service ended itself, with `detail` (capped) and, when one was
 /// made, the plan.
-pub(crate) fn service_status(
-    reason: ServiceReason,
-    message: &str,
-    detail: &str,
-    plan: Option<&Plan>,
-) -> Status {
+pub fn service_status(reason: ServiceReason, message: &str, detail: &str, plan: Option<&Plan>) -> Status {
     let mut metadata = HashMap::new();
     insert_detail(&mut metadata, detail);
     if let Some(plan) = plan {
@@ -202,8 +197,8 @@ pub(crate) fn service_status(
 }
 
 /// A refusal before the gate that carries a core refusal reason (e.g. a tool name that is
-/// not UTF-8 is `invalid_or_unregistered_call`).
-pub(crate) fn refusal_status(refusal: aml_core::Refusal, detail: &str) -> Status {
+/// not UTF-8 is `invalid_or_unregistered_call`): `INVALID_ARGUMENT` with its `ErrorInfo`.
+pub fn refusal_status(refusal: aml_core::Refusal, detail: &str) -> Status {
     let mut metadata = HashMap::new();
     insert_detail(&mut metadata, detail);
     with_info(

@@ -43,11 +43,11 @@ pub fn parse_grpc_timeout(value: &[u8]) -> Result<Duration, InvalidTimeout> {
 
 /// How much earlier than the caller's deadline the service answers (a fifth of the
 /// caller's budget, at most this much), so its answer still arrives in time.
-pub(crate) const ANSWER_MARGIN: Duration = Duration::from_millis(100);
+pub const ANSWER_MARGIN: Duration = Duration::from_millis(100);
 
 /// When the service must answer a call that may take `budget` from `arrived`; `None` when
 /// that is beyond what the clock can represent (no deadline in practice).
-pub(crate) fn answer_by(arrived: Instant, budget: Duration) -> Option<Instant> {
+pub fn answer_by(arrived: Instant, budget: Duration) -> Option<Instant> {
     let margin = (budget / 5).min(ANSWER_MARGIN);
     arrived.checked_add(budget - margin)
 }

@@ -1,0 +1,161 @@
+//! `aml-grpc-gate`: gates an existing gRPC server.
+//!
+//! ```text
+//! aml-grpc-gate --listen 127.0.0.1:50052 --upstream http://127.0.0.1:50051 \
+//!     --tools tools.json --policy policy.json [--descriptors api.pb] [--approve web]
+//! ```
+//!
+//! stdout carries JSON lines a supervisor can wait on: `{"listening": ADDR}` once serving,
+//! and with `--approve web` first `{"approval_page": URL}`. Call records go to
+//! `--receipts` (JSON lines; stderr without it); logs to stderr (`RUST_LOG`, default `info`).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aml_core::{ActionBoundary, JsonLinesSink, Policy, ReceiptSink, ToolGate};
+use aml_grpc_gate::gateway::{Gateway, Limits};
+use aml_grpc_gate::metadata::Allowed;
+use aml_grpc_gate::{descriptors, serve, Methods};
+use clap::Parser;
+use serde_json::{json, Value};
+use tracing_subscriber::filter::{EnvFilter, LevelFilter};
+
+mod approve;
+
+/// Listens as a gRPC server and forwards to one upstream gRPC server, gating every unary
+/// method the tools file lists with the host's policy, approval and one-use grants.
+#[derive(Debug, Parser)]
+#[command(name = "aml-grpc-gate", version)]
+struct Args {
+    /// Address to listen on (port 0 picks a free one; see the `listening` line)
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: SocketAddr,
+    /// The upstream gRPC server (plaintext HTTP/2)
+    #[arg(long, value_name = "http://HOST:PORT")]
+    upstream: String,
+    /// The tools file: methods as tools, and streaming methods relayed ungated
+    #[arg(long, value_name = "FILE")]
+    tools: PathBuf,
+    /// The host policy: aml-action-policy/1 JSON, or Cedar (a .cedar file)
+    #[arg(long, value_name = "FILE")]
+    policy: PathBuf,
+    /// The upstream's types as a descriptor set (protoc --descriptor_set_out
+    /// --include_imports); default: ask the upstream's server reflection
+    #[arg(long, value_name = "FILE.pb")]
+    descriptors: Option<PathBuf>,
+    /// Where a person approves calls whose rule requires approval (only `web`: a page on
+    /// 127.0.0.1 with a JSON API); without it such calls block with approval_unavailable
+    #[arg(long, value_name = "CHANNEL", value_parser = ["web"])]
+    approve: Option<String>,
+    /// How long a call waits for a decision before it is blocked (approval_error)
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    approval_timeout: u64,
+    /// A metadata key forwarded to the upstream and back (repeatable); nothing else is
+    #[arg(long = "forward-metadata", value_name = "KEY")]
+    forward_metadata: Vec<String>,
+    /// Largest request message accepted, in bytes
+    #[arg(long, value_name = "BYTES", default_value_t = 4 << 20)]
+    max_request_bytes: usize,
+    /// Append call records here as JSON lines (default: stderr)
+    #[arg(long, value_name = "FILE")]
+    receipts: Option<PathBuf>,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let filter = match EnvFilter::builder()
+        .with_default_directive(LevelFilter::INFO.into())
+        .from_env()
+    {
+        Ok(filter) => filter,
+        Err(e) => return fail(&format!("RUST_LOG: {e}")),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&format!("cannot start the runtime: {e}")),
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+fn fail(message: &str) -> std::process::ExitCode {
+    eprintln!("aml-grpc-gate: {message}");
+    std::process::ExitCode::FAILURE
+}
+
+/// One JSON line on stdout, flushed at once so a watcher sees it now.
+fn print_line(line: &Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let policy =
+        Policy::read_file(&args.policy).map_err(|e| format!("--policy {}: {e}", args.policy.display()))?;
+    let channel = tonic::transport::Endpoint::from_shared(args.upstream.clone())
+        .map_err(|e| format!("--upstream {}: {e}", args.upstream))?
+        .tcp_nodelay(true)
+        .connect_lazy();
+    let pool = match &args.descriptors {
+        Some(path) => descriptors::from_file(path),
+        None => descriptors::from_reflection(channel.clone()).await,
+    }
+    .map_err(|e| e.to_string())?;
+    let text = std::fs::read_to_string(&args.tools)
+        .map_err(|e| format!("cannot read {}: {e}", args.tools.display()))?;
+    let methods = Methods::from_json(&text, &pool).map_err(|e| format!("{}: {e}", args.tools.display()))?;
+    let sink = Arc::new(
+        match &args.receipts {
+            Some(path) => JsonLinesSink::append(path),
+            None => JsonLinesSink::stderr(),
+        }
+        .map_err(|e| format!("receipts: {e}"))?,
+    );
+    let mut boundary =
+        ActionBoundary::builder(Arc::new(policy)).sink_arc(Arc::clone(&sink) as Arc<dyn ReceiptSink>);
+    if args.approve.is_some() {
+        let (with, url) =
+            approve::with_web_approvals(boundary, Duration::from_secs(args.approval_timeout)).await?;
+        boundary = with;
+        eprintln!("aml-grpc-gate: approve or deny pending calls at {url}");
+        print_line(&json!({"approval_page": url}));
+    }
+    let gate = ToolGate::new(methods.catalog, boundary.build());
+    let limits = Limits {
+        max_request_bytes: args.max_request_bytes,
+        ..Limits::default()
+    };
+    let gateway = Gateway::new(
+        gate,
+        methods.routes,
+        channel,
+        Allowed::new(args.forward_metadata),
+        limits,
+    );
+    let routes = serve::routes(gateway, &pool, &methods.services)
+        .await
+        .map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    print_line(&json!({"listening": address.to_string()}));
+    tracing::info!(%address, upstream = %args.upstream, "serving");
+    let stop = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let served = serve::serve(listener, routes, stop).await;
+    if !sink.flush(Duration::from_secs(5)) {
+        tracing::error!("call records may not all be written");
+    }
+    served.map_err(|e| e.to_string())
+}

@@ -12,17 +12,8 @@ use tonic::transport::Server;
 
 use crate::gateway::Gateway;
 
-/// The server could not start or stopped with an error.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ServeError {
-    /// Reflection could not be built from the descriptors.
-    #[error("reflection: {0}")]
-    Reflection(#[from] tonic_reflection::server::Error),
-    /// The transport failed.
-    #[error("transport: {0}")]
-    Transport(#[from] tonic::transport::Error),
-}
+/// The server could not start or stopped with an error (the same causes as `aml-grpc`'s).
+pub use aml_grpc::ServeError;
 
 /// The upstream's files, without the reflection and health files the gateway serves itself.
 fn fronted_files(pool: &DescriptorPool) -> FileDescriptorSet {

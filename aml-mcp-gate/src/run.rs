@@ -61,10 +61,14 @@ impl MetricsAt {
         if value == "listen" {
             return match listening {
                 true => Ok(MetricsAt::Listen),
-                false => Err("--metrics listen needs --listen (or give an address: --metrics 127.0.0.1:9464)".into()),
+                false => Err(
+                    "--metrics listen needs --listen (or give an address: --metrics 127.0.0.1:9464)".into(),
+                ),
             };
         }
-        let bad = |why: String| format!("--metrics {value:?}: {why}; expected HOST:PORT (e.g. 127.0.0.1:9464, port 0 for any) or `listen`");
+        let bad = |why: String| {
+            format!("--metrics {value:?}: {why}; expected HOST:PORT (e.g. 127.0.0.1:9464, port 0 for any) or `listen`")
+        };
         if let Ok(addr) = value.parse() {
             return Ok(MetricsAt::Addr(addr));
         }

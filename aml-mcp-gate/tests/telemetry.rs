@@ -47,7 +47,15 @@ fn write_config(dir: &Path) {
 fn start_gate(dir: &Path, upstream: &str) -> (Gate, SocketAddr) {
     let mut args = gate_args(dir);
     args.extend(
-        ["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--upstream", upstream].map(String::from),
+        [
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--upstream",
+            upstream,
+        ]
+        .map(String::from),
     );
     let mut command = Command::new(GATE);
     command.args(&args).stderr(Stdio::piped());
@@ -75,14 +83,26 @@ fn start_gate(dir: &Path, upstream: &str) -> (Gate, SocketAddr) {
 
 /// `GET path` on the metrics listener: status and body.
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    get_with(addr, path, "")
+}
+
+/// [`get`] with extra header lines (each ending in `\r\n`).
+fn get_with(addr: SocketAddr, path: &str, headers: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n{headers}\r\n"
+    )
+    .unwrap();
     let mut raw = String::new();
     stream.read_to_string(&mut raw).unwrap();
     let status = raw.split(' ').nth(1).unwrap_or("0").parse().unwrap();
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -109,9 +129,12 @@ fn calls_by_outcome(parsed: &Value) -> BTreeMap<Key, u64> {
             continue;
         }
         let l = &sample["labels"];
-        let key = [&l["tool"], &l["decision"], &l["status"], &l["reason"]]
-            .map(|v| v.as_str().unwrap().to_string());
-        assert!(l["server"].as_str().unwrap().starts_with("http://127.0.0.1:"), "{l}");
+        let key =
+            [&l["tool"], &l["decision"], &l["status"], &l["reason"]].map(|v| v.as_str().unwrap().to_string());
+        assert!(
+            l["server"].as_str().unwrap().starts_with("http://127.0.0.1:"),
+            "{l}"
+        );
         *counts.entry(key.into()).or_default() += sample["value"].as_f64().unwrap() as u64;
     }
     counts
@@ -120,7 +143,10 @@ fn calls_by_outcome(parsed: &Value) -> BTreeMap<Key, u64> {
 /// The same, from the receipts the gate wrote.
 fn receipts_by_outcome(dir: &Path) -> BTreeMap<Key, u64> {
     let mut counts = BTreeMap::new();
-    for record in receipts(dir).iter().filter(|r| r["record"] == "aml-call-record/1") {
+    for record in receipts(dir)
+        .iter()
+        .filter(|r| r["record"] == "aml-call-record/1")
+    {
         let tool = record["tool"].as_str().unwrap();
         let registered = ["echo", "get-env", MISSING].contains(&tool);
         let decision = record["plan"]["decision"].as_str().unwrap_or("none");
@@ -221,7 +247,9 @@ fn metrics_count_every_call_by_outcome_and_readyz_follows_the_server_and_the_pol
     );
     assert_eq!(counted.get(&unregistered), Some(&1), "{counted:?}");
     assert!(
-        counted.keys().any(|(t, d, _, r)| t == "get-env" && d == "deny" && r != "host_error"),
+        counted
+            .keys()
+            .any(|(t, d, _, r)| t == "get-env" && d == "deny" && r != "host_error"),
         "{counted:?}"
     );
 
@@ -231,17 +259,34 @@ fn metrics_count_every_call_by_outcome_and_readyz_follows_the_server_and_the_pol
         assert_eq!(count, 8.0, "{family}");
     }
     assert_eq!(
-        sample_value(&parsed, "aml_gate_upstream_call_duration_seconds", "aml_gate_upstream_call_duration_seconds_count"),
+        sample_value(
+            &parsed,
+            "aml_gate_upstream_call_duration_seconds",
+            "aml_gate_upstream_call_duration_seconds_count"
+        ),
         5.0
     );
     // One intent written before each of the five forwards (SQLite state).
     assert_eq!(
-        sample_value(&parsed, "aml_gate_state_commit_seconds", "aml_gate_state_commit_seconds_count"),
+        sample_value(
+            &parsed,
+            "aml_gate_state_commit_seconds",
+            "aml_gate_state_commit_seconds_count"
+        ),
         5.0
     );
-    assert_eq!(sample_value(&parsed, "aml_gate_sessions", "aml_gate_sessions"), 1.0);
-    assert_eq!(sample_value(&parsed, "aml_gate_upstream_up", "aml_gate_upstream_up"), 1.0);
-    assert_eq!(sample_value(&parsed, "aml_gate_policy_valid", "aml_gate_policy_valid"), 1.0);
+    assert_eq!(
+        sample_value(&parsed, "aml_gate_sessions", "aml_gate_sessions"),
+        1.0
+    );
+    assert_eq!(
+        sample_value(&parsed, "aml_gate_upstream_up", "aml_gate_upstream_up"),
+        1.0
+    );
+    assert_eq!(
+        sample_value(&parsed, "aml_gate_policy_valid", "aml_gate_policy_valid"),
+        1.0
+    );
     gate_receipts_match(&dir, &counted);
     // The same endpoints on the --listen port.
     let (status, front) = get(gate.addr, "/metrics");
@@ -255,7 +300,10 @@ fn metrics_count_every_call_by_outcome_and_readyz_follows_the_server_and_the_pol
     let body = wait_ready(metrics, 503, "policy: every call is blocked with invalid_policy");
     assert!(body.contains("upstream: ok"), "{body}");
     let parsed = parsed_metrics(&dir, metrics);
-    assert_eq!(sample_value(&parsed, "aml_gate_policy_valid", "aml_gate_policy_valid"), 0.0);
+    assert_eq!(
+        sample_value(&parsed, "aml_gate_policy_valid", "aml_gate_policy_valid"),
+        0.0
+    );
     std::fs::write(dir.join("policy.json"), policy).unwrap();
     wait_ready(metrics, 200, "policy: ok");
 
@@ -264,7 +312,10 @@ fn metrics_count_every_call_by_outcome_and_readyz_follows_the_server_and_the_pol
     let body = wait_ready(metrics, 503, "upstream: 127.0.0.1:");
     assert!(body.contains("policy: ok"), "{body}");
     let parsed = parsed_metrics(&dir, metrics);
-    assert_eq!(sample_value(&parsed, "aml_gate_upstream_up", "aml_gate_upstream_up"), 0.0);
+    assert_eq!(
+        sample_value(&parsed, "aml_gate_upstream_up", "aml_gate_upstream_up"),
+        0.0
+    );
     assert_eq!(get(metrics, "/healthz").0, 200);
     assert_eq!(get(metrics, "/nothing").0, 404);
     gate.stop();
@@ -299,4 +350,38 @@ fn a_bad_metrics_address_is_a_clear_usage_error() {
         assert!(stderr.contains(says), "{value}: {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+}
+
+#[test]
+fn on_the_listen_port_the_probes_need_no_token_and_metrics_do() {
+    let dir = work("telemetry-front");
+    write_config(&dir);
+    let mut args = gate_args(&dir);
+    let tokens = dir.join("tokens").display().to_string();
+    args.extend(
+        [
+            "--listen",
+            "127.0.0.1:0",
+            "--tokens",
+            &tokens,
+            "--metrics",
+            "listen",
+            "--",
+        ]
+        .map(String::from),
+    );
+    args.push(everything().display().to_string());
+    let mut gate = Gate::start(&args);
+    assert_eq!(get(gate.addr, "/healthz"), (200, "ok\n".to_string()));
+    let (status, body) = get(gate.addr, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(get(gate.addr, "/metrics").0, 401);
+    let bearer = format!("authorization: Bearer {TOKEN}\r\n");
+    let (status, body) = get_with(gate.addr, "/metrics", &bearer);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("# TYPE aml_gate_sessions gauge"), "{body}");
+    // A foreign page is refused before anything, probes included.
+    let foreign = "origin: http://127.0.0.1:1\r\n";
+    assert_eq!(get_with(gate.addr, "/healthz", foreign).0, 403);
+    gate.stop();
 }

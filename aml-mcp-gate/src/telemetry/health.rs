@@ -115,7 +115,10 @@ impl Health {
 
     fn policy_check(&self) -> Result<(), String> {
         let valid = self.policy.current().error().map(ToString::to_string);
-        self.telemetry.metrics.policy_valid.set(i64::from(valid.is_none()));
+        self.telemetry
+            .metrics
+            .policy_valid
+            .set(i64::from(valid.is_none()));
         match valid {
             None => Ok(()),
             Some(e) => Err(format!("every call is blocked with invalid_policy: {e}")),
@@ -193,7 +196,10 @@ mod tests {
             UpstreamProbe::Child(_) => unreachable!(),
         };
         assert_eq!(authority("http://127.0.0.1:3001/mcp"), "127.0.0.1:3001");
-        assert_eq!(authority("http://user:pw@mcp.example.test/mcp"), "mcp.example.test:80");
+        assert_eq!(
+            authority("http://user:pw@mcp.example.test/mcp"),
+            "mcp.example.test:80"
+        );
         assert_eq!(authority("http://[::1]:8080/mcp"), "[::1]:8080");
         assert_eq!(authority("http://[::1]/mcp"), "[::1]:80");
     }

@@ -90,11 +90,7 @@ impl Metrics {
     pub(crate) fn new(server: &str) -> Metrics {
         let mut registry = Registry::with_prefix("aml_gate");
         let calls = Family::<CallLabels, Counter>::default();
-        registry.register(
-            "calls",
-            "Gated tools/call requests by outcome",
-            calls.clone(),
-        );
+        registry.register("calls", "Gated tools/call requests by outcome", calls.clone());
         let call_seconds = Family::<StatusLabel, Histogram>::new_with_constructor(|| {
             // 100 µs to about 15 min.
             Histogram::new(exponential_buckets(0.000_1, 2.5, 18))

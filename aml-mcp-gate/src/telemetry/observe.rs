@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use aml_core::{
-    async_trait, Approval, ApprovalError, ApprovalHook, ApprovalRequest, ClaimError, ClaimStatus,
-    GrantRef, GrantStore, ReceiptSink, Record, Sha256Digest, ToolCall, ToolError, ToolExecutor,
+    async_trait, Approval, ApprovalError, ApprovalHook, ApprovalRequest, ClaimError, ClaimStatus, GrantRef,
+    GrantStore, ReceiptSink, Record, Sha256Digest, ToolCall, ToolError, ToolExecutor,
 };
 use aml_mcp::relay::ForwardWrapper;
 use serde_json::Value;

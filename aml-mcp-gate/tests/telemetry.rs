@@ -385,3 +385,38 @@ fn on_the_listen_port_the_probes_need_no_token_and_metrics_do() {
     assert_eq!(get_with(gate.addr, "/healthz", foreign).0, 403);
     gate.stop();
 }
+
+#[test]
+fn the_config_files_metrics_key_is_the_flag() {
+    let dir = work("telemetry-config");
+    write_config(&dir);
+    let run = |metrics: &str| {
+        let config = format!(
+            "policy = \"policy.json\"\ntools = \"tools.json\"\nstate = \"memory\"\nserver = [\"cat\"]\nmetrics = \"{metrics}\"\n"
+        );
+        std::fs::write(dir.join("gate.toml"), config).unwrap();
+        let mut gate = Command::new(GATE)
+            .args(["--config", &dir.join("gate.toml").display().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = gate.stderr.take().unwrap();
+        let status = aml_test_support::wait_until("the gate's exit", Duration::from_secs(20), || {
+            gate.try_wait().unwrap()
+        });
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text).unwrap();
+        (status.code(), text)
+    };
+    let (code, stderr) = run("127.0.0.1:0");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("aml-mcp-gate: metrics at http://127.0.0.1:"),
+        "{stderr}"
+    );
+    let (code, stderr) = run("127.0.0.1:not-a-port");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--metrics \"127.0.0.1:not-a-port\""), "{stderr}");
+}

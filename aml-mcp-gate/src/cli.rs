@@ -181,6 +181,11 @@ pub(crate) struct RunArgs {
     /// only (docs/GATE.md, "Metrics, traces and health")
     #[arg(long, value_name = "ADDR|listen")]
     pub(crate) metrics: Option<String>,
+    /// Export one OpenTelemetry span per call as OTLP/HTTP protobuf to URL/v1/traces (e.g.
+    /// http://127.0.0.1:4318, a collector's OTLP/HTTP port), continuing the client's W3C
+    /// traceparent from params._meta (docs/GATE.md, "Metrics, traces and health")
+    #[arg(long, value_name = "URL")]
+    pub(crate) otlp_endpoint: Option<String>,
     #[command(flatten)]
     pub(crate) listen: crate::listen::ListenArgs,
     #[command(flatten)]

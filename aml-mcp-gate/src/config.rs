@@ -12,6 +12,7 @@
 //! receipts = "receipts.jsonl"
 //! server = ["npx", "-y", "@modelcontextprotocol/server-everything"]
 //! metrics = "127.0.0.1:9464"      # or "listen": /metrics, /healthz, /readyz
+//! otlp_endpoint = "http://127.0.0.1:4318"   # one OpenTelemetry span per call
 //!
 //! [approval]
 //! channel = "web"                 # or "tty"
@@ -55,6 +56,7 @@ struct File {
     receipts: Option<PathBuf>,
     server: Option<Vec<String>>,
     metrics: Option<String>,
+    otlp_endpoint: Option<String>,
     #[serde(default)]
     approval: Approval,
     #[serde(default)]
@@ -112,6 +114,7 @@ pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
     fill(&mut args.state, state);
     fill(&mut args.receipts, file.receipts.map(relative));
     fill(&mut args.metrics, file.metrics);
+    fill(&mut args.otlp_endpoint, file.otlp_endpoint);
     fill(&mut args.approve, file.approval.channel);
     fill(&mut args.approver_key, file.approval.key.map(relative));
     fill(&mut args.approval_timeout, file.approval.timeout_seconds);

@@ -174,6 +174,15 @@ fn settle(args: RunArgs) -> run::Settings {
         run::MetricsAt::parse(value, args.listen.listen.is_some())
             .unwrap_or_else(|e| usage_error(ErrorKind::InvalidValue, e))
     });
+    let otlp = args.otlp_endpoint.as_deref().map(|value| {
+        #[cfg(feature = "otel")]
+        return telemetry::traces_url(value).unwrap_or_else(|e| usage_error(ErrorKind::InvalidValue, e));
+        #[cfg(not(feature = "otel"))]
+        usage_error(
+            ErrorKind::InvalidValue,
+            format!("--otlp-endpoint {value:?}: this build has no OpenTelemetry (cargo feature `otel`)"),
+        )
+    });
     let audit_schedule = audit::Schedule {
         every: args.audit_every.unwrap_or(1000),
         interval: Duration::from_secs(args.audit_interval.unwrap_or(60)),
@@ -184,6 +193,7 @@ fn settle(args: RunArgs) -> run::Settings {
         state,
         receipts: args.receipts,
         metrics,
+        otlp,
         approve: args.approve,
         approver_key: args.approver_key,
         shadow: args.enforce == Some(cli::Enforcement::Shadow),

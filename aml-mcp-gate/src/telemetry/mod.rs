@@ -1,5 +1,5 @@
 //! `--metrics ADDR`: Prometheus metrics, `/healthz` and `/readyz` for operators (and, with
-//! the `otlp` feature, `--otlp URL`: one OpenTelemetry span per call).
+//! the `otel` feature, `--otlp-endpoint URL`: one OpenTelemetry span per call, `traces`).
 //!
 //! Everything is measured from outside the relay and the stores: the receipt sink sees one
 //! record per call (tool, decision, status, reason, digest, total time), and timing
@@ -9,14 +9,16 @@
 mod health;
 mod metrics;
 mod observe;
+#[cfg(feature = "otel")]
+mod traces;
 
 use std::sync::Arc;
-
-use aml_core::CallRecord;
 
 pub(crate) use health::{Health, UpstreamProbe};
 pub(crate) use metrics::Metrics;
 pub(crate) use observe::{Observed, TimedApproval, TimedForward, TimedGrants};
+#[cfg(feature = "otel")]
+pub(crate) use traces::{traces_url, Traces};
 
 /// What the gate measures, shared by every session.
 #[derive(Debug)]
@@ -33,9 +35,6 @@ impl Telemetry {
             unmatched: observe::Unmatched::default(),
         }
     }
-
-    /// The span of one call, when traces are exported.
-    fn trace_call(&self, _record: &CallRecord) {}
 }
 
 /// The tool names of a tools file (`{"tools": [{"name": …}, …]}`), for labels.

@@ -57,7 +57,6 @@ impl Observed {
             let digest = call.receipt.as_ref().and_then(|r| r.proposal_sha256());
             let upstream = digest.and_then(|d| self.telemetry.unmatched.take(&d));
             self.telemetry.metrics.observe_call(call, upstream);
-            self.telemetry.trace_call(call);
         }
     }
 }

@@ -266,6 +266,82 @@ fn a_bad_otlp_endpoint_is_a_usage_error() {
     }
 }
 
+/// The config file's `otlp_endpoint` is the flag; with no collector there, the call is
+/// answered and recorded all the same, the failed export is logged, and the gate exits 0.
+#[test]
+fn the_config_files_otlp_endpoint_key_is_the_flag_and_a_missing_collector_fails_no_call() {
+    let dir = work("traces-config");
+    write_everything_config(&dir);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = format!(
+        "policy = \"policy.json\"\ntools = \"tools.json\"\nstate = \"memory\"\nreceipts = \"receipts.jsonl\"\nserver = [{:?}]\notlp_endpoint = \"http://127.0.0.1:{closed}\"\n",
+        everything().display().to_string()
+    );
+    std::fs::write(dir.join("gate.toml"), config).unwrap();
+    let mut gate = Command::new(GATE)
+        .args(["--config", &dir.join("gate.toml").display().to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = gate.stdin.take().unwrap();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    writeln!(input, "{init}").unwrap();
+    writeln!(
+        input,
+        "{}",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    )
+    .unwrap();
+    writeln!(input, "{}", call(2, "echo", json!({"message": "hi"}), Some(T1))).unwrap();
+    let stdout = gate.child_stdout();
+    let (tx, rx) = mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(message) = serde_json::from_str(&line) {
+                let _ = tx.send(message);
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let message = rx.recv_timeout(left).expect("the call's answer within 60 s");
+        if message["id"] == 2 {
+            assert!(message["result"].is_object(), "{message}");
+            break;
+        }
+    }
+    drop(input);
+    let status = aml_test_support::wait_until("the gate's exit", Duration::from_secs(30), || {
+        gate.try_wait().unwrap()
+    });
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut gate.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{status}: {stderr}");
+    let url = format!("http://127.0.0.1:{closed}/v1/traces");
+    assert!(
+        stderr.contains(&format!("otlp: one span per call to {url}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("otlp: cannot export spans to {url}")),
+        "{stderr}"
+    );
+    let records: Vec<Value> = receipts(&dir)
+        .into_iter()
+        .filter(|r| r["record"] == "aml-call-record/1")
+        .collect();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0]["receipt"]["execution_status"], "dispatched");
+}
+
 trait ChildStdout {
     fn child_stdout(&mut self) -> std::process::ChildStdout;
 }

@@ -1,10 +1,13 @@
-//! What `--metrics` adds to a call's CPU: the relay's `tools/call` round trip over channels
-//! (as `aml-mcp`'s `relay` bench), once as the gate runs it without `--metrics` and once
-//! with the gate's own hooks (the counting sink, the timing forward wrapper, the labels).
-//! Both variants keep records (the gate always has a receipt sink).
+//! What `--metrics` and `--otlp-endpoint` add to a call's CPU: the relay's `tools/call` round
+//! trip over channels (as `aml-mcp`'s `relay` bench), as the gate runs it without either,
+//! with `--metrics` (the counting sink, the timing forward wrapper, the labels), and with
+//! both (and the relay's call observer making one span per call, batched, encoded and posted
+//! as OTLP/HTTP protobuf by the SDK's thread to a local receiver that reads and discards the
+//! bodies). Every variant keeps records (the gate always has a receipt sink).
 //!
-//! After criterion's two measurements, prints the process CPU time per call of each and the
-//! difference, measured in alternating rounds (the goal: at most 2 µs).
+//! After criterion's measurements, prints the process CPU time per call of each (every
+//! thread: the exporter's and the receiver's too) and the differences, measured in
+//! alternating rounds (the goal: at most 2 µs for both together).
 #![allow(missing_docs, dead_code, unreachable_pub)]
 
 #[path = "../src/sinks.rs"]
@@ -18,7 +21,7 @@ use std::time::Duration;
 
 use aml_core::{sink_fn, ActionBoundary, Policy, ReceiptSink, Record};
 use aml_mcp::relay::{
-    run, Connection, DeferredSink, ForwardWrapper, Inbound, RelayConfig, RelayTools, Upstream,
+    run, CallObserver, Connection, DeferredSink, ForwardWrapper, Inbound, RelayConfig, RelayTools, Upstream,
 };
 use bytes::Bytes;
 use criterion::{criterion_group, Criterion};
@@ -33,7 +36,16 @@ struct Relay {
     from_relay: mpsc::Receiver<Bytes>,
 }
 
-fn relay(rt: &Runtime, observed: bool) -> Relay {
+/// What the gate runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Off,
+    Metrics,
+    MetricsAndTraces,
+}
+
+fn relay(rt: &Runtime, mode: Mode) -> Relay {
+    let observed = mode != Mode::Off;
     let catalog = json!({"tools": [{"name": "send_notice", "effect": "send", "purpose": "Send a local notice",
         "resource": {"argument": "to"}, "input_schema": {"type": "object",
         "properties": {"to": {"type": "string"}, "body": {"type": "string"}}, "required": ["to", "body"],
@@ -62,6 +74,12 @@ fn relay(rt: &Runtime, observed: bool) -> Relay {
             telemetry,
         };
         tools = tools.with_forward_wrapper(Arc::new(wrapper) as Arc<dyn ForwardWrapper>);
+    }
+    if mode == Mode::MetricsAndTraces {
+        let url = format!("http://{}/v1/traces", otlp_receiver());
+        let traces =
+            telemetry::Traces::start(&url, "http://127.0.0.1:3001/mcp".into(), rt.handle().clone()).unwrap();
+        tools = tools.with_call_observer(Arc::new(traces) as Arc<dyn CallObserver>);
     }
     let (to_relay, incoming) = mpsc::channel(16);
     let (outgoing, from_relay) = mpsc::channel::<Bytes>(16);
@@ -98,6 +116,55 @@ fn relay(rt: &Runtime, observed: bool) -> Relay {
     Relay { to_relay, from_relay }
 }
 
+/// Bytes of OTLP bodies received, and posts.
+static RECEIVED: [std::sync::atomic::AtomicU64; 2] = [const { std::sync::atomic::AtomicU64::new(0) }; 2];
+
+/// A minimal OTLP/HTTP endpoint on a thread of its own: reads each POST, answers 200.
+fn otlp_receiver() -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':') {
+                            if name.eq_ignore_ascii_case("content-length") {
+                                length = value.trim().parse().unwrap_or(0);
+                            }
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    RECEIVED[0].fetch_add(length as u64, Ordering::Relaxed);
+                    RECEIVED[1].fetch_add(1, Ordering::Relaxed);
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    if writer.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
 const CALL: &[u8] = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"send_notice","arguments":{"to":"team@example.test","body":"Build passed."}}}"#;
 
 fn one_call(rt: &Runtime, relay: &mut Relay) {
@@ -121,8 +188,12 @@ fn runtime() -> Runtime {
 
 fn bench(c: &mut Criterion) {
     let rt = runtime();
-    for (name, observed) in [("telemetry/off", false), ("telemetry/on", true)] {
-        let mut relay = relay(&rt, observed);
+    for (name, mode) in [
+        ("telemetry/off", Mode::Off),
+        ("telemetry/metrics", Mode::Metrics),
+        ("telemetry/metrics+traces", Mode::MetricsAndTraces),
+    ] {
+        let mut relay = relay(&rt, mode);
         c.bench_function(name, |b| b.iter(|| one_call(&rt, &mut relay)));
     }
 }
@@ -139,8 +210,18 @@ fn compare() {
     const CALLS: u32 = 20_000;
     const ROUNDS: usize = 7;
     let rt = runtime();
-    let mut relays = [relay(&rt, false), relay(&rt, true)];
-    let mut best = [Duration::MAX; 2];
+    let mut relays = [
+        relay(&rt, Mode::Off),
+        relay(&rt, Mode::Metrics),
+        relay(&rt, Mode::MetricsAndTraces),
+    ];
+    let mut best = [Duration::MAX; 3];
+    let received = || {
+        RECEIVED
+            .each_ref()
+            .map(|r| r.load(std::sync::atomic::Ordering::Relaxed))
+    };
+    let before = received();
     for relay in &mut relays {
         for _ in 0..2_000 {
             one_call(&rt, relay);
@@ -155,10 +236,18 @@ fn compare() {
             best[which] = best[which].min((cpu() - started) / CALLS);
         }
     }
-    let [off, on] = best.map(|d| d.as_nanos() as f64 / 1000.0);
+    let [off, on, traced] = best.map(|d| d.as_nanos() as f64 / 1000.0);
     println!(
-        "telemetry CPU per call (best of {ROUNDS} rounds of {CALLS}): off {off:.2} µs, on {on:.2} µs, added {:.2} µs (goal: at most 2 µs)",
-        on - off
+        "telemetry CPU per call (best of {ROUNDS} rounds of {CALLS}): off {off:.2} µs, metrics {on:.2} µs (+{:.2}), metrics and traces {traced:.2} µs (+{:.2}; goal: at most 2 µs)",
+        on - off,
+        traced - off
+    );
+    // Spans the batch processor dropped (a full queue) would show as fewer bytes per call.
+    let calls = u64::from(CALLS) * ROUNDS as u64 + 2_000;
+    let [bytes, posts] = [0, 1].map(|i| received()[i] - before[i]);
+    println!(
+        "otlp: {bytes} bytes in {posts} posts so far for {calls} traced calls ({:.0} bytes per call)",
+        bytes as f64 / calls as f64
     );
 }
 

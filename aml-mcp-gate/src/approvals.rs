@@ -162,6 +162,8 @@ pub(crate) struct Setup<'a> {
     /// Where the page keeps its history of decided proposals (the state's store, if
     /// durable; in memory otherwise).
     pub(crate) history: Option<Arc<dyn ReceiptStore>>,
+    /// `--metrics`: approvals pending and the time to each decision.
+    pub(crate) metrics: Option<Arc<crate::telemetry::Metrics>>,
 }
 
 /// Adds signed approvals to `boundary`.
@@ -227,8 +229,12 @@ pub(crate) async fn with_approvals(
     }
     // Replicas on one store: an approval given on any of them serves the first request for
     // that exact proposal on any of them, once.
-    Ok(match setup.shared {
-        Some(open) => boundary.approval(SharedApproval::new(Arc::new(hook), open)),
-        None => boundary.approval(hook),
+    let hook: Arc<dyn aml_core::ApprovalHook> = match setup.shared {
+        Some(open) => Arc::new(SharedApproval::new(Arc::new(hook), open)),
+        None => Arc::new(hook),
+    };
+    Ok(match setup.metrics {
+        Some(metrics) => boundary.approval(crate::telemetry::TimedApproval { inner: hook, metrics }),
+        None => boundary.approval_arc(hook),
     })
 }

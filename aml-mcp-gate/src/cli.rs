@@ -175,6 +175,17 @@ pub(crate) struct RunArgs {
     /// error (a server's answer that long makes its call `unknown`) [default: 16777216]
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..=1 << 30))]
     pub(crate) max_message_bytes: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g.
+    /// 127.0.0.1:9464; port 0 picks a free one; the address is named on stderr); with
+    /// --listen they are served on its port too, and `--metrics listen` serves them there
+    /// only (docs/GATE.md, "Metrics, traces and health")
+    #[arg(long, value_name = "ADDR|listen")]
+    pub(crate) metrics: Option<String>,
+    /// Export one OpenTelemetry span per call as OTLP/HTTP protobuf to URL/v1/traces (e.g.
+    /// http://127.0.0.1:4318, a collector's OTLP/HTTP port), continuing the client's W3C
+    /// traceparent from params._meta (docs/GATE.md, "Metrics, traces and health")
+    #[arg(long, value_name = "URL")]
+    pub(crate) otlp_endpoint: Option<String>,
     #[command(flatten)]
     pub(crate) listen: crate::listen::ListenArgs,
     #[command(flatten)]

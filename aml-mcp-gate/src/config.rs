@@ -11,6 +11,8 @@
 //! state = "gate.sqlite3"          # or "memory", or "postgres://…"
 //! receipts = "receipts.jsonl"
 //! server = ["npx", "-y", "@modelcontextprotocol/server-everything"]
+//! metrics = "127.0.0.1:9464"      # or "listen": /metrics, /healthz, /readyz
+//! otlp_endpoint = "http://127.0.0.1:4318"   # one OpenTelemetry span per call
 //!
 //! [approval]
 //! channel = "web"                 # or "tty"
@@ -53,6 +55,8 @@ struct File {
     state: Option<String>,
     receipts: Option<PathBuf>,
     server: Option<Vec<String>>,
+    metrics: Option<String>,
+    otlp_endpoint: Option<String>,
     #[serde(default)]
     approval: Approval,
     #[serde(default)]
@@ -109,6 +113,8 @@ pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
     fill(&mut args.tools, file.tools.map(relative));
     fill(&mut args.state, state);
     fill(&mut args.receipts, file.receipts.map(relative));
+    fill(&mut args.metrics, file.metrics);
+    fill(&mut args.otlp_endpoint, file.otlp_endpoint);
     fill(&mut args.approve, file.approval.channel);
     fill(&mut args.approver_key, file.approval.key.map(relative));
     fill(&mut args.approval_timeout, file.approval.timeout_seconds);

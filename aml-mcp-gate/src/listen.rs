@@ -210,6 +210,22 @@ mod open_files {
     }
 }
 
+/// What `--metrics` is told of the sessions: how many are open, and whether their servers
+/// start.
+#[derive(Debug)]
+pub(crate) struct Observed {
+    pub(crate) metrics: Option<std::sync::Arc<crate::telemetry::Metrics>>,
+    pub(crate) upstream: std::sync::Arc<crate::telemetry::UpstreamProbe>,
+}
+
+impl Observed {
+    fn sessions(&self, open: usize) {
+        if let Some(metrics) = &self.metrics {
+            metrics.sessions.set(open as i64);
+        }
+    }
+}
+
 /// Serves until SIGINT or SIGTERM, then ends every session (calls in flight get their
 /// receipts within the relay's drain limit).
 pub(crate) async fn serve(
@@ -218,6 +234,7 @@ pub(crate) async fn serve(
     tools: RelayTools,
     config: RelayConfig,
     server: Server,
+    observed: Observed,
 ) -> Result<(), String> {
     let mut front = HttpFront::bind_all(&addr.addrs, front)
         .await
@@ -238,11 +255,18 @@ pub(crate) async fn serve(
             },
             _ = tokio::signal::ctrl_c() => break,
             _ = terminate.recv() => break,
-            Some(_) = sessions.join_next(), if !sessions.is_empty() => continue,
+            Some(_) = sessions.join_next(), if !sessions.is_empty() => {
+                observed.sessions(sessions.len());
+                continue;
+            }
         };
         let started = match server.start(config.max_message_bytes) {
-            Ok(started) => started,
+            Ok(started) => {
+                observed.upstream.set_child(true);
+                started
+            }
             Err(e) => {
+                observed.upstream.set_child(false);
                 // Dropping the connection answers the client's initialize with an error.
                 tracing::error!("{}: {e}", info.name);
                 continue;
@@ -264,6 +288,7 @@ pub(crate) async fn serve(
             }
             stopper.stop(Duration::from_secs(2)).await;
         });
+        observed.sessions(sessions.len());
     }
     front.close_all();
     let drain = config.drain_timeout + Duration::from_secs(5);

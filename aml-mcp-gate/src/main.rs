@@ -19,6 +19,7 @@ mod reload;
 mod run;
 mod sinks;
 mod state;
+mod telemetry;
 mod upstream;
 mod verify;
 
@@ -169,6 +170,19 @@ fn settle(args: RunArgs) -> run::Settings {
             "--audit-every and --audit-interval must be at least 1",
         );
     }
+    let metrics = args.metrics.as_deref().map(|value| {
+        run::MetricsAt::parse(value, args.listen.listen.is_some())
+            .unwrap_or_else(|e| usage_error(ErrorKind::InvalidValue, e))
+    });
+    let otlp = args.otlp_endpoint.as_deref().map(|value| {
+        #[cfg(feature = "otel")]
+        return telemetry::traces_url(value).unwrap_or_else(|e| usage_error(ErrorKind::InvalidValue, e));
+        #[cfg(not(feature = "otel"))]
+        usage_error(
+            ErrorKind::InvalidValue,
+            format!("--otlp-endpoint {value:?}: this build has no OpenTelemetry (cargo feature `otel`)"),
+        )
+    });
     let audit_schedule = audit::Schedule {
         every: args.audit_every.unwrap_or(1000),
         interval: Duration::from_secs(args.audit_interval.unwrap_or(60)),
@@ -178,6 +192,8 @@ fn settle(args: RunArgs) -> run::Settings {
         tools: args.tools,
         state,
         receipts: args.receipts,
+        metrics,
+        otlp,
         approve: args.approve,
         approver_key: args.approver_key,
         shadow: args.enforce == Some(cli::Enforcement::Shadow),

@@ -24,6 +24,8 @@ pub(crate) struct Reloader {
     tools_path: Option<PathBuf>,
     policy: LivePolicy,
     tools: RelayTools,
+    /// `--metrics`: told the tool names of each tools file loaded.
+    metrics: Option<Arc<crate::telemetry::Metrics>>,
 }
 
 /// What both files held when last looked at (`None`: unreadable).
@@ -36,12 +38,14 @@ impl Reloader {
         tools_path: Option<PathBuf>,
         policy: LivePolicy,
         tools: RelayTools,
+        metrics: Option<Arc<crate::telemetry::Metrics>>,
     ) -> Self {
         Reloader {
             policy_path,
             tools_path,
             policy,
             tools,
+            metrics,
         }
     }
 
@@ -150,6 +154,9 @@ impl Reloader {
             .digest()
             .ok_or_else(|| format!("{}: the policy has no canonical form", self.policy_path.display()))?;
         crate::run::warn_typos(tools.as_deref(), &policy);
+        if let Some(metrics) = &self.metrics {
+            metrics.set_tools(crate::telemetry::tool_names(tools.as_deref()));
+        }
         self.policy.replace(policy);
         Ok(digest)
     }

@@ -16,6 +16,7 @@ use crate::audit::Checkpointer;
 use crate::reload;
 use crate::sinks::Receipts;
 use crate::state::{self, Location};
+use crate::telemetry::{self, Health, Telemetry, UpstreamProbe};
 
 /// Every option, checked, with its default.
 #[derive(Debug)]
@@ -24,6 +25,10 @@ pub(crate) struct Settings {
     pub(crate) tools: Option<PathBuf>,
     pub(crate) state: Location,
     pub(crate) receipts: Option<PathBuf>,
+    /// `--metrics`: where the operator endpoints are served.
+    pub(crate) metrics: Option<MetricsAt>,
+    /// `--otlp-endpoint`: the URL spans are posted to (`…/v1/traces`).
+    pub(crate) otlp: Option<String>,
     pub(crate) approve: Option<Channel>,
     pub(crate) approver_key: Option<PathBuf>,
     /// `--enforce shadow`: forward every call, record what the policy would do.
@@ -40,6 +45,45 @@ pub(crate) struct Settings {
     pub(crate) server_dir: Option<PathBuf>,
     pub(crate) listen: crate::listen::ListenArgs,
     pub(crate) upstream: crate::upstream::UpstreamArgs,
+}
+
+/// Where `--metrics` serves `/metrics`, `/healthz` and `/readyz`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MetricsAt {
+    /// A listener of their own (and the `--listen` port, if any).
+    Addr(std::net::SocketAddr),
+    /// Only on the `--listen` port.
+    Listen,
+}
+
+impl MetricsAt {
+    /// Reads a `--metrics` value (`listen` needs `--listen`).
+    pub(crate) fn parse(value: &str, listening: bool) -> Result<MetricsAt, String> {
+        use std::net::ToSocketAddrs;
+        if value == "listen" {
+            return match listening {
+                true => Ok(MetricsAt::Listen),
+                false => Err(
+                    "--metrics listen needs --listen (or give an address: --metrics 127.0.0.1:9464)".into(),
+                ),
+            };
+        }
+        let bad = |why: String| {
+            format!("--metrics {value:?}: {why}; expected HOST:PORT (e.g. 127.0.0.1:9464, port 0 for any) or `listen`")
+        };
+        if let Ok(addr) = value.parse() {
+            return Ok(MetricsAt::Addr(addr));
+        }
+        match value.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => value
+                .to_socket_addrs()
+                .map_err(|e| bad(format!("cannot resolve {host}: {e}")))?
+                .next()
+                .map(MetricsAt::Addr)
+                .ok_or_else(|| bad(format!("{host} resolves to no address"))),
+            _ => Err(bad("not an address".into())),
+        }
+    }
 }
 
 /// Everything read from files, checked before the server starts.
@@ -135,6 +179,46 @@ async fn settle(receipts: &Receipts, grouped: Option<&dyn state::Grouped>) {
     }
 }
 
+/// The tracer of `--otlp-endpoint`, if asked for (without the `otel` feature the flag is
+/// refused before this).
+#[cfg(feature = "otel")]
+fn start_traces(url: Option<&str>, server: &str) -> Result<Option<Arc<telemetry::Traces>>, String> {
+    let Some(url) = url else { return Ok(None) };
+    let traces = telemetry::Traces::start(
+        url,
+        telemetry::server_label(server),
+        tokio::runtime::Handle::current(),
+    )?;
+    tracing::info!("otlp: one span per call to {url}");
+    Ok(Some(Arc::new(traces)))
+}
+
+#[cfg(not(feature = "otel"))]
+fn start_traces(_: Option<&str>, _: &str) -> Result<Option<Arc<NoTraces>>, String> {
+    Ok(None)
+}
+
+/// What stands for the tracer in a build without the `otel` feature.
+#[cfg(not(feature = "otel"))]
+#[derive(Debug)]
+struct NoTraces;
+
+#[cfg(not(feature = "otel"))]
+impl relay::CallObserver for NoTraces {
+    fn call_ended(&self, _: &relay::ObservedCall<'_>) {}
+}
+
+/// Exports the spans still queued before the gate exits (bounded).
+#[cfg(feature = "otel")]
+async fn stop_traces(traces: Option<Arc<telemetry::Traces>>) {
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
+}
+
+#[cfg(not(feature = "otel"))]
+async fn stop_traces(_: Option<Arc<NoTraces>>) {}
+
 /// Why the gate stopped, when it was not the client closing the session.
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -172,13 +256,44 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
     .map_err(|e| Failure::Config(format!("cannot open the receipt log: {e}")))?
     .map(Arc::new);
     let receipts = Receipts::new(log, stored);
-    // Call records go out after each answer; approval decisions straight away.
-    let (deferred, records) = DeferredSink::spawn(Arc::new(receipts.clone()));
+    let server = upstream::Server::from_args(
+        &settings.upstream,
+        &settings.command,
+        settings.server_dir.as_deref(),
+        settings.relay.max_message_bytes,
+    )
+    .map_err(Failure::Config)?;
+    let telemetry = settings
+        .metrics
+        .as_ref()
+        .map(|_| Arc::new(Telemetry::new(&telemetry::server_label(&server.name()))));
+    if let Some(telemetry) = &telemetry {
+        telemetry
+            .metrics
+            .set_tools(telemetry::tool_names(loaded.tools.as_deref()));
+    }
+    // Call records go out after each answer (counted first); approval decisions straight away.
+    let sink: Arc<dyn aml_core::ReceiptSink> = match &telemetry {
+        Some(telemetry) => Arc::new(telemetry::Observed {
+            inner: Arc::new(receipts.clone()),
+            telemetry: Arc::clone(telemetry),
+        }),
+        None => Arc::new(receipts.clone()),
+    };
+    let (deferred, records) = DeferredSink::spawn(sink);
+    let metrics = telemetry.as_ref().map(|t| Arc::clone(&t.metrics));
+    let grants = match &metrics {
+        Some(metrics) => Arc::new(telemetry::TimedGrants {
+            inner: Arc::clone(&state.grants),
+            metrics: Arc::clone(metrics),
+        }),
+        None => Arc::clone(&state.grants),
+    };
     // Shared with the reloader: SIGHUP or an edit of the files replaces it for every call.
     let live_policy = LivePolicy::new(loaded.policy.clone());
     let mut boundary = ActionBoundary::builder(live_policy.clone())
         .sink(deferred)
-        .grants_arc(Arc::clone(&state.grants));
+        .grants_arc(grants);
     if settings.shadow {
         tracing::warn!(
             "SHADOW MODE (--enforce shadow): the policy is not enforced; every call is forwarded, and one it would block or send for approval is recorded with would_block (journal receipts --shadow)"
@@ -199,6 +314,7 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
                 decisions: state.decisions.clone(),
                 shared: state.open.clone(),
                 history: state.history.clone(),
+                metrics: metrics.clone(),
             },
         )
         .await
@@ -209,29 +325,60 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
         Some(text) => RelayTools::from_json(text, boundary).map_err(|e| Failure::Config(e.to_string()))?,
         None => RelayTools::empty(boundary),
     };
-    if let Some(journal) = &state.forward {
-        tools = tools.with_forward_wrapper(Arc::clone(journal));
+    let forward = match &telemetry {
+        Some(telemetry) => Some(Arc::new(telemetry::TimedForward {
+            journal: state.forward.clone(),
+            telemetry: Arc::clone(telemetry),
+        }) as Arc<dyn relay::ForwardWrapper>),
+        None => state.forward.clone(),
+    };
+    if let Some(forward) = forward {
+        tools = tools.with_forward_wrapper(forward);
+    }
+    let traces = start_traces(settings.otlp.as_deref(), &server.name()).map_err(Failure::Config)?;
+    if let Some(traces) = &traces {
+        tools = tools.with_call_observer(Arc::clone(traces) as Arc<dyn relay::CallObserver>);
     }
     let reloader = reload::Reloader::new(
         settings.policy.clone(),
         settings.tools.clone(),
-        live_policy,
+        live_policy.clone(),
         tools.clone(),
+        metrics.clone(),
     )
     .start(&loaded.policy)
     .map_err(|e| Failure::Runtime(format!("cannot listen for SIGHUP: {e}")))?;
     let config = settings.relay;
-
-    let server = upstream::Server::from_args(
-        &settings.upstream,
-        &settings.command,
-        settings.server_dir.as_deref(),
-        config.max_message_bytes,
-    )
-    .map_err(Failure::Config)?;
+    let probe = Arc::new(UpstreamProbe::for_server(settings.upstream.upstream.as_deref()));
+    let health = telemetry.as_ref().map(|telemetry| {
+        Arc::new(Health::new(
+            Arc::clone(telemetry),
+            live_policy.clone(),
+            receipts.clone(),
+            Arc::clone(&probe),
+        ))
+    });
+    let _ops = match (&settings.metrics, &health) {
+        (Some(MetricsAt::Addr(addr)), Some(health)) => {
+            let ops = aml_mcp_http::serve_ops(*addr, Arc::clone(health) as Arc<dyn aml_mcp_http::Ops>)
+                .await
+                .map_err(|e| Failure::Config(format!("--metrics: cannot listen on {addr}: {e}")))?;
+            // The readiness line: where to scrape (port 0 picks one).
+            eprintln!("aml-mcp-gate: metrics at http://{}/metrics", ops.local_addr());
+            Some(ops)
+        }
+        _ => None,
+    };
     if let Some(addr) = &settings.listen.listen {
-        let front = settings.listen.front_config(addr).map_err(Failure::Config)?;
-        let served = listen::serve(addr, front, tools, config, server).await;
+        let mut front = settings.listen.front_config(addr).map_err(Failure::Config)?;
+        if let Some(health) = &health {
+            front = front.with_ops(Arc::clone(health) as Arc<dyn aml_mcp_http::Ops>);
+        }
+        let observed = listen::Observed {
+            metrics,
+            upstream: probe,
+        };
+        let served = listen::serve(addr, front, tools, config, server, observed).await;
         // Every relay has ended; with the reloader, every other handle to the deferred sink.
         reloader.abort();
         let _ = tokio::time::timeout(Duration::from_secs(5), records).await;
@@ -239,6 +386,7 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
         if let Some(checkpoints) = checkpoints {
             checkpoints.finish().await;
         }
+        stop_traces(traces).await;
         return served.map_err(Failure::Runtime);
     }
     let program = server.name();
@@ -261,8 +409,15 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
             let client = stdio::stdio_connection(config.max_message_bytes);
             // A task of the runtime, not the `block_on` future: waking a task from another
             // task on this thread is a queue push; waking `block_on` writes to an eventfd.
+            if let Some(metrics) = &metrics {
+                metrics.sessions.set(1);
+            }
             let relay = tokio::spawn(relay::run(tools, config, client, upstream, early));
-            until_stopped(relay).await
+            let end = until_stopped(relay).await;
+            if let Ok(RelayEnd::UpstreamGone(_)) = &end {
+                probe.set_child(false);
+            }
+            end
         }
         Err(e) => {
             // Closes the server's input, so a server that reads until the end can exit.
@@ -285,6 +440,7 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
     if let Some(checkpoints) = checkpoints {
         checkpoints.finish().await;
     }
+    stop_traces(traces).await;
     drop((receipts, stored_task));
     match end {
         Ok(RelayEnd::ClientClosed) => Ok(()),

@@ -30,6 +30,21 @@ impl Receipts {
         }
         complete
     }
+
+    /// Waits (bounded) until every record so far is in the state; whether it was in time
+    /// (`true` without a database state).
+    pub(crate) async fn flush_state_within(&self, limit: Duration) -> bool {
+        match &self.stored {
+            Some(stored) => tokio::time::timeout(limit, stored.flush()).await.is_ok(),
+            None => true,
+        }
+    }
+
+    /// Writes that failed so far, in the state and the log together.
+    pub(crate) fn failures(&self) -> u64 {
+        self.stored.as_ref().map_or(0, StoredReceipts::failures)
+            + self.log.as_ref().map_or(0, |log| log.failures())
+    }
 }
 
 impl ReceiptSink for Receipts {

@@ -38,6 +38,7 @@ mod body;
 mod envelope;
 mod front;
 mod message;
+pub mod ops;
 mod sse;
 mod upstream;
 
@@ -45,6 +46,7 @@ use std::time::Duration;
 
 pub use auth::{Tokens, TokensError};
 pub use front::{HttpFront, SessionInfo};
+pub use ops::{serve_ops, Ops, OpsReply, OpsServer};
 pub use upstream::{http_upstream, UpstreamConfig, UpstreamError};
 
 /// The path the front serves MCP at.
@@ -121,6 +123,9 @@ pub struct FrontConfig {
     /// so that proxies and clients that close idle connections keep it open; `None` sends
     /// none.
     pub sse_keep_alive: Option<Duration>,
+    /// The host's operator endpoints (`/metrics`, `/healthz`, `/readyz`), served on the
+    /// front's port besides [`MCP_PATH`]; `None` serves only MCP. See [`ops`].
+    pub ops: Option<std::sync::Arc<dyn Ops>>,
 }
 
 impl Default for FrontConfig {
@@ -140,6 +145,7 @@ impl Default for FrontConfig {
             max_stateless_calls: 256,
             replay_events: 256,
             sse_keep_alive: Some(Duration::from_secs(15)),
+            ops: None,
         }
     }
 }
@@ -203,6 +209,11 @@ impl FrontConfig {
     /// Sets [`sse_keep_alive`](Self::sse_keep_alive).
     pub fn with_sse_keep_alive(mut self, every: Option<Duration>) -> Self {
         self.sse_keep_alive = every;
+        self
+    }
+    /// Sets [`ops`](Self::ops).
+    pub fn with_ops(mut self, ops: std::sync::Arc<dyn Ops>) -> Self {
+        self.ops = Some(ops);
         self
     }
     /// Sets [`max_calls_per_session`](Self::max_calls_per_session).

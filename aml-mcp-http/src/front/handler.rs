@@ -49,6 +49,11 @@ pub(crate) async fn handle(
             return Ok(refuse(StatusCode::FORBIDDEN, None, "Origin not allowed"));
         }
     }
+    let path = request.uri().path();
+    let ops = shared.config.ops.as_deref().filter(|_| path != MCP_PATH);
+    if let Some(ops) = ops.filter(|_| crate::ops::PUBLIC_OPS_PATHS.contains(&path)) {
+        return Ok(crate::ops::answer(ops, &request).await);
+    }
     let client = match &shared.config.tokens {
         None => Client::Address(peer.ip()),
         Some(tokens) => {
@@ -67,6 +72,9 @@ pub(crate) async fn handle(
     };
     // Checks passed: this connection is a client's, not one of a flood.
     connection.prove();
+    if let Some(ops) = ops {
+        return Ok(crate::ops::answer(ops, &request).await);
+    }
     if request.uri().path() != MCP_PATH {
         return Ok(refuse(
             StatusCode::NOT_FOUND,

@@ -4,9 +4,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
 
 use aml_core::strict::first_inexact_number;
-use aml_core::{async_trait, CallerGone, PreparedCall, Refusal, ToolCall, ToolError, ToolExecutor};
+use aml_core::{
+    async_trait, CallerGone, GateOutcome, PreparedCall, Refusal, ToolCall, ToolError, ToolExecutor,
+};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
@@ -17,7 +20,7 @@ use super::from_client::flight_key;
 use super::jsonrpc::{self, json_string, Envelope, Members};
 use super::pins::{self, PinCheck};
 use super::session::{Flight, Pending, Relay, Reply};
-use super::ServerRequestPolicy;
+use super::{ObservedCall, ServerRequestPolicy};
 use crate::{ForwardError, McpVerdict, ResultStatus};
 
 /// The members of `tools/call` params the relay forwards. Anything else would reach the
@@ -107,7 +110,8 @@ async fn fetch_then_run(relay: Arc<Relay>, mut request: CallRequest) {
         PinCheck::Changed(detail) => {
             relay.state().flights.remove(&request.flight);
             let refusal = Refusal::ToolDefinitionChanged;
-            refuse_named(&relay, &request.client_id, &request.name, refusal, &detail).await
+            let meta = request.meta.as_deref();
+            refuse_named(&relay, &request.client_id, &request.name, meta, refusal, &detail).await
         }
         PinCheck::Unknown => {
             relay.state().flights.remove(&request.flight);
@@ -116,7 +120,8 @@ async fn fetch_then_run(relay: Arc<Relay>, mut request: CallRequest) {
                 request.name
             );
             let refusal = Refusal::ToolDefinitionChanged;
-            refuse_named(&relay, &request.client_id, &request.name, refusal, &detail).await
+            let meta = request.meta.as_deref();
+            refuse_named(&relay, &request.client_id, &request.name, meta, refusal, &detail).await
         }
     }
 }
@@ -191,7 +196,38 @@ pub(crate) async fn refuse_call(
     refusal: Refusal,
     detail: &str,
 ) {
-    refuse_named(relay, client_id, &tool_named(env), refusal, detail).await
+    let meta = env
+        .params
+        .and_then(|p| Members::parse(p).ok())
+        .and_then(|m| m.get("_meta").map(|m| m.get().to_owned()));
+    refuse_named(
+        relay,
+        client_id,
+        &tool_named(env),
+        meta.as_deref(),
+        refusal,
+        detail,
+    )
+    .await
+}
+
+/// Tells the host's observer, if any, of a call that ended.
+fn observe(
+    relay: &Relay,
+    tool: &str,
+    meta: Option<&str>,
+    outcome: &GateOutcome,
+    started: (SystemTime, Instant),
+) {
+    if let Some(observer) = relay.tools.call_observer() {
+        observer.call_ended(&ObservedCall {
+            tool,
+            meta,
+            outcome,
+            started: started.0,
+            elapsed: started.1.elapsed(),
+        });
+    }
 }
 
 /// The tool a `tools/call` names (`params.name`), or `""` when it names none.
@@ -204,13 +240,23 @@ pub(crate) fn tool_named(env: &Envelope<'_>) -> String {
 }
 
 /// Answers a refused call to `tool` (nothing is sent), and records it.
-async fn refuse_named(relay: &Relay, client_id: &[u8], tool: &str, refusal: Refusal, detail: &str) {
+async fn refuse_named(
+    relay: &Relay,
+    client_id: &[u8],
+    tool: &str,
+    meta: Option<&str>,
+    refusal: Refusal,
+    detail: &str,
+) {
+    let started = (SystemTime::now(), Instant::now());
     // The record names the reason, never argument values.
     let recorded = match refusal {
         Refusal::InexactNumber => "a number in the call is not kept exactly by the canonical form".to_owned(),
         _ => detail.to_owned(),
     };
-    let verdict = McpVerdict::from_outcome(relay.record_refusal(tool, refusal, recorded));
+    let outcome = relay.record_refusal(tool, refusal, recorded);
+    observe(relay, tool, meta, &outcome, started);
+    let verdict = McpVerdict::from_outcome(outcome);
     let text = format!("{}: {detail}", verdict.explanation());
     relay
         .answer(error_result(client_id, &text, &verdict.to_json()))
@@ -238,6 +284,7 @@ fn prepare(relay: &Relay, request: &mut CallRequest) -> (bool, PreparedCall) {
 }
 
 async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared: PreparedCall) {
+    let started = (SystemTime::now(), Instant::now());
     let gate = if retry {
         relay.tools.retry_gate()
     } else {
@@ -267,6 +314,7 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
         CallerGone::new(async move { relay.client_left().await })
     };
     let outcome = gate.gate().run(prepared, Some(executor), None, Some(left)).await;
+    observe(&relay, &request.name, forward.meta.as_deref(), &outcome, started);
     if outcome.dispatch().is_some_and(|d| d.caller_gone()) {
         // Recorded as blocked (the caller went away before the claim); nobody is left to
         // answer.

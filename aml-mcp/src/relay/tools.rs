@@ -11,7 +11,7 @@ use aml_core::{
 };
 use serde_json::{json, Value};
 
-use super::ForwardWrapper;
+use super::{CallObserver, ForwardWrapper};
 use crate::McpGate;
 
 /// The `$id` given to a tool's input schema inside its retry envelope's schema, so that its
@@ -24,6 +24,7 @@ pub struct RelayTools {
     gate: McpGate,
     retry: McpGate,
     wrapper: Option<Arc<dyn ForwardWrapper>>,
+    observer: Option<Arc<dyn CallObserver>>,
 }
 
 impl RelayTools {
@@ -40,6 +41,7 @@ impl RelayTools {
             gate: McpGate::new(ToolGate::new(catalog, boundary.clone())),
             retry: McpGate::new(ToolGate::new(retry, boundary)),
             wrapper: None,
+            observer: None,
         })
     }
 
@@ -56,6 +58,7 @@ impl RelayTools {
             gate: McpGate::new(ToolGate::new(ToolCatalog::new(), boundary.clone())),
             retry: McpGate::new(ToolGate::new(ToolCatalog::new(), boundary)),
             wrapper: None,
+            observer: None,
         }
     }
 
@@ -63,6 +66,17 @@ impl RelayTools {
     pub fn with_forward_wrapper(mut self, wrapper: Arc<dyn ForwardWrapper>) -> Self {
         self.wrapper = Some(wrapper);
         self
+    }
+
+    /// Tells `observer` of every call the relay ends (see [`CallObserver`]).
+    pub fn with_call_observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The host's observer of ended calls, if any.
+    pub(crate) fn call_observer(&self) -> Option<&Arc<dyn CallObserver>> {
+        self.observer.as_ref()
     }
 
     /// The host's wrapper around each forward, if any.

@@ -1,8 +1,9 @@
-//! A host hook around the forward of each gated call.
+//! Host hooks: around the forward of each gated call, and after each call ends.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-use aml_core::ToolExecutor;
+use aml_core::{GateOutcome, ToolExecutor};
 
 /// Wraps the executor that forwards one gated `tools/call` to the server, for a host that
 /// must do something around the forward: journal an intent before it and the outcome after
@@ -40,4 +41,30 @@ use aml_core::ToolExecutor;
 pub trait ForwardWrapper: Send + Sync + core::fmt::Debug {
     /// The executor to enter instead of `forward`.
     fn wrap(&self, forward: Arc<dyn ToolExecutor>) -> Arc<dyn ToolExecutor>;
+}
+
+/// One `tools/call` as the relay ended it, for a [`CallObserver`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ObservedCall<'a> {
+    /// The tool the client named (`""` when it named none).
+    pub tool: &'a str,
+    /// The client's `params._meta`, as the raw JSON text it sent (protocol metadata such as
+    /// a W3C `traceparent`), if any.
+    pub meta: Option<&'a str>,
+    /// What the gate did.
+    pub outcome: &'a GateOutcome,
+    /// When the relay started the call.
+    pub started: SystemTime,
+    /// How long it took, until the gate's outcome.
+    pub elapsed: Duration,
+}
+
+/// Told of each `tools/call` the relay ends, planned or refused, once the gate has decided
+/// it (a call abandoned mid-way, by a closing session, is not told). For a host that traces
+/// calls: `aml-mcp-gate --otlp-endpoint` makes one span of each. It runs on the call's task:
+/// keep it short and never block.
+pub trait CallObserver: Send + Sync + core::fmt::Debug {
+    /// One call ended.
+    fn call_ended(&self, call: &ObservedCall<'_>);
 }

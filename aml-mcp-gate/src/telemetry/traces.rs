@@ -1,0 +1,294 @@
+//! `--otlp-endpoint URL` (feature `otel`): one OpenTelemetry span per `tools/call`, exported
+//! as OTLP/HTTP protobuf to `URL/v1/traces` by the SDK's batch processor.
+//!
+//! The span is made when the relay ends the call (the relay's [`CallObserver`]), from the
+//! gate's outcome: `aml.digest`, `aml.decision`, `aml.reason`, `aml.tool`, `aml.server`,
+//! `aml.status`. Its parent is the client's W3C `traceparent` from `params._meta`, when that
+//! is valid; otherwise it starts a trace of its own. The batch processor exports from a
+//! thread of its own: its requests are sent by a hyper client on the gate's runtime, and a
+//! failed export is logged; a call never waits for one (a full queue drops spans).
+
+use std::time::Duration;
+
+use aml_mcp::relay::{CallObserver, ObservedCall};
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
+    Tracer as _, TracerProvider as _,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_http::{Bytes, HttpClient, Request, Response};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::trace::{BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider};
+
+/// How long one export may take.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The gate's tracer: one span per call.
+#[derive(Debug)]
+pub(crate) struct Traces {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+    server: String,
+}
+
+/// Checks an `--otlp-endpoint` value and gives the URL spans are posted to: `URL/v1/traces`,
+/// unless the URL already names a path.
+pub(crate) fn traces_url(value: &str) -> Result<String, String> {
+    let bad = |why: &str| {
+        format!("--otlp-endpoint {value:?}: {why}; expected an OTLP/HTTP URL such as http://127.0.0.1:4318")
+    };
+    let rest = match value.split_once("://") {
+        Some(("http", rest)) => rest,
+        Some(("https", _)) => {
+            return Err(bad(
+                "https is not built in (no TLS in the gate); send to a local collector over http",
+            ))
+        }
+        Some((_, _)) => return Err(bad("the scheme must be http")),
+        None => return Err(bad("not a URL")),
+    };
+    let uri: http::Uri = value.parse().map_err(|e| bad(&format!("{e}")))?;
+    if uri.host().is_none_or(str::is_empty) || rest.contains('@') || uri.query().is_some() {
+        return Err(bad("it needs a host, and no user information or query"));
+    }
+    let path = uri.path();
+    Ok(match path {
+        "" | "/" => format!("{}/v1/traces", value.trim_end_matches('/')),
+        _ => value.to_owned(),
+    })
+}
+
+impl Traces {
+    /// The tracer for a gate in front of `server`, exporting to `url` (from [`traces_url`])
+    /// with requests sent on `runtime`.
+    pub(crate) fn start(
+        url: &str,
+        server: String,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Traces, String> {
+        let client = OnRuntime {
+            inner: opentelemetry_http::hyper::HyperClient::with_default_connector(EXPORT_TIMEOUT, None),
+            runtime,
+            url: url.to_owned(),
+        };
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_http_client(client)
+            .with_endpoint(url)
+            .with_timeout(EXPORT_TIMEOUT)
+            .build()
+            .map_err(|e| format!("--otlp-endpoint {url}: {e}"))?;
+        let resource = opentelemetry_sdk::Resource::builder()
+            .with_service_name("aml-mcp-gate")
+            .build();
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(BatchSpanProcessor::builder(exporter).build())
+            // Every call is a span: the gate's record of it, whatever the client sampled.
+            .with_sampler(Sampler::AlwaysOn)
+            .with_resource(resource)
+            .build();
+        let tracer = provider.tracer("aml-mcp-gate");
+        Ok(Traces {
+            provider,
+            tracer,
+            server,
+        })
+    }
+
+    /// Exports every span still queued (bounded), then stops the exporter. The batch
+    /// processor's thread waits on requests that run on this runtime: never block it.
+    pub(crate) async fn shutdown(&self) {
+        let provider = self.provider.clone();
+        let stopped = tokio::task::spawn_blocking(move || provider.shutdown());
+        match tokio::time::timeout(EXPORT_TIMEOUT + Duration::from_secs(1), stopped).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!("otlp: spans not all exported at exit: {e}"),
+            Ok(Err(_)) | Err(_) => tracing::warn!("otlp: spans not all exported at exit (timed out)"),
+        }
+    }
+}
+
+impl CallObserver for Traces {
+    fn call_ended(&self, call: &ObservedCall<'_>) {
+        let outcome = call.outcome;
+        let receipt = outcome.receipt();
+        let digest = receipt
+            .and_then(|r| r.proposal_sha256())
+            .map(|d| d.to_string())
+            .unwrap_or_default();
+        let decision = outcome.plan().map_or("none", |plan| plan.decision().as_str());
+        let (status, reason) = match (receipt, outcome.refusal()) {
+            (Some(receipt), _) => (receipt.execution_status().as_str(), receipt.reason().as_str()),
+            // As the metrics say: refused before any plan, so blocked.
+            (None, Some(refusal)) => ("blocked", refusal.as_str()),
+            (None, None) => ("blocked", "host_error"),
+        };
+        let parent = call
+            .meta
+            .and_then(meta_traceparent)
+            .map(|remote| Context::new().with_remote_span_context(remote))
+            .unwrap_or_default();
+        let mut span = self
+            .tracer
+            .span_builder(format!("tools/call {}", call.tool))
+            .with_kind(SpanKind::Server)
+            .with_start_time(call.started)
+            .with_attributes([
+                KeyValue::new("aml.digest", digest),
+                KeyValue::new("aml.decision", decision),
+                KeyValue::new("aml.reason", reason),
+                KeyValue::new("aml.tool", call.tool.to_owned()),
+                KeyValue::new("aml.server", self.server.clone()),
+                KeyValue::new("aml.status", status),
+            ])
+            .start_with_context(&self.tracer, &parent);
+        if status == "unknown" || reason == "host_error" {
+            span.set_status(Status::error(reason));
+        }
+        span.end_with_timestamp(call.started + call.elapsed);
+    }
+}
+
+/// The `traceparent` member of a `_meta` object's raw text, if it is a valid W3C one.
+fn meta_traceparent(meta: &str) -> Option<SpanContext> {
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow)]
+        traceparent: Option<std::borrow::Cow<'a, str>>,
+    }
+    let meta: Meta<'_> = serde_json::from_str(meta).ok()?;
+    parse_traceparent(meta.traceparent.as_deref()?)
+}
+
+/// A W3C Trace Context `traceparent` (version-traceid-parentid-flags), as the specification
+/// reads it: version `ff`, an all-zero id, upper-case hex or (for version 00) anything after
+/// the flags make it invalid. A later version's extra fields are ignored.
+pub(crate) fn parse_traceparent(value: &str) -> Option<SpanContext> {
+    let value = value.trim_matches([' ', '\t']);
+    let hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let mut parts = value.splitn(5, '-');
+    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let extra = parts.next();
+    if !hex(version, 2) || version == "ff" || (version == "00" && extra.is_some()) {
+        return None;
+    }
+    if !hex(trace, 32) || !hex(span, 16) || flags.len() < 2 || !hex(&flags[..2], 2) {
+        return None;
+    }
+    if version == "00" && flags.len() != 2 {
+        return None;
+    }
+    let trace = TraceId::from_hex(trace).ok().filter(|t| *t != TraceId::INVALID)?;
+    let span = SpanId::from_hex(span).ok().filter(|s| *s != SpanId::INVALID)?;
+    let flags = u8::from_str_radix(&flags[..2], 16).ok()?;
+    Some(SpanContext::new(
+        trace,
+        span,
+        TraceFlags::new(flags) & TraceFlags::SAMPLED,
+        true,
+        TraceState::default(),
+    ))
+}
+
+/// The SDK's hyper client, its requests run on the gate's runtime (the batch processor's
+/// thread has none), its failures logged.
+#[derive(Debug)]
+struct OnRuntime {
+    inner: opentelemetry_http::hyper::HyperClient,
+    runtime: tokio::runtime::Handle,
+    url: String,
+}
+
+#[aml_core::async_trait]
+impl HttpClient for OnRuntime {
+    async fn send_bytes(
+        &self,
+        request: Request<Bytes>,
+    ) -> Result<Response<Bytes>, opentelemetry_http::HttpError> {
+        let inner = self.inner.clone();
+        let sent = self
+            .runtime
+            .spawn(async move { inner.send_bytes(request).await })
+            .await;
+        let sent = match sent {
+            Ok(sent) => sent,
+            Err(e) => Err(Box::new(e) as opentelemetry_http::HttpError),
+        };
+        match &sent {
+            Ok(response) if !response.status().is_success() => {
+                tracing::warn!(
+                    "otlp: {} answered {}; those spans are lost",
+                    self.url,
+                    response.status()
+                )
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                "otlp: cannot export spans to {}: {e}; those spans are lost",
+                self.url
+            ),
+        }
+        sent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_valid_traceparent_is_continued_and_an_invalid_one_ignored() {
+        let sc = parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        assert_eq!(sc.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(sc.span_id().to_string(), "00f067aa0ba902b7");
+        assert!(sc.is_sampled() && sc.is_remote());
+        assert!(parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later").is_some());
+        for bad in [
+            "",
+            "garbage",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+        ] {
+            assert!(parse_traceparent(bad).is_none(), "{bad:?}");
+        }
+        let meta = r#"{"progressToken": 1, "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}"#;
+        assert!(meta_traceparent(meta).is_some_and(|sc| !sc.is_sampled()));
+        assert!(meta_traceparent(r#"{"traceparent": 7}"#).is_none());
+        assert!(meta_traceparent("[]").is_none());
+    }
+
+    #[test]
+    fn the_endpoint_is_an_http_url_and_spans_go_to_v1_traces() {
+        assert_eq!(
+            traces_url("http://127.0.0.1:4318").unwrap(),
+            "http://127.0.0.1:4318/v1/traces"
+        );
+        assert_eq!(
+            traces_url("http://127.0.0.1:4318/").unwrap(),
+            "http://127.0.0.1:4318/v1/traces"
+        );
+        assert_eq!(
+            traces_url("http://collector:4318/custom/traces").unwrap(),
+            "http://collector:4318/custom/traces"
+        );
+        for bad in [
+            "127.0.0.1:4318",
+            "https://x:4318",
+            "grpc://x:4317",
+            "http://",
+            "http://u:p@x:4318",
+            "http:// x",
+        ] {
+            assert!(traces_url(bad).is_err(), "{bad:?}");
+        }
+    }
+}

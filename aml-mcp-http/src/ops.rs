@@ -55,6 +55,29 @@ impl OpsReply {
 pub type OpsFuture<'a> = Pin<Box<dyn Future<Output = OpsReply> + Send + 'a>>;
 
 /// The host's operator endpoints.
+///
+/// ```
+/// use aml_mcp_http::{Ops, OpsReply};
+/// use aml_mcp_http::ops::OpsFuture;
+///
+/// /// Alive, and ready once the host says so.
+/// #[derive(Debug)]
+/// struct Probes {
+///     ready: bool,
+/// }
+///
+/// impl Ops for Probes {
+///     fn answer(&self, path: &str) -> Option<OpsFuture<'_>> {
+///         let reply = match path {
+///             "/healthz" => OpsReply::text(200, "alive"),
+///             "/readyz" if self.ready => OpsReply::text(200, "ready"),
+///             "/readyz" => OpsReply::text(503, "not ready"),
+///             _ => return None,
+///         };
+///         Some(Box::pin(async move { reply }))
+///     }
+/// }
+/// ```
 pub trait Ops: Send + Sync + std::fmt::Debug {
     /// The answer to `GET path`, or `None` for a path the host does not serve.
     fn answer(&self, path: &str) -> Option<OpsFuture<'_>>;

@@ -64,6 +64,24 @@ pub struct ObservedCall<'a> {
 /// it (a call abandoned mid-way, by a closing session, is not told). For a host that traces
 /// calls: `aml-mcp-gate --otlp-endpoint` makes one span of each. It runs on the call's task:
 /// keep it short and never block.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use aml_core::CallStatus;
+/// use aml_mcp::relay::{CallObserver, ObservedCall};
+///
+/// /// Counts the calls that reached the server and returned.
+/// #[derive(Debug, Default)]
+/// struct Dispatched(AtomicUsize);
+///
+/// impl CallObserver for Dispatched {
+///     fn call_ended(&self, call: &ObservedCall<'_>) {
+///         if matches!(call.outcome.status(), CallStatus::Dispatched) {
+///             self.0.fetch_add(1, Ordering::Relaxed);
+///         }
+///     }
+/// }
+/// ```
 pub trait CallObserver: Send + Sync + core::fmt::Debug {
     /// One call ended.
     fn call_ended(&self, call: &ObservedCall<'_>);

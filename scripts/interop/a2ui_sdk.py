@@ -10,7 +10,7 @@ Subcommands:
                        with a2ui-core's models and against its RpcHandler given the same
                        call; write every check to the report file
 
-Run by aml-a2ui/tests/interop_sdk.rs with the venv that scripts/interop-setup creates.
+Run by aml-a2ui/tests/it/interop_sdk.rs with the venv that scripts/interop-setup creates.
 """
 
 from __future__ import annotations

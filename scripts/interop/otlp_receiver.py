@@ -1,4 +1,4 @@
-"""An OTLP/HTTP trace receiver for the gate's tests (aml-mcp-gate/tests/traces.rs).
+"""An OTLP/HTTP trace receiver for the gate's tests (aml-mcp-gate/tests/it/traces.rs).
 
 Listens on 127.0.0.1:0 and prints `otlp receiver on PORT` once ready. Every POST to
 /v1/traces is decoded with the official `opentelemetry-proto` package

@@ -1,0 +1,8 @@
+//! aml-grpc-gate's integration tests: one binary, a module per area.
+
+mod support;
+
+mod decode_property;
+mod hostile_frames;
+mod interop_python;
+mod methods;

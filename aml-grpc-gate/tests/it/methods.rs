@@ -1,0 +1,128 @@
+//! The tools file against the upstream's descriptors: what the gateway refuses to start
+//! with, and the proto3 JSON form a request is decided in.
+
+use crate::support;
+
+use aml_grpc_gate::transcode::{encode, to_json, DecodeError};
+use aml_grpc_gate::{Methods, Route};
+use prost_reflect::DescriptorPool;
+use serde_json::{json, Value};
+
+fn pool(tag: &str) -> DescriptorPool {
+    let dir = aml_test_support::scratch_dir("grpc-gate", tag);
+    let path = support::descriptor_set(&dir);
+    DescriptorPool::decode(std::fs::read(path).unwrap().as_slice()).unwrap()
+}
+
+fn tools(entries: Value) -> String {
+    json!({"tools": entries}).to_string()
+}
+
+fn entry(method: &str, resource: Value) -> Value {
+    json!({"name": "t", "method": method, "effect": "read", "purpose": "p", "resource": resource})
+}
+
+#[test]
+fn a_tools_file_that_does_not_fit_the_descriptors_is_refused_with_its_reason() {
+    let pool = pool("methods-refused");
+    let cases = [
+        (
+            tools(json!([entry(
+                "payments.v1.Payments/Watch",
+                json!({"fixed": "r"})
+            )])),
+            "streaming method",
+        ),
+        (
+            tools(json!([entry("payments.v1.Payments/Nope", json!({"fixed": "r"}))])),
+            "has no method",
+        ),
+        (
+            tools(json!([entry(
+                "payments.v9.Payments/Lookup",
+                json!({"fixed": "r"})
+            )])),
+            "no service",
+        ),
+        (
+            tools(json!([entry(
+                "payments.v1.Payments.Lookup",
+                json!({"fixed": "r"})
+            )])),
+            "package.Service/Method",
+        ),
+        (
+            tools(json!([entry(
+                "payments.v1.Payments/Refund",
+                json!({"argument": "customer.phone"})
+            )])),
+            "no field \"phone\"",
+        ),
+        (
+            tools(json!([entry(
+                "payments.v1.Payments/Refund",
+                json!({"argument": "order_id.x"})
+            )])),
+            "not a singular message",
+        ),
+        (
+            json!({"tools": [], "relay_ungated": ["payments.v1.Payments/Lookup"]}).to_string(),
+            "is unary",
+        ),
+        (json!({"tools": [], "extra": 1}).to_string(), "unknown field"),
+        (r#"{"tools": [], "tools": []}"#.to_owned(), "duplicate"),
+    ];
+    for (text, expected) in cases {
+        let err = Methods::from_json(&text, &pool).unwrap_err().to_string();
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+    let ok = Methods::from_json(
+        &json!({"tools": [entry("payments.v1.Payments/Refund", json!({"argument": "customer.email", "as": "email"}))],
+                "relay_ungated": ["payments.v1.Payments/Watch"]})
+        .to_string(),
+        &pool,
+    )
+    .unwrap();
+    assert!(matches!(ok.routes.get("/payments.v1.Payments/Refund"), Some(Route::Gated(m)) if m.tool == "t"));
+    assert!(matches!(
+        ok.routes.get("/payments.v1.Payments/Watch"),
+        Some(Route::Relayed(_))
+    ));
+    assert_eq!(ok.services.iter().collect::<Vec<_>>(), ["payments.v1.Payments"]);
+}
+
+#[test]
+fn requests_become_proto3_json_and_back_byte_for_byte() {
+    let pool = pool("methods-json");
+    let refund = pool.get_message_by_name("payments.v1.RefundRequest").unwrap();
+    // order_id "A-1", amount_minor 2^63-1, customer {email "e@x.test"}.
+    let mut bytes = vec![0x0a, 0x03, b'A', b'-', b'1', 0x10];
+    bytes.extend([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
+    bytes.extend([0x1a, 0x0a, 0x0a, 0x08]);
+    bytes.extend(b"e@x.test");
+    let json = to_json(&refund, &bytes).unwrap();
+    let value: Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(
+        value,
+        json!({"order_id": "A-1", "amount_minor": "9223372036854775807", "customer": {"email": "e@x.test"}})
+    );
+    let Value::Object(arguments) = value else {
+        unreachable!()
+    };
+    assert_eq!(encode(&refund, arguments).unwrap(), bytes);
+    // An unknown field inside the nested message is found too.
+    let mut nested = bytes[..bytes.len() - 12].to_vec();
+    nested.extend([0x1a, 0x0c, 0x0a, 0x08]);
+    nested.extend(b"e@x.test");
+    nested.extend([0x78, 0x01]);
+    assert!(matches!(
+        to_json(&refund, &nested),
+        Err(DecodeError::UnknownField { message, number: 15 }) if message == "payments.v1.Customer"
+    ));
+    // A JSON member the type does not have is refused on the way out.
+    let extra = json!({"order_id": "A-1", "bogus": 1})
+        .as_object()
+        .cloned()
+        .unwrap();
+    assert!(encode(&refund, extra).unwrap_err().to_string().contains("bogus"));
+}

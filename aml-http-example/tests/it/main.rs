@@ -1,0 +1,4 @@
+//! aml-http-example's integration tests: one binary, a module per area.
+
+mod rehearse;
+mod wire;

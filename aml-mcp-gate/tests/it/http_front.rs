@@ -1,0 +1,335 @@
+//! The gate's HTTP front seen from raw HTTP: a request without a valid bearer token gets 401
+//! and reaches nothing, a foreign Origin gets 403, every over-limit or malformed request gets
+//! a clear status with a JSON-RPC error body and the gate keeps serving, and an SSE stream
+//! that broke off resumes with Last-Event-ID.
+//!
+//! The server is `@modelcontextprotocol/server-everything` behind `tee`, so the test sees
+//! every byte that reached it (`scripts/interop-setup` installs it).
+
+use crate::common;
+
+use std::io::Read;
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+fn gate(dir: &Path, extra: &[&str]) -> Gate {
+    gate_logging_what_reaches_the_server(dir, extra)
+}
+
+fn call(id: u64, tool: &str, arguments: serde_json::Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}).to_string()
+}
+
+#[test]
+fn without_a_valid_token_401_and_nothing_forwarded_a_foreign_origin_403() {
+    let dir = work("auth");
+    let tokens = dir.join("tokens").display().to_string();
+    let gate = gate(&dir, &["--tokens", &tokens]);
+    let bearer = format!("Bearer {TOKEN}");
+    let body = initialize_body(1);
+    for auth in [
+        None,
+        Some("Bearer wrong-token-0123456789abcdef"),
+        Some("Basic dGVzdDp0ZXN0"),
+        Some("Bearer "),
+    ] {
+        let mut headers = vec![JSON_AND_SSE, CONTENT_JSON];
+        headers.extend(auth.map(|a| ("authorization", a)));
+        let reply = request(gate.addr, "POST", &headers, &body);
+        assert_eq!(reply.status, 401, "{auth:?}");
+        assert!(reply.header("www-authenticate").unwrap().starts_with("Bearer"));
+        assert_eq!(reply.json()["error"]["code"], -32000);
+    }
+    for method in ["GET", "DELETE"] {
+        assert_eq!(
+            request(gate.addr, method, &[("mcp-session-id", "x")], "").status,
+            401
+        );
+    }
+    // A browser page from elsewhere (DNS rebinding), even with a token: 403.
+    let reply = request(
+        gate.addr,
+        "POST",
+        &[
+            JSON_AND_SSE,
+            CONTENT_JSON,
+            ("authorization", &bearer),
+            ("origin", "http://evil.example"),
+        ],
+        &body,
+    );
+    assert_eq!(reply.status, 403);
+    assert_eq!(reply.json()["error"]["code"], -32000);
+    assert_eq!(reached(&dir), "", "nothing reached the server");
+
+    // With the token (and the gate's own Origin): the session opens and the server sees it.
+    let own = format!("http://{}", gate.addr);
+    let session = open_session(gate.addr, &[("authorization", &bearer), ("origin", &own)]);
+    assert!(reached(&dir).contains("\"initialize\""));
+    // A call in that session without the token: 401, and the server never sees it.
+    let reply = request(
+        gate.addr,
+        "POST",
+        &[JSON_ONLY, CONTENT_JSON, ("mcp-session-id", &session)],
+        &call(2, "echo", json!({"message": "unauthenticated"})),
+    );
+    assert_eq!(reply.status, 401);
+    let reply = request(
+        gate.addr,
+        "POST",
+        &[
+            JSON_ONLY,
+            CONTENT_JSON,
+            ("mcp-session-id", &session),
+            ("authorization", &bearer),
+        ],
+        &call(3, "echo", json!({"message": "authenticated"})),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        reply.json()["result"]["content"][0]["text"],
+        "Echo: authenticated"
+    );
+    let log = reached(&dir);
+    assert!(
+        log.contains("authenticated") && !log.contains("unauthenticated"),
+        "{log}"
+    );
+}
+
+/// Method, headers, body, the status and JSON-RPC error code wanted.
+type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, u16, i64);
+
+#[test]
+fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving() {
+    let dir = work("limits");
+    let gate = gate(
+        &dir,
+        &[
+            "--max-body-bytes",
+            "2048",
+            "--max-sessions",
+            "2",
+            "--max-calls-per-session",
+            "1",
+            "--session-idle-timeout",
+            "2",
+        ],
+    );
+    let addr = gate.addr;
+    let one = open_session(addr, &[]);
+    let in_one = [JSON_ONLY, CONTENT_JSON, ("mcp-session-id", one.as_str())];
+
+    // Body size: 413, with a JSON-RPC error, nothing forwarded.
+    let big = call(2, "echo", json!({"message": "x".repeat(5000)}));
+    let reply = request(addr, "POST", &in_one, &big);
+    assert_eq!(reply.status, 413);
+    assert!(reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("2048"));
+    assert!(!reached(&dir).contains("xxxxxxxx"));
+
+    // Sessions: the third gets 503 with the initialize's id.
+    let two_opened = std::time::Instant::now();
+    let two = open_session(addr, &[]);
+    let reply = request(addr, "POST", &[JSON_ONLY, CONTENT_JSON], &initialize_body(9));
+    assert_eq!(reply.status, 503);
+    assert_eq!(reply.json()["id"], 9);
+
+    // Calls per session: one waits for its answer, the next gets 429 with its id.
+    let long = call(
+        3,
+        "trigger-long-running-operation",
+        json!({"duration": 1, "steps": 2}),
+    );
+    let mut waiting = send(addr, "POST", &in_one, &long);
+    // The first call holds the session's one place once the server has it.
+    aml_test_support::wait_until(
+        "the long call to reach the server",
+        Duration::from_secs(10),
+        || {
+            reached(&dir)
+                .contains("trigger-long-running-operation")
+                .then_some(())
+        },
+    );
+    let reply = request(
+        addr,
+        "POST",
+        &in_one,
+        &call(4, "echo", json!({"message": "second"})),
+    );
+    assert_eq!(reply.status, 429, "{}", reply.body);
+    assert_eq!(reply.json()["id"], 4);
+    let mut first = String::new();
+    waiting.read_to_string(&mut first).unwrap();
+    assert!(first.contains("Long running operation completed"), "{first}");
+    let reply = request(
+        addr,
+        "POST",
+        &in_one,
+        &call(5, "echo", json!({"message": "third"})),
+    );
+    assert_eq!(reply.json()["result"]["content"][0]["text"], "Echo: third");
+
+    // Malformed: each a 4xx with a JSON-RPC error.
+    let cases: [Case<'_>; 5] = [
+        ("POST", &in_one, "{\"jsonrpc\":", 400, -32700),
+        ("POST", &in_one, "[]", 400, -32700),
+        ("POST", &in_one, "[1, 2]", 400, -32600),
+        (
+            "POST",
+            &[JSON_ONLY, CONTENT_JSON],
+            &call(6, "echo", json!({})),
+            400,
+            -32600,
+        ),
+        ("PUT", &in_one, "", 405, -32000),
+    ];
+    for (method, headers, body, status, code) in cases {
+        let reply = request(addr, method, headers, body);
+        assert_eq!(
+            (reply.status, reply.json()["error"]["code"].as_i64()),
+            (status, Some(code)),
+            "{body}"
+        );
+    }
+    let unknown = [JSON_ONLY, CONTENT_JSON, ("mcp-session-id", "no-such-session")];
+    assert_eq!(
+        request(addr, "POST", &unknown, &call(7, "echo", json!({}))).status,
+        404
+    );
+    let old = [
+        JSON_ONLY,
+        CONTENT_JSON,
+        ("mcp-session-id", one.as_str()),
+        ("mcp-protocol-version", "1999-01-01"),
+    ];
+    assert_eq!(
+        request(addr, "POST", &old, &call(8, "echo", json!({}))).status,
+        400
+    );
+
+    // Idle: session two had no request for longer than 2 s; it is gone, and its slot free.
+    // A new session is refused (two are open) until the idle one is closed; not before 2 s.
+    let three =
+        aml_test_support::wait_until("the idle session to be closed", Duration::from_secs(15), || {
+            let reply = request(addr, "POST", &[JSON_ONLY, CONTENT_JSON], &initialize_body(13));
+            if reply.status == 503 {
+                return None;
+            }
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            Some(reply.header("mcp-session-id").unwrap().to_owned())
+        });
+    assert!(
+        two_opened.elapsed() >= Duration::from_secs(2),
+        "closed before its idle timeout"
+    );
+    let in_two = [JSON_ONLY, CONTENT_JSON, ("mcp-session-id", two.as_str())];
+    assert_eq!(
+        request(
+            addr,
+            "POST",
+            &in_two,
+            &call(10, "echo", json!({"message": "late"}))
+        )
+        .status,
+        404
+    );
+    let in_three = [JSON_ONLY, CONTENT_JSON, ("mcp-session-id", three.as_str())];
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert_eq!(request(addr, "POST", &in_three, initialized).status, 202);
+    let reply = request(
+        addr,
+        "POST",
+        &in_three,
+        &call(11, "echo", json!({"message": "still serving"})),
+    );
+    assert_eq!(
+        reply.json()["result"]["content"][0]["text"],
+        "Echo: still serving"
+    );
+    // DELETE ends a session: later requests get 404.
+    assert_eq!(
+        request(addr, "DELETE", &[("mcp-session-id", three.as_str())], "").status,
+        204
+    );
+    assert_eq!(
+        request(addr, "POST", &in_three, &call(12, "echo", json!({}))).status,
+        404
+    );
+}
+
+#[test]
+fn a_stream_that_broke_off_resumes_with_last_event_id() {
+    let dir = work("resume");
+    let gate = gate(&dir, &[]);
+    let session = open_session(gate.addr, &[]);
+    let headers = [JSON_AND_SSE, CONTENT_JSON, ("mcp-session-id", session.as_str())];
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "trigger-long-running-operation", "arguments": {"duration": 1.5, "steps": 3},
+        "_meta": {"progressToken": "p"}}})
+    .to_string();
+    let mut stream = send(gate.addr, "POST", &headers, &body);
+    // Read up to the end of the first progress notification's event, then hang up.
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    let complete = |seen: &[u8]| {
+        let text = String::from_utf8_lossy(seen);
+        text.find("notifications/progress")
+            .is_some_and(|at| text[at..].contains("\n\n"))
+    };
+    while !complete(&seen) {
+        stream.read_exact(&mut byte).unwrap();
+        seen.push(byte[0]);
+    }
+    drop(stream);
+    let seen = String::from_utf8_lossy(&seen).into_owned();
+    assert!(!seen.contains("completed"), "{seen}");
+    let progress_at = seen.find("notifications/progress").unwrap();
+    let first_id = seen[..progress_at]
+        .rsplit("id: ")
+        .next()
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+
+    let resumed = request(
+        gate.addr,
+        "GET",
+        &[
+            ("accept", "text/event-stream"),
+            ("mcp-session-id", &session),
+            ("last-event-id", &first_id),
+        ],
+        "",
+    );
+    assert_eq!(resumed.status, 200);
+    // The rest of the stream: the later progress notifications and the answer, each once.
+    let (stream_no, seq) = first_id.split_once('-').unwrap();
+    let next: u64 = seq.parse::<u64>().unwrap() + 1;
+    assert!(
+        resumed.body.contains(&format!("id: {stream_no}-{next}\n")),
+        "{}",
+        resumed.body
+    );
+    assert_eq!(
+        resumed.body.matches("\"progress\":1,").count(),
+        0,
+        "{}",
+        resumed.body
+    );
+    assert_eq!(
+        resumed.body.matches("Long running operation completed").count(),
+        1,
+        "{}",
+        resumed.body
+    );
+    assert!(resumed.body.contains("\"progress\":3"), "{}", resumed.body);
+}

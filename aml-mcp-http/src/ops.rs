@@ -6,6 +6,7 @@
 //! before the bearer token check (an orchestrator's probe carries no token); every other
 //! path the host serves, `/metrics` included, needs the token like `/mcp`.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,14 +20,15 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 
 use crate::body::Body;
 
 /// Paths answered on the front without a bearer token: liveness and readiness probes.
 pub const PUBLIC_OPS_PATHS: &[&str] = &["/healthz", "/readyz"];
 
-/// How many connections the ops listener serves at once (scrapers and probes: a few).
+/// How many connections the ops listener serves at once (scrapers and probes: a few); a
+/// connection past this closes the oldest.
 const MAX_OPS_CONNECTIONS: usize = 64;
 
 /// One answer of an operator endpoint.
@@ -104,7 +106,7 @@ impl Drop for OpsServer {
 }
 
 /// Serves `ops` on `addr` over HTTP/1.1: `GET` (and `HEAD`) only, headers within 10 s, at
-/// most 64 connections at once. Binding is the host's decision.
+/// most 64 connections at once (a new one closes the oldest). Binding is the host's decision.
 pub async fn serve_ops(addr: SocketAddr, ops: Arc<dyn Ops>) -> std::io::Result<OpsServer> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
@@ -116,11 +118,10 @@ async fn accept_loop(listener: TcpListener, ops: Arc<dyn Ops>) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(10));
-    let room = Arc::new(Semaphore::new(MAX_OPS_CONNECTIONS));
+    // Oldest first. When all are taken, the oldest gives way to the newcomer, so idle
+    // keep-alive connections (or a client holding them open) never delay a probe.
+    let mut served = Connections(VecDeque::with_capacity(MAX_OPS_CONNECTIONS));
     loop {
-        let Ok(permit) = room.clone().acquire_owned().await else {
-            return;
-        };
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) => {
@@ -129,18 +130,34 @@ async fn accept_loop(listener: TcpListener, ops: Arc<dyn Ops>) {
                 continue;
             }
         };
+        served.0.retain(|connection| !connection.is_finished());
+        if served.0.len() >= MAX_OPS_CONNECTIONS {
+            if let Some(oldest) = served.0.pop_front() {
+                oldest.abort();
+            }
+        }
         let ops = ops.clone();
-        let served = http.serve_connection(
+        let connection = http.serve_connection(
             TokioIo::new(stream),
             hyper::service::service_fn(move |request: Request<Incoming>| {
                 let ops = ops.clone();
                 async move { Ok::<_, Infallible>(answer(ops.as_ref(), &request).await) }
             }),
         );
-        tokio::spawn(async move {
-            let _ = served.await;
-            drop(permit);
-        });
+        served.0.push_back(tokio::spawn(async move {
+            let _ = connection.await;
+        }));
+    }
+}
+
+/// The listener's connections, oldest first; closed with it (its task is aborted on drop).
+struct Connections(VecDeque<JoinHandle<()>>);
+
+impl Drop for Connections {
+    fn drop(&mut self) {
+        for connection in &self.0 {
+            connection.abort();
+        }
     }
 }
 

@@ -20,20 +20,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use aml_core::ReceiptReason;
-use common::{child_role, host_with, report_field, Tabs};
+use common::{child_role, flooding_alone, host_with, report_field, Tabs};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
 const HOST_FD_LIMIT: u64 = 256;
 const FLOOD: usize = 2000;
 /// Tabs with the page's live stream open while the flood lasts.
 const TABS: usize = 50;
-
-/// Child role (run only by the flood test, through `--ignored`): the tabs.
-#[test]
-#[ignore = "a child role of a_flood_leaves_the_approval_page_working"]
-fn child_tabs() {
-    common::tabs_role();
-}
 
 /// Child role (run only by the flood test, through `--ignored`): opens `AML_FLOOD_N` idle
 /// connections and one slowloris connection to `AML_FLOOD_ADDR`, holds them for
@@ -110,7 +103,7 @@ fn descriptors_open() -> u64 {
 /// Floods `address` from a child process with `n` connections; the child's report, and
 /// the most descriptors this process held meanwhile.
 fn flood(address: SocketAddr, n: usize, hold_ms: u64) -> (String, u64) {
-    let mut child = child_role("child_floods")
+    let mut child = child_role("flood::child_floods")
         .env("AML_FLOOD_ADDR", address.to_string())
         .env("AML_FLOOD_N", n.to_string())
         .env("AML_FLOOD_HOLD_MS", hold_ms.to_string())
@@ -139,8 +132,28 @@ fn flood(address: SocketAddr, n: usize, hold_ms: u64) -> (String, u64) {
     (report, peak)
 }
 
+/// The flood test lowers the descriptor limit of its whole process, so it runs in a process
+/// of its own: this binary again, running only [`flooded_host`].
 #[test]
 fn a_flood_leaves_the_approval_page_working() {
+    let _alone = flooding_alone();
+    let out = child_role("flood::flooded_host")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("test flood::flooded_host ... ok"),
+        "the flooded host failed ({}):\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Child role of [`a_flood_leaves_the_approval_page_working`]: the host under the flood.
+#[test]
+#[ignore = "a child role of a_flood_leaves_the_approval_page_working"]
+fn flooded_host() {
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
     setrlimit(Resource::RLIMIT_NOFILE, HOST_FD_LIMIT, hard).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -33,13 +33,6 @@ const BOUND: Duration = Duration::from_secs(1);
 /// Tabs with the page's live stream open while the flood lasts.
 const TABS: usize = 50;
 
-/// Child role (run only by the lockout test, through `--ignored`): the tabs.
-#[test]
-#[ignore = "a child role of a_flood_without_the_token_never_locks_the_approver_out"]
-fn child_tabs() {
-    common::tabs_role();
-}
-
 /// Child role (run only by the lockout test, through `--ignored`): keeps `AML_LOCKOUT_N`
 /// connections to `AML_LOCKOUT_ADDR` open, half idle and half with a request head that is
 /// never finished, reopening each as soon as it is cut, until its stdin closes. Prints
@@ -123,6 +116,7 @@ fn child_holds_and_reopens() {
 
 #[test]
 fn a_flood_without_the_token_never_locks_the_approver_out() {
+    let _alone = common::flooding_alone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -132,7 +126,7 @@ fn a_flood_without_the_token_never_locks_the_approver_out() {
     let host = rt.block_on(host());
     let tabs = Tabs::open(&host, TABS);
     assert_eq!(host.page.open_streams(), TABS);
-    let mut child = child_role("child_holds_and_reopens")
+    let mut child = child_role("lockout::child_holds_and_reopens")
         .env("AML_LOCKOUT_ADDR", host.page.address().to_string())
         .env("AML_LOCKOUT_N", FLOOD.to_string())
         .stdin(Stdio::piped())

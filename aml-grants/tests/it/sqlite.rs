@@ -113,7 +113,8 @@ fn now_ms() -> u64 {
 
 fn child(test: &str) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--ignored", "--nocapture", "--test-threads=1"]);
+    let test = format!("{}::{test}", module_path!().trim_start_matches("it::"));
+    cmd.args([&test, "--exact", "--ignored", "--nocapture", "--test-threads=1"]);
     cmd
 }
 

@@ -261,7 +261,15 @@ pub(crate) async fn raw(address: &str, request: &str) -> String {
     .expect("the page answers within 10 s")
 }
 
-/// This test binary again, to run only the ignored test `role` (a child role of a test:
+/// Held by the tests that load the machine on purpose (the floods), so that no two of
+/// them run at once in this binary: each one's time bounds assume it floods alone.
+pub(crate) fn flooding_alone() -> std::sync::MutexGuard<'static, ()> {
+    static FLOODS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    FLOODS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// This test binary again, to run only the ignored test `role` (its path in this binary,
+/// `module::name`; a child role of a test:
 /// another process, so that its sockets and scheduling are not the host's).
 pub(crate) fn child_role(role: &str) -> std::process::Command {
     let mut command = std::process::Command::new(std::env::current_exe().unwrap());
@@ -396,7 +404,14 @@ impl Events {
 /// How the tabs' child role reports: `AML_TABS_RESULT tabs=… open=… pending_min=…`.
 const TABS_RESULT: &str = "AML_TABS_RESULT ";
 
-/// Child role (run by a test's `child_tabs`): `AML_TABS_N` browser tabs on the page at
+/// Child role (run through `--ignored` by the flood and lockout tests): the tabs.
+#[test]
+#[ignore = "a child role of the flood and lockout tests"]
+fn child_tabs() {
+    tabs_role();
+}
+
+/// Child role (run by `child_tabs`): `AML_TABS_N` browser tabs on the page at
 /// `AML_TABS_ADDR` with token `AML_TABS_TOKEN`, each with its live stream open (the page's
 /// view); prints `AML_TABS_READY` once every stream sent its snapshot. Then reads one line
 /// `PENDING OUTCOMES` from stdin: the changes every tab should see; waits (at most 20 s)
@@ -467,7 +482,7 @@ impl Tabs {
     /// Opens `n` tabs on `host`'s page; returns once every stream is open.
     pub(crate) fn open(host: &Host, n: usize) -> Tabs {
         use std::io::BufRead;
-        let mut child = child_role("child_tabs")
+        let mut child = child_role("common::child_tabs")
             .env("AML_TABS_ADDR", host.authority())
             .env("AML_TABS_TOKEN", host.token())
             .env("AML_TABS_N", n.to_string())

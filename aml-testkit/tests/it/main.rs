@@ -1,6 +1,7 @@
 //! aml-testkit's integration tests: one binary, a module per area.
 
 mod a2ui;
+mod architecture;
 mod canonicalize;
 mod challenge;
 mod cli;

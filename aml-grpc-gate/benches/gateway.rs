@@ -8,6 +8,9 @@
 //! the cost of the extra HTTP/2 hop.
 #![allow(missing_docs)]
 
+#[path = "../../aml-testkit/benches/support/summary.rs"]
+mod summary;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -228,6 +231,18 @@ fn bench(c: &mut Criterion) {
     let goal = Duration::from_micros(30);
     let verdict = if added <= goal { "met" } else { "NOT met" };
     println!("  added p50 {added:.1?}; goal <= {goal:?}: {verdict}");
+    let mut rows: Vec<serde_json::Value> = variants
+        .iter()
+        .zip(&percentiles)
+        .map(|((name, _), (p50, p99))| {
+            serde_json::json!({"name": name, "p50_us": summary::micros(*p50), "p99_us": summary::micros(*p99),
+                "added_p50_us": summary::micros(p50.saturating_sub(percentiles[0].0))})
+        })
+        .collect();
+    rows.push(serde_json::json!({"name": "the gateway's own work in process", "p50_us": summary::micros(own[rounds / 2])}));
+    let goals = vec![serde_json::json!({"goal": "gateway added p50 <= 30 µs",
+        "measured": format!("{:.1} µs", summary::micros(added)), "met": added <= goal})];
+    summary::write_summary("grpc_gateway", rows, goals);
 }
 
 criterion_group!(benches, bench);

@@ -12,6 +12,8 @@
 
 #[path = "../src/sinks.rs"]
 mod sinks;
+#[path = "../../aml-testkit/benches/support/summary.rs"]
+mod summary;
 #[allow(unused_imports)]
 #[path = "../src/telemetry/mod.rs"]
 mod telemetry;
@@ -242,6 +244,14 @@ fn compare() {
         on - off,
         traced - off
     );
+    let rows = [("off", off), ("metrics", on), ("metrics and traces", traced)]
+        .map(|(name, cpu)| serde_json::json!({"name": name, "cpu_per_call_us": cpu, "added_cpu_us": cpu - off}))
+        .to_vec();
+    let goals = vec![
+        serde_json::json!({"goal": "--metrics adds <= 2 µs CPU per call", "measured": format!("+{:.2} µs", on - off), "met": on - off <= 2.0}),
+        serde_json::json!({"goal": "--metrics with --otlp-endpoint adds <= 2 µs CPU per call", "measured": format!("+{:.2} µs", traced - off), "met": traced - off <= 2.0}),
+    ];
+    summary::write_summary("telemetry", rows, goals);
     // Spans the batch processor dropped (a full queue) would show as fewer bytes per call.
     let calls = u64::from(CALLS) * ROUNDS as u64 + 2_000;
     let [bytes, posts] = [0, 1].map(|i| received()[i] - before[i]);

@@ -60,7 +60,7 @@ fn start_gate(dir: &Path, upstream: &str) -> (Gate, SocketAddr) {
     let mut command = Command::new(GATE);
     command.args(&args).stderr(Stdio::piped());
     let mut gate = Gate::start_command(command);
-    let stderr = gate.child.stderr.take().unwrap();
+    let stderr = gate.child.process().stderr.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {

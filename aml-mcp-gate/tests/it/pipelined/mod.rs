@@ -135,7 +135,8 @@ pub fn pipeline(
     // Answers already on their way still count as answered (until the gate's output ends,
     // or WAIT passes without its end).
     let rest = answered.rest_within(WAIT).unwrap_or_else(|so_far| so_far);
-    for answer in rest.into_iter().map(json) {
+    // A line SIGKILL cut short is no answer (the old reader thread stopped at it, too).
+    for answer in rest.iter().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
         if let Some(n) = answer["id"].as_u64() {
             let status = answer["result"]["_meta"]["aml.action-boundary/verdict"]["receipt"]
                 ["execution_status"]

@@ -100,25 +100,19 @@ fn the_page_limits_come_from_the_gate_flags() {
         .unwrap();
     let get = format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: {origin}\r\n\r\n");
     // Bounded: until the page has read the holder's head (then every later request waits).
-    let deadline = Instant::now() + WAIT;
-    let busy = loop {
+    let busy = wait_until("the slow form to hold the place", WAIT, || {
         let response = http(&origin, get.clone());
         if status(&response) == "503" {
-            break response;
+            return Some(response);
         }
         assert_eq!(status(&response), "200", "{response}");
-        assert!(Instant::now() < deadline, "the slow form never held the place");
-    };
+        None
+    });
     assert!(busy.contains("too many requests with the token"), "{busy}");
     drop(holding);
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let response = http(&origin, get.clone());
-        if status(&response) == "200" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the place was not freed: {response}");
-    }
+    wait_until("the place to be freed", WAIT, || {
+        (status(&http(&origin, get.clone())) == "200").then_some(())
+    });
     session.close();
 }
 
@@ -335,14 +329,9 @@ fn live_notified_and_remembered(tag: &str, state: &str) {
         pending["proposal_sha256"].as_str().unwrap().to_owned(),
     );
     // The notification command ran with the page's address, the digest and the tool.
-    let deadline = Instant::now() + WAIT;
-    let args = loop {
-        if let Ok(text) = std::fs::read_to_string(&notified) {
-            break text;
-        }
-        assert!(Instant::now() < deadline, "the notification command did not run");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let args = wait_until("the notification command to run", WAIT, || {
+        std::fs::read_to_string(&notified).ok()
+    });
     assert_eq!(
         args.lines().collect::<Vec<_>>(),
         [

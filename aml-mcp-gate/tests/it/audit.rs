@@ -6,21 +6,16 @@
 //! signed with another key is refused. The server is the standard-library raw stdin server
 //! (`scripts/interop/mcp_raw_stdin_server.py`, run with the system's python3).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::time::{Duration, Instant};
+use std::process::{ChildStdin, Command, Stdio};
+use std::time::Instant;
 
 use aml_approval::ApproverKey;
 use serde_json::{json, Value};
 
-const GATE: &str = env!("CARGO_BIN_EXE_aml-mcp-gate");
-const WAIT: Duration = Duration::from_secs(30);
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use crate::common::{repo, Child, Lines, GATE, WAIT};
+use crate::session::{approve, pending};
 
 /// Direct SQL on the state, as a tamperer has it.
 enum Db {
@@ -85,59 +80,40 @@ fn quoted(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
-/// A gate with `--audit-key` in front of the raw server; its stderr read into a channel.
+/// A gate with `--audit-key` in front of the raw server; its output read line by line.
 struct Gate {
     child: Child,
     input: Option<ChildStdin>,
-    answers: Receiver<Value>,
-    log: Receiver<String>,
-}
-
-fn lines<R: Read + Send + 'static>(from: R) -> Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(from).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
+    answers: Lines,
+    log: Lines,
 }
 
 impl Gate {
     fn start(dir: &Path, state: &str, extra: &[&str]) -> Gate {
-        let mut child = Command::new(GATE)
-            .args(["--policy", &dir.join("policy.json").display().to_string()])
-            .args(["--tools", &dir.join("tools.json").display().to_string()])
-            .args(["--state", state])
-            .args(["--receipts", &dir.join("receipts.jsonl").display().to_string()])
-            .args(["--audit-key", &dir.join("audit-key.json").display().to_string()])
-            .args(["--audit-every", "3"])
-            .args(extra)
-            .arg("--")
-            .arg("python3")
-            .arg(repo().join("scripts/interop/mcp_raw_stdin_server.py"))
-            .arg(dir.join("raw.log"))
-            .arg(dir.join("ran.log"))
-            .env("RUST_LOG", "warn,aml_mcp_gate=info")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, answers) = mpsc::channel();
-        let stdout = lines(child.stdout.take().unwrap());
-        std::thread::spawn(move || {
-            while let Ok(line) = stdout.recv() {
-                if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
-                    return;
-                }
-            }
-        });
-        let log = lines(child.stderr.take().unwrap());
+        let mut child = Child::spawn(
+            "the gate",
+            Command::new(GATE)
+                .args(["--policy", &dir.join("policy.json").display().to_string()])
+                .args(["--tools", &dir.join("tools.json").display().to_string()])
+                .args(["--state", state])
+                .args(["--receipts", &dir.join("receipts.jsonl").display().to_string()])
+                .args(["--audit-key", &dir.join("audit-key.json").display().to_string()])
+                .args(["--audit-every", "3"])
+                .args(extra)
+                .arg("--")
+                .arg("python3")
+                .arg(repo().join("scripts/interop/mcp_raw_stdin_server.py"))
+                .arg(dir.join("raw.log"))
+                .arg(dir.join("ran.log"))
+                .env("RUST_LOG", "warn,aml_mcp_gate=info")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        let answers = child.stdout_lines();
+        let log = child.stderr_lines();
         let mut gate = Gate {
-            input: child.stdin.take(),
+            input: Some(child.stdin()),
             child,
             answers,
             log,
@@ -162,10 +138,10 @@ impl Gate {
     }
 
     fn answer(&self, id: i64) -> Value {
-        let deadline = Instant::now() + WAIT;
+        let started = Instant::now();
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let answer = self.answers.recv_timeout(left).expect("no answer in time");
+            let line = self.answers.next(WAIT.saturating_sub(started.elapsed()));
+            let answer: Value = serde_json::from_str(&line).unwrap();
             if answer["id"] == id {
                 return answer;
             }
@@ -173,50 +149,22 @@ impl Gate {
     }
 
     fn wait_log(&self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.log.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("no log line with {needle:?} in time"),
-            }
-        }
+        self.log.wait_for(needle, WAIT)
     }
 
     /// EOF, then a bounded wait for a clean exit; the log lines not read yet.
     fn close(mut self) -> Vec<String> {
         drop(self.input.take());
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "the gate exited with {status}");
-                break;
-            }
-            assert!(Instant::now() < deadline, "the gate did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let status = self.child.wait(WAIT);
+        assert!(status.success(), "the gate exited with {status}");
         // Until the reader sees the end of the pipe.
-        let mut rest = Vec::new();
-        while let Ok(line) = self.log.recv_timeout(WAIT) {
-            rest.push(line);
-        }
-        rest
+        self.log.rest_within(WAIT).unwrap_or_else(|so_far| so_far)
     }
 
     fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
+        self.child.process().kill().unwrap();
+        self.child.wait(WAIT);
     }
-}
-
-fn http(origin: &str, request: String) -> String {
-    let mut stream = std::net::TcpStream::connect(origin).unwrap();
-    stream.set_read_timeout(Some(WAIT)).unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut out = String::new();
-    stream.read_to_string(&mut out).unwrap();
-    out
 }
 
 /// Approves the first proposal pending on the gate's approval page.
@@ -224,28 +172,8 @@ fn approve_pending(gate: &Gate) {
     let line = gate.wait_log(" at http://");
     let url = line.split(" at http://").nth(1).unwrap().trim().to_owned();
     let (origin, token) = url.split_once("/?t=").unwrap();
-    let proposal = aml_test_support::wait_until("a pending proposal", WAIT, || {
-        let response = http(
-            origin,
-            format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: {origin}\r\n\r\n"),
-        );
-        let list: Vec<Value> = serde_json::from_str(response.split("\r\n\r\n").nth(1)?).ok()?;
-        list.into_iter().next()
-    });
-    let form = format!(
-        "t={token}&grant_id={}&proposal_sha256={}&decision=approve",
-        proposal["grant_id"].as_str().unwrap(),
-        proposal["proposal_sha256"].as_str().unwrap()
-    );
-    let decided = http(
-        origin,
-        format!(
-            "POST /decide HTTP/1.1\r\nHost: {origin}\r\nOrigin: http://{origin}\r\n\
-             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
-            form.len()
-        ),
-    );
-    assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
+    let proposal = pending(origin, token);
+    approve(origin, token, &proposal);
 }
 
 fn journal(state: &str, args: &[&str]) -> (i32, String, String) {

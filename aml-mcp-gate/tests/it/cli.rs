@@ -105,7 +105,7 @@ fn version_and_help_work_anywhere() {
 
 #[test]
 fn unreadable_or_malformed_files_exit_2_before_the_server_starts() {
-    let marker = std::env::temp_dir().join(format!("aml-mcp-gate-cli-{}-started", std::process::id()));
+    let marker = aml_test_support::scratch_dir("gate-cli", "unstarted").join("started");
     let server = format!("touch {}", marker.display());
     let bad_policy = temp(
         "bad-policy.json",
@@ -169,7 +169,7 @@ async fn an_upstream_that_does_not_complete_the_handshake_ends_the_gate_with_a_c
     for (server, limit, why) in [
         (vec!["cat"], "30", "sent the client's initialize back"),
         (
-            vec!["sleep", "30"],
+            vec!["sleep", "30"], // simulates a server that never answers
             "1",
             "did not answer the client's initialize within 1s",
         ),
@@ -203,8 +203,7 @@ fn started_by_hand_on_a_terminal_the_gate_checks_the_server_at_once() {
 
 #[test]
 fn a_config_file_is_checked_like_flags_and_flags_win() {
-    let dir = std::env::temp_dir().join(format!("aml-mcp-gate-cli-config-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = aml_test_support::scratch_dir("gate-cli", "config");
     std::fs::write(
         dir.join("policy.json"),
         r#"{"protocol": "aml-action-policy/1", "rules": []}"#,
@@ -263,9 +262,7 @@ fn a_config_file_is_checked_like_flags_and_flags_win() {
 
 #[test]
 fn journal_commands_answer_bad_input_clearly_and_never_create_state() {
-    let dir = std::env::temp_dir().join(format!("aml-mcp-gate-cli-journal-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = aml_test_support::scratch_dir("gate-cli", "journal");
     let missing = dir.join("none.sqlite3").display().to_string();
     for (args, code, why) in [
         (

@@ -50,17 +50,15 @@ fn a_gate_killed_during_a_call_leaves_its_intent_and_the_grant_stays_spent() {
     session.send();
     let proposal = pending(&origin, &token);
     approve(&origin, &token, &proposal);
-    let deadline = Instant::now() + WAIT;
-    while session.reached_server() == 0 {
-        assert!(Instant::now() < deadline, "the call never reached the server");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the call to reach the server", WAIT, || {
+        (session.reached_server() > 0).then_some(())
+    });
     assert!(Command::new("kill")
         .args(["-KILL", &pid])
         .status()
         .unwrap()
         .success());
-    let _ = session.client.kill();
+    let _ = session.client.process().kill();
 
     // After the restart the state says what may have happened.
     let restarted = Session::start(&dir, Some(true), &["--state", &state]);

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-use raw::{gate_options, raw_server, write_config, WAIT};
+use raw::{gate_options, raw_server, write_config, Child, WAIT};
 
 #[test]
 fn every_request_written_before_end_of_input_is_answered_before_the_gate_exits() {
@@ -24,18 +24,19 @@ fn every_request_written_before_end_of_input_is_answered_before_the_gate_exits()
         json!({"jsonrpc": "2.0", "id": 4, "method": "resources/list"}),
     ];
     let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
-    let mut child = Command::new(raw::GATE)
-        .args(gate_options(&dir))
-        .arg("--")
-        .args(raw_server(&dir))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Child::spawn(
+        "the gate",
+        Command::new(raw::GATE)
+            .args(gate_options(&dir))
+            .arg("--")
+            .args(raw_server(&dir))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     // Everything at once, then end of input, as `printf … |` does.
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let out = raw::wait_output(child, WAIT);
+    child.stdin().write_all(input.as_bytes()).unwrap();
+    let out = child.output(WAIT);
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -126,8 +126,8 @@ fn python_client_over_http_through_the_gate_to_a_stdio_server_everything() {
     args.push(everything().display().to_string());
     let mut gate = Gate::start(&args);
 
-    let direct = python(&json!({"command": [everything()]}), &["everything"]);
-    let gated = python(&json!({"url": gate.url, "token": TOKEN}), &["everything"]);
+    let direct = http_client(&json!({"command": [everything()]}), &["everything"]);
+    let gated = http_client(&json!({"url": gate.url, "token": TOKEN}), &["everything"]);
     assert_transparent(&direct, &gated);
     assert!(gate.stop().success());
     assert_receipts(&dir);
@@ -138,11 +138,11 @@ fn python_client_over_stdio_through_the_gate_to_server_everything_over_http() {
     let server = EverythingHttp::start();
     let dir = work("stdio-http");
     write_everything_config(&dir);
-    let direct = python(&json!({"url": server.url()}), &["everything"]);
+    let direct = http_client(&json!({"url": server.url()}), &["everything"]);
     let mut command = vec![GATE.to_string()];
     command.extend(gate_args(&dir));
     command.extend(["--upstream".to_string(), server.url()]);
-    let gated = python(&json!({"command": command}), &["everything"]);
+    let gated = http_client(&json!({"command": command}), &["everything"]);
     assert_transparent(&direct, &gated);
     assert_receipts(&dir);
 }
@@ -160,13 +160,13 @@ fn python_client_over_http_through_the_gate_to_server_everything_over_http() {
         server.url(),
     ]);
     let mut gate = Gate::start(&args);
-    let direct = python(&json!({"url": server.url()}), &["everything"]);
-    let gated = python(&json!({"url": gate.url}), &["everything"]);
+    let direct = http_client(&json!({"url": server.url()}), &["everything"]);
+    let gated = http_client(&json!({"url": gate.url}), &["everything"]);
     assert_transparent(&direct, &gated);
     // A second client gets its own session with the server, at the same time.
     let (a, b) = std::thread::scope(|s| {
-        let one = s.spawn(|| python(&json!({"url": gate.url}), &["calls", "5"]));
-        let two = s.spawn(|| python(&json!({"url": gate.url}), &["calls", "5"]));
+        let one = s.spawn(|| http_client(&json!({"url": gate.url}), &["calls", "5"]));
+        let two = s.spawn(|| http_client(&json!({"url": gate.url}), &["calls", "5"]));
         (one.join().unwrap(), two.join().unwrap())
     });
     assert_eq!(a["calls"].as_array().unwrap().len(), 5);
@@ -178,7 +178,7 @@ fn python_client_over_http_through_the_gate_to_server_everything_over_http() {
 #[test]
 fn a_sampling_request_from_the_server_reaches_the_http_client_and_its_answer_comes_back() {
     let (_dir, gate) = http_gate_to_everything("http-sampling", &["--sampling".into(), "relay".into()]);
-    let report = python(&json!({"url": gate.url}), &["sampling"]);
+    let report = http_client(&json!({"url": gate.url}), &["sampling"]);
     assert_eq!(
         report["sampling_requests_seen"].as_array().unwrap().len(),
         1,
@@ -215,7 +215,7 @@ fn a_gate_reaches_a_token_protected_gate_with_upstream_token() {
         "--upstream-token".into(),
     ]);
     command.push(token_file.display().to_string());
-    let report = python(&json!({"command": command}), &["calls", "3"]);
+    let report = http_client(&json!({"command": command}), &["calls", "3"]);
     assert_eq!(
         report["calls"],
         json!(["Echo: call 0", "Echo: call 1", "Echo: call 2"])
@@ -229,7 +229,7 @@ fn a_gate_reaches_a_token_protected_gate_with_upstream_token() {
     let mut command = vec![GATE.to_string()];
     command.extend(gate_args(&outer_dir));
     command.extend(["--upstream".to_string(), inner.url.clone()]);
-    let out = std::process::Command::new(peers().join("venv/bin/python"))
+    let out = std::process::Command::new(python())
         .arg(repo().join("scripts/interop/mcp_http_client.py"))
         .arg(json!({"command": command}).to_string())
         .args(["calls", "1"])
@@ -264,7 +264,7 @@ fn assert_cancelled(report: &Value, dir: &std::path::Path) {
 #[test]
 fn a_cancel_from_the_client_reaches_the_server_on_both_fronts() {
     let (dir, mut gate) = http_gate_to_everything("cancel-http", &[]);
-    let report = python(&json!({"url": gate.url}), &["cancel"]);
+    let report = http_client(&json!({"url": gate.url}), &["cancel"]);
     assert!(gate.stop().success());
     assert_cancelled(&report, &dir);
 
@@ -274,7 +274,7 @@ fn a_cancel_from_the_client_reaches_the_server_on_both_fronts() {
     let mut command = vec![GATE.to_string()];
     command.extend(gate_args(&dir));
     command.extend(["--upstream".to_string(), server.url()]);
-    let report = python(&json!({"command": command}), &["cancel"]);
+    let report = http_client(&json!({"command": command}), &["cancel"]);
     assert_cancelled(&report, &dir);
 }
 
@@ -284,7 +284,7 @@ fn a_cancel_from_the_client_reaches_the_server_on_both_fronts() {
 #[test]
 fn the_python_client_reads_a_quiet_stream_through_its_keep_alive_comments() {
     let (dir, mut gate) = http_gate_to_everything("keep-alive", &["--sse-keep-alive".into(), "1".into()]);
-    let report = python(&json!({"url": gate.url}), &["quiet"]);
+    let report = http_client(&json!({"url": gate.url}), &["quiet"]);
     assert!(gate.stop().success());
     assert_eq!(
         report["call"]["verdict"]["mcp_result_status"], "returned",

@@ -10,7 +10,6 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -156,24 +155,19 @@ fn half_sent_headers_and_short_bodies_are_cut_off_and_a_wrong_token_is_refused_b
 fn python_calls(url: &str, calls: usize, within: Duration) -> Value {
     let script = repo().join("scripts/interop/mcp_http_client.py");
     let target = json!({"url": url, "token": TOKEN}).to_string();
-    let child = Command::new(peers().join("venv/bin/python"))
-        .arg(script)
-        .args([target, "calls".into(), calls.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (done, outcome) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done.send(child.wait_with_output());
-    });
-    let Ok(out) = outcome.recv_timeout(within) else {
-        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-        panic!("the Python SDK client got no answers within {within:?}");
-    };
-    report_of(&out.unwrap())
+    let child = Child::spawn(
+        "the Python SDK client",
+        Command::new(python())
+            .arg(script)
+            .args([target, "calls".into(), calls.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    report_of(&child.output(within))
 }
+
+/// The pace of the flood: a new half-sent connection every 10 ms (100 a second).
+const FLOOD_PACE: Duration = Duration::from_millis(10);
 
 /// Sets the flag when dropped: a failing test stops its helper threads too.
 struct StopOnDrop<'a>(&'a AtomicBool);
@@ -224,7 +218,7 @@ fn a_flood_of_half_sent_headers_does_not_shut_out_a_client_with_the_token() {
                 };
                 let _ = stream.write_all(head.as_bytes());
                 more.push(stream);
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(FLOOD_PACE); // the flood's pace, not a wait
             }
             more
         });
@@ -306,19 +300,18 @@ fn abandoned_initializes_fill_only_their_clients_quota_and_free_it_soon() {
     );
     // The abandoned sessions close after the short limit (2 s, not the 600 s idle one):
     // the other client's initialize is taken again.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let reply = request(gate.addr, "POST", &as_other, &initialize_body(1));
-        if reply.status == 200 {
-            break;
-        }
-        assert_eq!(reply.status, 429, "{}", reply.body);
-        assert!(
-            Instant::now() < deadline,
-            "the unused sessions were not closed in 15 s"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until(
+        "the unused sessions to be closed",
+        Duration::from_secs(15),
+        || {
+            let reply = request(gate.addr, "POST", &as_other, &initialize_body(1));
+            if reply.status == 200 {
+                return Some(());
+            }
+            assert_eq!(reply.status, 429, "{}", reply.body);
+            None
+        },
+    );
     // The used session was idle as long, and is still open.
     let reply = request(gate.addr, "POST", &in_used, &list_tools(3));
     assert_eq!(reply.status, 200, "{}", reply.body);

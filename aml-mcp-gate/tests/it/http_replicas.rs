@@ -5,8 +5,8 @@
 
 use crate::session;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use session::*;
@@ -20,15 +20,17 @@ struct Replica {
 
 impl Drop for Replica {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
+        if self.child.exited().is_none() {
+            self.child.signal("TERM");
+            // Bounded; past it the guard kills it.
+            let _ = self.child.wait_within(WAIT);
+        }
     }
 }
 
 fn replica(dir: &std::path::Path, name: &str, state: &str) -> Replica {
-    let mut child = Command::new(GATE)
+    let mut command = Command::new(GATE);
+    command
         .args(["--policy", &dir.join("policy.json").display().to_string()])
         .args(["--tools", &dir.join("tools.json").display().to_string()])
         .args([
@@ -42,25 +44,21 @@ fn replica(dir: &std::path::Path, name: &str, state: &str) -> Replica {
         .env("AML_NOTICE_AUDIT", dir.join("audit.jsonl"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = lines(child.stdout.take().unwrap(), |l| l);
-    let log = lines(child.stderr.take().unwrap(), |l| l);
+        .stderr(Stdio::piped());
+    let mut child = Child::spawn(&format!("replica {name}"), &mut command);
+    let out = child.stdout_lines();
+    let log = child.stderr_lines();
+    // Its readiness line: where it listens.
     let url = out
-        .recv_timeout(WAIT)
-        .expect("the gate says where it listens")
+        .next(WAIT)
         .trim()
         .strip_prefix("aml-mcp-gate: MCP at ")
         .expect("an MCP URL")
         .to_owned();
-    let page = loop {
-        let line = log.recv_timeout(WAIT).expect("the gate prints its approval page");
-        if let Some((_, url)) = line.split_once(" at http://") {
-            let (origin, token) = url.trim().split_once("/?t=").unwrap();
-            break (origin.to_owned(), token.to_owned());
-        }
-    };
+    let line = log.wait_for(" at http://", WAIT);
+    let (_, url_of_page) = line.split_once(" at http://").unwrap();
+    let (origin, token) = url_of_page.trim().split_once("/?t=").unwrap();
+    let page = (origin.to_owned(), token.to_owned());
     Replica { child, url, page }
 }
 
@@ -74,18 +72,19 @@ fn two_http_replicas_on_one_postgres_database_dispatch_64_copies_of_an_approved_
     // One proposal for this run only: the database outlives runs.
     let nonce = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
     let arguments = json!({"to": TO, "body": format!("Release {nonce}?")});
-    let client = Command::new(python())
-        .arg(repo().join("scripts/interop/mcp_replicas_client.py"))
-        .arg(json!([a.url, b.url]).to_string())
-        .args(["64", "send_notice", &arguments.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let client = Child::spawn(
+        "the Python replicas client",
+        Command::new(python())
+            .arg(repo().join("scripts/interop/mcp_replicas_client.py"))
+            .arg(json!([a.url, b.url]).to_string())
+            .args(["64", "send_notice", &arguments.to_string()])
+            .stdout(Stdio::piped()),
+    );
     // The person approves the first copy the first page shows.
     let (origin, token) = &a.page;
     let first = pending(origin, token);
     approve(origin, token, &first);
-    let out = client.wait_with_output().unwrap();
+    let out = client.output(Duration::from_secs(300));
     assert!(out.status.success());
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let results = report["results"].as_array().unwrap();

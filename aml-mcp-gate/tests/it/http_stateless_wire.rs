@@ -290,11 +290,15 @@ fn closing_the_response_stream_cancels_the_request_at_the_server() {
     stream.flush().unwrap();
     stream.shutdown(std::net::Shutdown::Both).unwrap();
     drop(stream);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !read(&dir, "reached.log").contains("notifications/cancelled") {
-        assert!(Instant::now() < deadline, "no cancellation reached the server");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        "a cancellation to reach the server",
+        Duration::from_secs(10),
+        || {
+            read(&dir, "reached.log")
+                .contains("notifications/cancelled")
+                .then_some(())
+        },
+    );
     // The next request is served as usual.
     let echo = call(json!(8), "echo", json!({"message": "after"}), None);
     let reply = request(gate.addr, "POST", &call_headers("echo", JSON_ONLY), &echo);
@@ -315,14 +319,11 @@ fn over_the_limit_429_and_after_the_server_dies_the_next_request_starts_a_new_on
     let second = call(json!("two"), "echo", json!({"message": "over-the-limit"}), None);
     std::thread::scope(|s| {
         let first = s.spawn(|| request(addr, "POST", &call_headers("slow_echo", JSON_ONLY), &slow));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !read(&dir, "audit.jsonl").contains("first") {
-            assert!(
-                Instant::now() < deadline,
-                "the first call never reached the server"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(
+            "the first call to reach the server",
+            Duration::from_secs(10),
+            || read(&dir, "audit.jsonl").contains("first").then_some(()),
+        );
         // One request waits already: the limit is one, for all clients together.
         let refused = request(addr, "POST", &call_headers("echo", JSON_ONLY), &second);
         assert_eq!(refused.status, 429, "{}", refused.body);
@@ -353,22 +354,12 @@ fn over_the_limit_429_and_after_the_server_dies_the_next_request_starts_a_new_on
         answer["result"]["isError"] == true || answer["error"].is_object(),
         "{answer}"
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
     let echo = call(json!(4), "echo", json!({"message": "again"}), None);
-    loop {
+    // Until the old relay has ended (its grace period), requests are refused.
+    wait_until("a new server to answer", Duration::from_secs(20), || {
         let reply = request(addr, "POST", &call_headers("echo", JSON_ONLY), &echo);
-        if reply.status == 200 && reply.json()["result"]["content"][0]["text"] == "Echo: again" {
-            break;
-        }
-        // Until the old relay has ended (its grace period), requests are refused.
-        assert!(
-            Instant::now() < deadline,
-            "no new server: {} {}",
-            reply.status,
-            reply.body
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        (reply.status == 200 && reply.json()["result"]["content"][0]["text"] == "Echo: again").then_some(())
+    });
     drop(gate);
     let crashed = receipts(&dir)
         .into_iter()

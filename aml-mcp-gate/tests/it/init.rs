@@ -13,12 +13,7 @@ use pinned::*;
 use serde_json::json;
 
 fn everything() -> Vec<String> {
-    let server = repo().join("target/interop/node/node_modules/.bin/mcp-server-everything");
-    assert!(
-        server.is_file(),
-        "server-everything is missing at {server:?}: run `bash scripts/interop-setup`"
-    );
-    vec![server.display().to_string()]
+    vec![crate::common::everything().display().to_string()]
 }
 
 fn run_init(dir: &Path) {
@@ -111,15 +106,15 @@ fn init_refuses_to_overwrite_and_says_why_a_server_cannot_be_read() {
 /// The gate started on `dir`'s files as written, in front of `server`: its exit and stderr.
 fn start_unedited(dir: &Path, server: &[String]) -> (Option<i32>, String) {
     let command = gate_command(dir, server);
-    let out = wait_bounded(
+    let out = Child::spawn(
+        "the gate",
         std::process::Command::new(&command[0])
             .args(&command[1..])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+            .stderr(std::process::Stdio::piped()),
+    )
+    .output(WAIT);
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -162,7 +157,7 @@ fn init_declares_client_capabilities_suggests_no_deprecated_tool_and_the_gate_na
     let files = work("init-filesystem");
     let served = files.join("served");
     std::fs::create_dir_all(&served).unwrap();
-    let filesystem = repo().join("target/interop/node/node_modules/.bin/mcp-server-filesystem");
+    let filesystem = aml_test_support::node_bin("mcp-server-filesystem");
     server = vec![filesystem.display().to_string(), served.display().to_string()];
     let out = init(&files.join("gate"), &server, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);

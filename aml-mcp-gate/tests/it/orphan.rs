@@ -5,9 +5,9 @@
 use crate::raw;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use raw::{gate_options, wait_for, write_config, StdioGate};
+use raw::{gate_options, wait_for, wait_until, write_config, StdioGate};
 
 /// How long the server may outlive the gate (the kernel signals it at once; this bounds a
 /// slow machine).
@@ -38,20 +38,29 @@ fn a_server_that_ignores_eof_dies_with_a_gate_killed_with_sigkill() {
     let dir = raw::work("orphan");
     write_config(&dir);
     // A server that never reads its input: the end of it would not stop it.
-    let script = format!("echo $$ > '{}'; exec sleep 300", dir.join("server.pid").display());
+    let never_reads = "exec sleep 300"; // simulates a server that ignores EOF, never exits itself
+    let script = format!("echo $$ > '{}'; {never_reads}", dir.join("server.pid").display());
     let server = ["sh".to_owned(), "-c".to_owned(), script];
     let mut gate = StdioGate::start(&dir, &gate_options(&dir), &server);
     let pid = server_pid(&dir);
     assert!(running(&pid), "the server runs");
     raw::signal(&gate, "KILL");
     assert_eq!(gate.wait().code(), None, "killed by a signal");
-    let deadline = Instant::now() + BOUND;
-    while running(&pid) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
+    // Kills the server should the wait fail: a failed test leaves no orphan either.
+    struct KillOnPanic<'a>(&'a str);
+    impl Drop for KillOnPanic<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() && running(self.0) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", self.0])
+                    .status();
+            }
+        }
     }
-    let orphan = running(&pid);
-    if orphan {
-        let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
-    }
-    assert!(!orphan, "the server {pid} outlived the gate by {BOUND:?}");
+    let _guard = KillOnPanic(&pid);
+    wait_until(
+        &format!("the server {pid} to die with the gate (it outlived the gate by {BOUND:?})"),
+        BOUND,
+        || (!running(&pid)).then_some(()),
+    );
 }

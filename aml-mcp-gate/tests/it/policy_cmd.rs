@@ -43,9 +43,7 @@ forbid(principal, action, resource) when { context.resource like "*/drafts/*" };
 
 /// A fresh folder with the tools file and the Cedar policy.
 fn work(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-policy-cmd-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = aml_test_support::scratch_dir("policy-cmd", name);
     std::fs::write(dir.join("tools.json"), TOOLS).unwrap();
     std::fs::write(dir.join("policy.cedar"), CEDAR).unwrap();
     dir

@@ -60,7 +60,7 @@ fn start_gate(dir: &Path, upstream: &str) -> (Gate, SocketAddr) {
     let mut command = Command::new(GATE);
     command.args(&args).stderr(Stdio::piped());
     let mut gate = Gate::start_command(command);
-    let stderr = gate.child.stderr.take().unwrap();
+    let stderr = gate.child.process().stderr.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -395,20 +395,19 @@ fn the_config_files_metrics_key_is_the_flag() {
             "policy = \"policy.json\"\ntools = \"tools.json\"\nstate = \"memory\"\nserver = [\"cat\"]\nmetrics = \"{metrics}\"\n"
         );
         std::fs::write(dir.join("gate.toml"), config).unwrap();
-        let mut gate = Command::new(GATE)
-            .args(["--config", &dir.join("gate.toml").display().to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = gate.stderr.take().unwrap();
-        let status = aml_test_support::wait_until("the gate's exit", Duration::from_secs(20), || {
-            gate.try_wait().unwrap()
-        });
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text).unwrap();
-        (status.code(), text)
+        let out = Child::spawn(
+            "the gate",
+            Command::new(GATE)
+                .args(["--config", &dir.join("gate.toml").display().to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped()),
+        )
+        .output(Duration::from_secs(20));
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (code, stderr) = run("127.0.0.1:0");
     assert_eq!(code, Some(0), "{stderr}");

@@ -9,9 +9,9 @@
 use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -24,43 +24,24 @@ const T3: &str = "00-a1b2c3d4e5f60718293a4b5c6d7e8f90-1122334455667788-01";
 /// Upper-case hex: not a valid traceparent; ignored.
 const INVALID: &str = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01";
 
-/// The receiver, killed when dropped.
-struct Receiver(Child);
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts the receiver, writing spans to `out`; its port, from its readiness line.
-fn start_receiver(out: &Path) -> (Receiver, u16) {
-    let python = peers().join("venv/bin/python");
-    let mut child = Command::new(&python)
-        .arg(repo().join("scripts/interop/otlp_receiver.py"))
-        .arg(out)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {python:?}: {e}; run `bash scripts/interop-setup`"));
-    let stdout = child.stdout.take().unwrap();
-    let receiver = Receiver(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the OTLP receiver did not say its port within 30 s");
+/// The receiver is killed when its guard is dropped.
+fn start_receiver(out: &Path) -> (Child, u16) {
+    let mut child = Child::spawn(
+        "the OTLP receiver",
+        Command::new(python())
+            .arg(repo().join("scripts/interop/otlp_receiver.py"))
+            .arg(out)
+            .stdout(Stdio::piped()),
+    );
+    let line = child.stdout_lines().next(Duration::from_secs(30));
     let port = line
         .trim()
         .strip_prefix("otlp receiver on ")
         .unwrap_or_else(|| panic!("the OTLP receiver did not start: {line:?}"))
         .parse()
         .unwrap();
-    (receiver, port)
+    (child, port)
 }
 
 fn call(id: u64, tool: &str, arguments: Value, traceparent: Option<&str>) -> String {
@@ -93,21 +74,14 @@ fn one_span_per_call_with_the_receipts_digest_and_the_clients_trace_continued() 
         "-c".into(),
         format!("tee -a '{}' | '{}'", reached.display(), everything().display()),
     ]);
-    let mut gate = Command::new(GATE)
-        .args(&args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = gate.child_stdout();
-    let (tx, rx) = mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(message) = serde_json::from_str(&line) {
-                let _ = tx.send(message);
-            }
-        }
-    });
+    let mut gate = Child::spawn(
+        "the gate",
+        Command::new(GATE)
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
+    let rx = json_lines(gate.stdout_lines());
 
     // (id, tool, arguments, traceparent): one call of each tool, so that each record and
     // span is found by its tool.
@@ -123,7 +97,7 @@ fn one_span_per_call_with_the_receipts_digest_and_the_clients_trace_continued() 
         ),
         (6, "not-registered", json!({}), Some(T3)),
     ];
-    let mut input = gate.stdin.take().unwrap();
+    let mut input = gate.stdin();
     let mut lines = vec![
         json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
@@ -152,9 +126,7 @@ fn one_span_per_call_with_the_receipts_digest_and_the_clients_trace_continued() 
     }
     // EOF: the gate ends cleanly, having exported every span.
     drop(input);
-    let status = aml_test_support::wait_until("the gate's exit", Duration::from_secs(30), || {
-        gate.try_wait().unwrap()
-    });
+    let status = gate.wait(Duration::from_secs(30));
     assert!(status.success(), "the gate exited with {status}");
 
     let records: Vec<Value> = receipts(&dir)
@@ -282,14 +254,15 @@ fn the_config_files_otlp_endpoint_key_is_the_flag_and_a_missing_collector_fails_
         everything().display().to_string()
     );
     std::fs::write(dir.join("gate.toml"), config).unwrap();
-    let mut gate = Command::new(GATE)
-        .args(["--config", &dir.join("gate.toml").display().to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = gate.stdin.take().unwrap();
+    let mut gate = Child::spawn(
+        "the gate",
+        Command::new(GATE)
+            .args(["--config", &dir.join("gate.toml").display().to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let mut input = gate.stdin();
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
     writeln!(input, "{init}").unwrap();
@@ -300,15 +273,7 @@ fn the_config_files_otlp_endpoint_key_is_the_flag_and_a_missing_collector_fails_
     )
     .unwrap();
     writeln!(input, "{}", call(2, "echo", json!({"message": "hi"}), Some(T1))).unwrap();
-    let stdout = gate.child_stdout();
-    let (tx, rx) = mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(message) = serde_json::from_str(&line) {
-                let _ = tx.send(message);
-            }
-        }
-    });
+    let rx = json_lines(gate.stdout_lines());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -319,11 +284,9 @@ fn the_config_files_otlp_endpoint_key_is_the_flag_and_a_missing_collector_fails_
         }
     }
     drop(input);
-    let status = aml_test_support::wait_until("the gate's exit", Duration::from_secs(30), || {
-        gate.try_wait().unwrap()
-    });
+    let status = gate.wait(Duration::from_secs(30));
     let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut gate.stderr.take().unwrap(), &mut stderr).unwrap();
+    std::io::Read::read_to_string(&mut gate.process().stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(status.success(), "{status}: {stderr}");
     let url = format!("http://127.0.0.1:{closed}/v1/traces");
     assert!(
@@ -342,12 +305,17 @@ fn the_config_files_otlp_endpoint_key_is_the_flag_and_a_missing_collector_fails_
     assert_eq!(records[0]["receipt"]["execution_status"], "dispatched");
 }
 
-trait ChildStdout {
-    fn child_stdout(&mut self) -> std::process::ChildStdout;
-}
-
-impl ChildStdout for Child {
-    fn child_stdout(&mut self) -> std::process::ChildStdout {
-        self.stdout.take().unwrap()
-    }
+/// The JSON messages among `lines`, in order (others passed over), through a channel.
+fn json_lines(lines: Lines) -> mpsc::Receiver<Value> {
+    let (tx, rx) = mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        while let Ok(line) = lines.next_within(Duration::MAX) {
+            if let Ok(message) = serde_json::from_str(&line) {
+                if tx.send(message).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
 }

@@ -2,9 +2,11 @@
 //! in the temporary folder.
 #![allow(dead_code, unreachable_pub)]
 
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 
-pub const GATE: &str = env!("CARGO_BIN_EXE_aml-mcp-gate");
+pub use crate::common::GATE;
 
 /// `aml-mcp-gate ARGS` with stdin closed, to completion.
 pub fn gate(args: &[&str]) -> Output {
@@ -15,9 +17,12 @@ pub fn gate(args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Writes `text` to a file named for this test process and `name`; its path.
+/// Writes `text` to the file `name` of this test process's scratch folder (one for all the
+/// command-line tests, made once: each test names its own files); its path.
 pub fn temp(name: &str, text: &str) -> String {
-    let path = std::env::temp_dir().join(format!("aml-mcp-gate-cli-{}-{name}", std::process::id()));
+    static FILES: OnceLock<PathBuf> = OnceLock::new();
+    let dir = FILES.get_or_init(|| aml_test_support::scratch_dir("gate-cli", "files"));
+    let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path.to_string_lossy().into_owned()
 }

@@ -1,40 +1,29 @@
-//! What the HTTP tests share: the gate started with `--listen`, raw HTTP requests, the
-//! interop peers (`scripts/interop-setup`), and the host's registry for server-everything.
+//! What all the gate's tests share: the gate's binary, the bound of every wait, and the
+//! shared test support (scratch folders, children, the interop peers); then what the HTTP
+//! tests share: the gate started with `--listen`, raw HTTP requests, and the host's registry
+//! for server-everything.
 #![allow(dead_code, unreachable_pub)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+pub use aml_test_support::{node_bin, python, repo, scratch_dir, wait_until, Child, Lines};
 use serde_json::{json, Value};
 
 pub const GATE: &str = env!("CARGO_BIN_EXE_aml-mcp-gate");
 pub const TOKEN: &str = "test-token-0123456789abcdef";
-
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The interop peers; a test that needs them fails, naming the setup, when they are absent.
-pub fn peers() -> PathBuf {
-    let dir = repo().join("target/interop");
-    let ready = dir.join("venv/bin/python").is_file()
-        && dir.join("node/node_modules/.bin/mcp-server-everything").is_file();
-    assert!(
-        ready,
-        "interop peers missing in {dir:?}: run `bash scripts/interop-setup`"
-    );
-    dir
-}
+/// How long any wait of these tests may take before it fails.
+pub const WAIT: Duration = Duration::from_secs(30);
 
 pub fn everything() -> PathBuf {
-    peers().join("node/node_modules/.bin/mcp-server-everything")
+    node_bin("mcp-server-everything")
 }
 
 pub fn work(tag: &str) -> PathBuf {
-    let dir = aml_test_support::scratch_dir("gate-http", tag);
+    let dir = scratch_dir("gate-http", tag);
     std::fs::write(dir.join("tokens"), format!("# the test client\n{TOKEN}\n")).unwrap();
     dir
 }
@@ -121,6 +110,8 @@ pub struct Gate {
     pub child: Child,
     pub addr: SocketAddr,
     pub url: String,
+    /// Its output after the line that says where it listens.
+    pub out: Lines,
 }
 
 impl Gate {
@@ -135,15 +126,11 @@ impl Gate {
     /// [`Gate::start`] with the command given whole (a wrapper that sets limits first, for
     /// instance); it must end in the gate's `exec`.
     pub fn start_command(mut command: Command) -> Gate {
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        command.stdin(Stdio::null()).stdout(Stdio::piped());
+        let mut child = Child::spawn("the HTTP gate", &mut command);
+        let out = child.stdout_lines();
+        // Its readiness line.
+        let line = out.next(WAIT);
         let url = line
             .trim()
             .strip_prefix("aml-mcp-gate: MCP at ")
@@ -154,28 +141,23 @@ impl Gate {
             .trim_end_matches("/mcp")
             .parse()
             .unwrap();
-        Gate { child, addr, url }
+        Gate {
+            child,
+            addr,
+            url,
+            out,
+        }
     }
 
     /// SIGTERM, then waits (bounded) for the exit; its status.
     pub fn stop(&mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        for _ in 0..300 {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        panic!("the gate did not end within 15 s of SIGTERM");
+        self.child.terminate(Duration::from_secs(15))
     }
 }
 
 impl Drop for Gate {
     fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
+        if self.child.exited().is_none() {
             self.stop();
         }
     }
@@ -305,7 +287,7 @@ pub fn open_session(addr: SocketAddr, extra: &[(&str, &str)]) -> String {
 }
 
 /// Runs `scripts/interop/mcp_http_client.py TARGET SCENARIO ARGS`: its JSON report.
-pub fn python(target: &Value, scenario: &[&str]) -> Value {
+pub fn http_client(target: &Value, scenario: &[&str]) -> Value {
     let script = repo().join("scripts/interop/mcp_http_client.py");
     let mut args = vec![target.to_string()];
     args.extend(scenario.iter().map(|a| a.to_string()));
@@ -314,12 +296,13 @@ pub fn python(target: &Value, scenario: &[&str]) -> Value {
 
 /// Runs a Python script of the interop venv with `args`; its stdout as a JSON report.
 pub fn python_report(script: &Path, args: &[String]) -> Value {
-    let out = Command::new(peers().join("venv/bin/python"))
+    let mut command = Command::new(python());
+    command
         .arg(script)
         .args(args)
-        .output()
-        .unwrap();
-    report_of(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    report_of(&Child::spawn("a Python client", &mut command).output(Duration::from_secs(300)))
 }
 
 /// A Python client's JSON report on stdout; fails, showing its stderr, if it failed.
@@ -353,28 +336,19 @@ pub fn free_port() -> u16 {
 pub struct ListeningChild(pub Child, pub u16);
 
 impl ListeningChild {
-    /// Starts `command` and waits (up to 10 s) until `port` accepts connections.
+    /// Starts `command` and waits (up to 10 s) until `port` accepts connections (these
+    /// servers print no line that says they listen).
     pub fn start(mut command: Command, port: u16, what: &str) -> ListeningChild {
-        let mut child = command.spawn().unwrap();
-        for _ in 0..200 {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return ListeningChild(child, port);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("{what} did not listen on {port} within 10 s");
+        let child = Child::spawn(what, &mut command);
+        wait_until(
+            &format!("{what} to listen on {port}"),
+            Duration::from_secs(10),
+            || TcpStream::connect(("127.0.0.1", port)).ok(),
+        );
+        ListeningChild(child, port)
     }
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.1)
-    }
-}
-
-impl Drop for ListeningChild {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

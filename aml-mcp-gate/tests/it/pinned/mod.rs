@@ -5,14 +5,12 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
-use std::sync::mpsc::Receiver;
-use std::time::{Duration, Instant};
+use std::process::{ChildStdin, Command, Output, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::session;
-pub use session::{lines, outcome, pair, python, repo, GATE, WAIT};
+pub use crate::common::{python, repo, Child, Lines, GATE, WAIT};
+pub use crate::session::{outcome, pair, receipts as records};
 
 pub fn work(tag: &str) -> std::path::PathBuf {
     aml_test_support::scratch_dir("gate-pinned", tag)
@@ -29,7 +27,8 @@ pub fn init_with(dir: &Path, options: &[&str], server: &[String]) -> Output {
 }
 
 fn init_run(dir: &Path, options: &[&str], server: &[String], env: &[(&str, String)]) -> Output {
-    let child = Command::new(GATE)
+    let mut command = Command::new(GATE);
+    command
         .arg("init")
         .arg("--out")
         .arg(dir)
@@ -38,22 +37,8 @@ fn init_run(dir: &Path, options: &[&str], server: &[String], env: &[(&str, Strin
         .args(server)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_bounded(child)
-}
-
-pub fn wait_bounded(mut child: Child) -> Output {
-    let deadline = Instant::now() + WAIT;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the process did not exit within {WAIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+        .stderr(Stdio::piped());
+    Child::spawn("aml-mcp-gate init", &mut command).output(WAIT)
 }
 
 pub fn read_json(path: &Path) -> Value {
@@ -88,27 +73,26 @@ pub fn gate_command(dir: &Path, server: &[String]) -> Vec<String> {
 pub struct Client {
     child: Child,
     orders: Option<ChildStdin>,
-    answers: Receiver<Value>,
-    pub log: Receiver<String>,
+    answers: Lines,
+    pub log: Lines,
 }
 
 impl Client {
     pub fn start(command: &[String], env: &[(&str, String)]) -> Client {
-        let mut child = Command::new(python())
-            .arg(repo().join("scripts/interop/mcp_session_client.py"))
-            .arg(serde_json::to_string(command).unwrap())
-            .env("RUST_LOG", "warn,aml_mcp_gate=info")
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let answers = lines(child.stdout.take().unwrap(), |line| {
-            serde_json::from_str(&line).unwrap()
-        });
-        let log = lines(child.stderr.take().unwrap(), |line| line);
-        let orders = child.stdin.take();
+        let mut child = Child::spawn(
+            "the Python SDK client",
+            Command::new(python())
+                .arg(repo().join("scripts/interop/mcp_session_client.py"))
+                .arg(serde_json::to_string(command).unwrap())
+                .env("RUST_LOG", "warn,aml_mcp_gate=info")
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        let answers = child.stdout_lines();
+        let log = child.stderr_lines();
+        let orders = Some(child.stdin());
         let client = Client {
             child,
             orders,
@@ -120,10 +104,10 @@ impl Client {
     }
 
     fn answer(&self) -> Value {
-        match self.answers.recv_timeout(WAIT) {
-            Ok(answer) => answer,
+        match self.answers.next_within(WAIT) {
+            Ok(line) => serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")),
             Err(_) => {
-                let log: Vec<String> = self.log.try_iter().collect();
+                let log = self.log.so_far();
                 panic!(
                     "the client did not answer within {WAIT:?}; its stderr:\n{}",
                     log.join("\n")
@@ -159,34 +143,12 @@ impl Client {
 
     /// Waits (bounded) for a log line containing `needle`.
     pub fn wait_log(&self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.log.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("no log line with {needle:?} within {WAIT:?}"),
-            }
-        }
+        self.log.wait_for(needle, WAIT)
     }
 
     /// Ends the session (EOF to the client) and waits, bounded, for it to exit.
     pub fn close(mut self) {
         drop(self.orders.take());
-        let deadline = Instant::now() + WAIT;
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "the client did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.child.wait(WAIT);
     }
-}
-
-/// The call records in the gate's receipt log (complete once the gate has exited).
-pub fn records(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("receipts.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .filter(|record: &Value| record["record"] == "aml-call-record/1")
-        .collect()
 }

@@ -5,15 +5,15 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use crate::session::{python, repo, write_config, GATE, TO, WAIT};
+use crate::common::{python, repo, wait_until, Child, GATE, WAIT};
+use crate::session::{write_config, TO};
 
 /// What the server, the client and the state know after a run.
 #[derive(Debug)]
@@ -65,14 +65,15 @@ pub fn gate_command(dir: &Path, state: &Path, extra: &[&str]) -> Command {
 pub fn start_gate(dir: &Path, state: &Path) -> Child {
     write_config(dir, Some(false));
     let receipts = dir.join("receipts.jsonl").display().to_string();
-    let mut child = gate_command(dir, state, &["--receipts", &receipts])
-        .env("RUST_LOG", "warn,aml_mcp_gate=info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdin = child.stdin.as_mut().unwrap();
+    let mut child = Child::spawn(
+        "the gate",
+        gate_command(dir, state, &["--receipts", &receipts])
+            .env("RUST_LOG", "warn,aml_mcp_gate=info")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let stdin = child.process().stdin.as_mut().unwrap();
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
                       "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                                  "clientInfo": {"name": "pipelined-test", "version": "1"}}});
@@ -90,24 +91,12 @@ pub fn pipeline(
     stop_after: usize,
     signal: &str,
 ) -> (HashMap<String, String>, String) {
-    let mut stdin = gate.stdin.take().unwrap();
-    let mut stderr = gate.stderr.take().unwrap();
-    let log = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
-        text
-    });
-    let (answers, answered) = mpsc::channel::<Value>();
-    let stdout = gate.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if answers.send(serde_json::from_str(&line).unwrap()).is_err() {
-                return;
-            }
-        }
-    });
-    let ready = answered.recv_timeout(WAIT).expect("the gate answers initialize");
+    let mut stdin = gate.stdin();
+    let log = gate.stderr_lines();
+    let answered = gate.stdout_lines();
+    let json =
+        |line: String| -> Value { serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")) };
+    let ready = json(answered.next(WAIT));
     assert_eq!(ready["id"], 0, "{ready}");
     writeln!(
         stdin,
@@ -134,7 +123,7 @@ pub fn pipeline(
     let deadline = Instant::now() + WAIT;
     while result.len() < stop_after {
         let left = deadline.saturating_duration_since(Instant::now());
-        let answer = answered.recv_timeout(left).expect("answers keep coming");
+        let answer = json(answered.next(left));
         let n = answer["id"].as_u64().expect("an answer to a call") as usize;
         let status = answer["result"]["_meta"]["aml.action-boundary/verdict"]["receipt"]["execution_status"]
             .as_str()
@@ -142,13 +131,12 @@ pub fn pipeline(
             .to_owned();
         result.insert(body(run, n), status);
     }
-    assert!(Command::new("kill")
-        .args([signal, &gate.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    // Answers already on their way still count as answered.
-    while let Ok(answer) = answered.recv_timeout(WAIT) {
+    gate.signal(signal.trim_start_matches('-'));
+    // Answers already on their way still count as answered (until the gate's output ends,
+    // or WAIT passes without its end).
+    let rest = answered.rest_within(WAIT).unwrap_or_else(|so_far| so_far);
+    // A line SIGKILL cut short is no answer (the old reader thread stopped at it, too).
+    for answer in rest.iter().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
         if let Some(n) = answer["id"].as_u64() {
             let status = answer["result"]["_meta"]["aml.action-boundary/verdict"]["receipt"]
                 ["execution_status"]
@@ -158,16 +146,14 @@ pub fn pipeline(
             result.insert(body(run, n as usize), status);
         }
     }
-    wait_exit(&mut gate);
+    gate.wait(WAIT);
     if let Some(pid) = server {
         // The server reads what was forwarded before the gate died, then sees its input end.
-        let deadline = Instant::now() + WAIT;
-        while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
-            assert!(Instant::now() < deadline, "the server (pid {pid}) did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(&format!("the server (pid {pid}) to exit"), WAIT, || {
+            (!Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid)).then_some(())
+        });
     }
-    (result, log.join().unwrap())
+    (result, log.rest(WAIT).join("\n"))
 }
 
 /// The `writes` and `commits` of the gate's last log line about its state, if it wrote one.
@@ -187,37 +173,35 @@ pub fn commits(log: &str) -> Option<(u64, u64)> {
     Some((field("writes")?, field("commits")?))
 }
 
-fn wait_exit(child: &mut Child) {
-    let deadline = Instant::now() + WAIT;
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the gate did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The gate's child (the server), from `/proc`.
 fn server_pid(gate: u32) -> Option<u32> {
     let deadline = Instant::now() + WAIT;
-    loop {
-        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
+    wait_until(
+        "the gate's server to start, or the time to look to pass",
+        WAIT + WAIT,
+        || {
+            let entries = match std::fs::read_dir("/proc") {
+                Ok(entries) => entries,
+                Err(_) => return Some(None),
             };
-            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            // pid (comm) state ppid …: comm may hold spaces, so read after the last ')'.
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|p| p.parse::<u32>().ok());
-            if ppid == Some(gate) {
-                return Some(pid);
+            for entry in entries.flatten() {
+                let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                    continue;
+                };
+                let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+                // pid (comm) state ppid …: comm may hold spaces, so read after the last ')'.
+                let ppid = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|p| p.parse::<u32>().ok());
+                if ppid == Some(gate) {
+                    return Some(Some(pid));
+                }
             }
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+            // Not found within WAIT: no server to wait for (as before), not a failure.
+            (Instant::now() > deadline).then_some(None)
+        },
+    )
 }
 
 fn is_zombie(pid: u32) -> bool {

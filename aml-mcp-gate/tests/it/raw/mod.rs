@@ -5,14 +5,12 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::Receiver;
-use std::time::{Duration, Instant};
+use std::process::{ChildStdin, Command, ExitStatus, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::session;
-pub use session::{http, lines, pending, python, repo, GATE, WAIT};
+pub use crate::common::{python, repo, wait_until, Child, Lines, GATE, WAIT};
+pub use crate::session::{http, pending};
 
 pub fn work(tag: &str) -> PathBuf {
     aml_test_support::scratch_dir("gate-raw", tag)
@@ -79,45 +77,19 @@ pub fn records(dir: &Path) -> Vec<Value> {
 
 /// Waits (bounded) until `ready` holds.
 pub fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !ready() {
-        assert!(Instant::now() < deadline, "{what}: not within {WAIT:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(what, WAIT, || ready().then_some(()));
 }
 
 /// Sends `signal` (`HUP`, `TERM`, `KILL`) to the gate, as `kill -SIGNAL PID` does.
 pub fn signal(gate: &StdioGate, signal: &str) {
-    let pid = gate.child.id().to_string();
-    let sent = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(&pid)
-        .status()
-        .unwrap();
-    assert!(sent.success(), "kill -{signal} {pid}");
-}
-
-/// Waits (bounded by `limit`) for `child` to exit, reading its output meanwhile.
-pub fn wait_output(child: Child, limit: Duration) -> std::process::Output {
-    let id = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(output) => output.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &id.to_string()]).status();
-            panic!("the process did not exit within {limit:?}");
-        }
-    }
+    gate.child.signal(signal);
 }
 
 /// The gate on stdio, its stderr in `dir/stderr.txt`.
 pub struct StdioGate {
     pub child: Child,
     stdin: Option<ChildStdin>,
-    out: Receiver<String>,
+    out: Lines,
     pub dir: PathBuf,
 }
 
@@ -142,9 +114,9 @@ impl StdioGate {
         if let Some(cwd) = cwd {
             command.current_dir(cwd);
         }
-        let mut child = command.spawn().unwrap();
-        let stdin = child.stdin.take();
-        let out = lines(child.stdout.take().unwrap(), |l| l);
+        let mut child = Child::spawn("the gate", &mut command);
+        let stdin = Some(child.stdin());
+        let out = child.stdout_lines();
         StdioGate {
             child,
             stdin,
@@ -168,23 +140,20 @@ impl StdioGate {
     pub fn recv(&self) -> Value {
         let line = self
             .out
-            .recv_timeout(WAIT)
+            .next_within(WAIT)
             .unwrap_or_else(|e| panic!("no line from the gate within {WAIT:?} ({e}): {}", self.stderr()));
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
     }
 
     /// Every line the gate writes until it closes its output (bounded).
     pub fn rest(&self) -> Vec<Value> {
-        let deadline = Instant::now() + WAIT;
-        let mut all = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.out.recv_timeout(left) {
-                Ok(line) => all.push(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))),
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return all,
-                Err(e) => panic!("the gate kept its output open ({e}): {}", self.stderr()),
-            }
-        }
+        let rest = self
+            .out
+            .rest_within(WAIT)
+            .unwrap_or_else(|_| panic!("the gate kept its output open: {}", self.stderr()));
+        rest.iter()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+            .collect()
     }
 
     pub fn initialize(&mut self) -> Value {
@@ -205,27 +174,12 @@ impl StdioGate {
 
     /// Waits (bounded) for the gate to exit.
     pub fn wait(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("the gate did not exit within {WAIT:?}: {}", self.stderr());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.child
+            .wait_within(WAIT)
+            .unwrap_or_else(|| panic!("the gate did not exit within {WAIT:?}: {}", self.stderr()))
     }
 
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(self.dir.join("stderr.txt")).unwrap_or_default()
-    }
-}
-
-impl Drop for StdioGate {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -4,30 +4,15 @@
 //! (`scripts/interop/mcp_notice_server.py`); and the approval page driven over HTTP.
 #![allow(dead_code, unreachable_pub)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::time::{Duration, Instant};
+use std::process::{ChildStdin, Command, Stdio};
 
 use serde_json::{json, Value};
 
-pub const GATE: &str = env!("CARGO_BIN_EXE_aml-mcp-gate");
-pub const WAIT: Duration = Duration::from_secs(30);
+pub use crate::common::{python, repo, wait_until, Child, Lines, GATE, WAIT};
+
 pub const TO: &str = "team@example.test";
-
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-pub fn python() -> PathBuf {
-    let python = repo().join("target/interop/venv/bin/python");
-    assert!(
-        python.is_file(),
-        "the Python MCP SDK is missing at {python:?}: run `bash scripts/interop-setup` (scripts/test does)"
-    );
-    python
-}
 
 pub fn work(tag: &str) -> PathBuf {
     aml_test_support::scratch_dir("gate-reload", tag)
@@ -52,8 +37,8 @@ pub fn write(path: &Path, text: &str) {
 pub struct Session {
     pub client: Child,
     orders: Option<ChildStdin>,
-    answers: Receiver<Value>,
-    log: Receiver<String>,
+    answers: Lines,
+    log: Lines,
     dir: PathBuf,
 }
 
@@ -93,22 +78,21 @@ impl Session {
                 .display()
                 .to_string(),
         );
-        let mut client = Command::new(python())
-            .arg(repo().join("scripts/interop/mcp_session_client.py"))
-            .arg(serde_json::to_string(&command).unwrap())
-            .env("AML_NOTICE_AUDIT", dir.join("audit.jsonl"))
-            .env("RUST_LOG", "warn,aml_mcp_gate=info")
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let answers = lines(client.stdout.take().unwrap(), |line| {
-            serde_json::from_str(&line).unwrap()
-        });
-        let log = lines(client.stderr.take().unwrap(), |line| line);
-        let orders = client.stdin.take();
+        let mut client = Child::spawn(
+            "the Python SDK client",
+            Command::new(python())
+                .arg(repo().join("scripts/interop/mcp_session_client.py"))
+                .arg(serde_json::to_string(&command).unwrap())
+                .env("AML_NOTICE_AUDIT", dir.join("audit.jsonl"))
+                .env("RUST_LOG", "warn,aml_mcp_gate=info")
+                .envs(env.iter().copied())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        let answers = client.stdout_lines();
+        let log = client.stderr_lines();
+        let orders = Some(client.stdin());
         let session = Session {
             client,
             orders,
@@ -133,9 +117,8 @@ impl Session {
     }
 
     pub fn answer(&self) -> Value {
-        self.answers
-            .recv_timeout(WAIT)
-            .expect("the client answers in time")
+        let line = self.answers.next(WAIT);
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
     }
 
     /// One call: the receipt's (execution status, reason), or the refusal before planning.
@@ -146,15 +129,7 @@ impl Session {
 
     /// Waits (bounded) for a log line containing `needle`; returns it.
     pub fn wait_log(&self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.log.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("no log line with {needle:?} within {WAIT:?}"),
-            }
-        }
+        self.log.wait_for(needle, WAIT)
     }
 
     pub fn gate_pid(&self) -> String {
@@ -182,25 +157,8 @@ impl Session {
     /// Ends the session (EOF to the client) and waits, bounded, for everyone to exit.
     pub fn close(mut self) {
         drop(self.orders.take());
-        let deadline = Instant::now() + WAIT;
-        while self.client.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "the client did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.client.wait(WAIT);
     }
-}
-
-pub fn lines<R: Read + Send + 'static, T: Send + 'static>(from: R, map: fn(String) -> T) -> Receiver<T> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(from).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(map(line)).is_err() {
-                return;
-            }
-        }
-    });
-    rx
 }
 
 pub fn outcome(answer: &Value) -> (String, String) {
@@ -232,19 +190,14 @@ pub fn http(origin: &str, request: String) -> String {
 
 /// Waits (bounded) for the approval page to list a pending proposal.
 pub fn pending(origin: &str, token: &str) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
+    wait_until("a proposal pending on the approval page", WAIT, || {
         let response = http(
             origin,
             format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: {origin}\r\n\r\n"),
         );
         let list: Vec<Value> = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
-        if let Some(first) = list.into_iter().next() {
-            return first;
-        }
-        assert!(Instant::now() < deadline, "nothing pending on the approval page");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        list.into_iter().next()
+    })
 }
 
 /// The page's URL parts (origin, token) from the gate's log line.

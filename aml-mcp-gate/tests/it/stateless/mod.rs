@@ -66,7 +66,7 @@ pub fn gate_with(dir: &Path, extra: &[&str], tee: bool) -> Gate {
     let mut args = gate_args(dir);
     args.extend(["--listen", "127.0.0.1:0"].map(String::from));
     args.extend(extra.iter().map(|s| s.to_string()));
-    let python = peers().join("venv/bin/python");
+    let python = python();
     args.extend([
         "--".into(),
         "sh".into(),
@@ -140,7 +140,7 @@ pub struct HttpServer;
 impl HttpServer {
     pub fn start(audit: &Path) -> ListeningChild {
         let port = free_port();
-        let mut command = Command::new(peers().join("venv/bin/python"));
+        let mut command = Command::new(python());
         command
             .arg(fixture("server.py"))
             .args(["http", &port.to_string()])

@@ -90,9 +90,7 @@ fn child_claimant() {
     let store: Arc<dyn GrantStore> = Arc::new(SqliteStore::open(&path).unwrap());
     let tool = tool_with_grant(store, id, Arc::clone(&calls));
     let start_at: u64 = std::env::var("AML_GRANT_START").unwrap().parse().unwrap();
-    while now_ms() < start_at {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    hold_until(start_at);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -102,6 +100,12 @@ fn child_claimant() {
         "AML_CHILD_RESULT reason={reason} calls={}",
         calls.load(Ordering::SeqCst)
     );
+}
+
+/// The processes' shared start line: holds until the wall clock reads `at_ms`, so that they
+/// all start at one instant (a rendezvous at a deadline, not a wait for a condition).
+fn hold_until(at_ms: u64) {
+    std::thread::sleep(Duration::from_millis(at_ms.saturating_sub(now_ms())));
 }
 
 fn now_ms() -> u64 {
@@ -172,7 +176,7 @@ fn child_hangs_inside_the_tool() {
         let marker = marker.clone();
         async move {
             std::fs::write(&marker, b"inside the tool").unwrap();
-            std::thread::sleep(Duration::from_secs(600));
+            std::thread::sleep(Duration::from_secs(600)); // hangs (simulated) until killed
             Ok(serde_json::json!(null))
         }
     });
@@ -186,13 +190,9 @@ fn child_hangs_inside_the_tool() {
 }
 
 fn wait_for(path: &Path) {
-    for _ in 0..3000 {
-        if path.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{path:?} never appeared");
+    aml_test_support::wait_until(&format!("{path:?} to appear"), Duration::from_secs(30), || {
+        path.exists().then_some(())
+    });
 }
 
 #[test]
@@ -275,9 +275,7 @@ fn child_opens_new_files() {
     let start_at: u64 = std::env::var("AML_OPEN_START").unwrap().parse().unwrap();
     let mut failures = Vec::new();
     for round in 0..ROUNDS {
-        while now_ms() < start_at + round * ROUND_MS {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        hold_until(start_at + round * ROUND_MS);
         if let Err(e) = SqliteStore::open(dir.join(format!("round-{round}.db"))) {
             failures.push(e.to_string());
         }
@@ -406,7 +404,7 @@ impl aml_core::PolicySource for HangAfterClaim {
             .unwrap();
         if spent {
             std::fs::write(&self.marker, b"claimed").unwrap();
-            std::thread::sleep(Duration::from_secs(600));
+            std::thread::sleep(Duration::from_secs(600)); // hangs (simulated) until killed
         }
         policy()
     }

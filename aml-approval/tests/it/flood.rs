@@ -110,7 +110,7 @@ fn descriptors_open() -> u64 {
 /// Floods `address` from a child process with `n` connections; the child's report, and
 /// the most descriptors this process held meanwhile.
 fn flood(address: SocketAddr, n: usize, hold_ms: u64) -> (String, u64) {
-    let mut child = child_role("child_floods")
+    let mut child = child_role("flood::child_floods")
         .env("AML_FLOOD_ADDR", address.to_string())
         .env("AML_FLOOD_N", n.to_string())
         .env("AML_FLOOD_HOLD_MS", hold_ms.to_string())

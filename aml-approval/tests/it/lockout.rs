@@ -132,7 +132,7 @@ fn a_flood_without_the_token_never_locks_the_approver_out() {
     let host = rt.block_on(host());
     let tabs = Tabs::open(&host, TABS);
     assert_eq!(host.page.open_streams(), TABS);
-    let mut child = child_role("child_holds_and_reopens")
+    let mut child = child_role("lockout::child_holds_and_reopens")
         .env("AML_LOCKOUT_ADDR", host.page.address().to_string())
         .env("AML_LOCKOUT_N", FLOOD.to_string())
         .stdin(Stdio::piped())

@@ -259,7 +259,8 @@ pub(crate) async fn raw(address: &str, request: &str) -> String {
     .expect("the page answers within 10 s")
 }
 
-/// This test binary again, to run only the ignored test `role` (a child role of a test:
+/// This test binary again, to run only the ignored test `role` (its path in this binary,
+/// `module::name`; a child role of a test:
 /// another process, so that its sockets and scheduling are not the host's).
 pub(crate) fn child_role(role: &str) -> std::process::Command {
     let mut command = std::process::Command::new(std::env::current_exe().unwrap());
@@ -469,7 +470,7 @@ impl Tabs {
     /// Opens `n` tabs on `host`'s page; returns once every stream is open.
     pub(crate) fn open(host: &Host, n: usize) -> Tabs {
         use std::io::BufRead;
-        let mut child = child_role("child_tabs")
+        let mut child = child_role("flood::child_tabs")
             .env("AML_TABS_ADDR", host.authority())
             .env("AML_TABS_TOKEN", host.token())
             .env("AML_TABS_N", n.to_string())

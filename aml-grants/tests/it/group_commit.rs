@@ -105,7 +105,7 @@ fn a_crash_before_the_next_commit_loses_the_outcome_and_its_record_together() {
     drop(SqliteStore::open(&path).unwrap());
     let mut victim = Command::new(std::env::current_exe().unwrap())
         .args([
-            "child_settles_behind_a_lock",
+            "group_commit::child_settles_behind_a_lock",
             "--exact",
             "--ignored",
             "--nocapture",

@@ -117,7 +117,15 @@ fn now_ms() -> u64 {
 
 fn child(test: &str) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--ignored", "--nocapture", "--test-threads=1"]);
+    // The test's name in this binary: its module's path, then its own.
+    let test = format!("sqlite::{test}");
+    cmd.args([
+        test.as_str(),
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
     cmd
 }
 

@@ -7,10 +7,12 @@
 //! process, into this test executable's own target directory and profile, where
 //! [`aml_testkit::mcp::gate_binary_path`] looks. cargo releases its lock on the target
 //! directory before it runs the test executables, so this nested build does not wait on
-//! the `cargo test` that started it. When the binaries are newer than every source of
-//! theirs (their crates' and their path dependencies' `src`, `build.rs` and `Cargo.toml`,
-//! and the workspace's `Cargo.toml` and `Cargo.lock`), cargo is not run at all. A failed
-//! build fails the test that asked, with cargo's errors above.
+//! the `cargo test` that started it. When the binaries are newer than every source file
+//! of theirs (under `src/`, and `build.rs`, of their crates and their path dependencies),
+//! cargo is not run at all. Manifests are not compared: a manifest edited without changing
+//! the binary (a dev-dependency added) leaves cargo's binary as it was, older than the
+//! manifest, and would otherwise rebuild it here with another feature set every time. A
+//! failed build fails the test that asked, with cargo's errors above.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,24 +102,18 @@ fn build(profile_dir: &Path) {
     );
 }
 
-/// The newest modification time among `krate`'s sources and those of its path
-/// dependencies (transitively), and the workspace's manifest and lock file.
+/// The newest modification time among `krate`'s source files and those of its path
+/// dependencies (transitively).
 fn newest_source(krate: &Path) -> SystemTime {
     let repo = aml_test_support::repo();
-    let mut newest = [repo.join("Cargo.toml"), repo.join("Cargo.lock")]
-        .iter()
-        .filter_map(|p| modified(p))
-        .max()
-        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let mut newest = SystemTime::UNIX_EPOCH;
     let mut todo = vec![krate.canonicalize().unwrap_or_else(|_| krate.to_path_buf())];
     let mut seen = Vec::new();
     while let Some(dir) = todo.pop() {
         if seen.contains(&dir) {
             continue;
         }
-        for file in [dir.join("Cargo.toml"), dir.join("build.rs")] {
-            newest = newest.max(modified(&file).unwrap_or(SystemTime::UNIX_EPOCH));
-        }
+        newest = newest.max(modified(&dir.join("build.rs")).unwrap_or(SystemTime::UNIX_EPOCH));
         newest = newest.max(newest_in(&dir.join("src")));
         todo.extend(path_dependencies(&dir, &repo));
         seen.push(dir);

@@ -137,8 +137,7 @@ async fn a_failing_hanging_or_missing_command_is_logged_and_blocks_nothing() {
     let hanging = script(
         &dir,
         "hang.sh",
-        // A command that hangs (simulated), until the notifier's timeout kills it.
-        &format!("echo $$ > {}\nexec sleep 30", pid_file.display()),
+        &format!("echo $$ > {}\nexec sleep 30", pid_file.display()), // hangs (simulated) until killed
     );
     let missing = dir.join("no-such-program");
     for (command, says) in [

@@ -24,12 +24,7 @@ fn root() -> PathBuf {
 }
 
 fn python() -> PathBuf {
-    let path = root().join("target/interop/venv/bin/python");
-    assert!(
-        path.is_file(),
-        "{path:?} missing: run `bash scripts/interop-setup` (scripts/test does)"
-    );
-    path
+    aml_test_support::python()
 }
 
 fn script() -> PathBuf {

@@ -30,8 +30,8 @@ struct Browser {
 
 impl Browser {
     fn start() -> Self {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        let modules = root.join("target/interop/node/node_modules");
+        let root = aml_test_support::repo();
+        let modules = aml_test_support::interop_dir().join("node/node_modules");
         assert!(
             modules.join("playwright-core").is_dir() && PathBuf::from("/usr/bin/chromium").is_file(),
             "playwright-core or /usr/bin/chromium missing: run `bash scripts/interop-setup` (scripts/test does)"

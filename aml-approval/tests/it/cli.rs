@@ -38,10 +38,7 @@ fn repo() -> PathBuf {
 }
 
 fn temp(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-approval-cli-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    aml_test_support::scratch_dir("approval-cli", tag)
 }
 
 /// A fresh key, its keyring, and a statement file signed by the CLI.

@@ -206,7 +206,8 @@ async fn a_stream_outlives_the_connection_deadline() {
     // Past the whole-connection deadline (token timeout + 2 × request timeout = 600 ms):
     // let it pass, then the stream still delivers.
     let deadline = limit * 3;
-    tokio::time::sleep((deadline + Duration::from_millis(400)).saturating_sub(started.elapsed())).await;
+    let past_the_deadline = (deadline + Duration::from_millis(400)).saturating_sub(started.elapsed());
+    tokio::time::sleep(past_the_deadline).await; // holds past the deadline this test is about
     let call = host.propose("Later.");
     assert_eq!(events.next_named("pending", WITHIN).await["seq"], 1);
     assert!(started.elapsed() > deadline);

@@ -13,9 +13,7 @@ use common::host_with;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_history_survives_a_restart_of_the_page() {
-    let dir = std::env::temp_dir().join(format!("aml-approval-history-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = aml_test_support::scratch_dir("approval", "history");
     let file = dir.join("state.sqlite3");
     {
         let store = Arc::new(SqliteStore::open(&file).unwrap());

@@ -263,9 +263,7 @@ async fn anything_but_a_valid_current_approval_of_this_request_blocks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verified_decisions_are_journaled_before_they_count() {
-    let dir = std::env::temp_dir().join(format!("aml-approval-journal-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = aml_test_support::scratch_dir("approval", "journal");
     let store = Arc::new(aml_grants::SqliteStore::open(dir.join("boundary.db")).unwrap());
     let key = alice();
     let ring = Keyring::new().with_approver(&key).unwrap();

@@ -11,12 +11,8 @@ mod cli;
 #[cfg(feature = "web")]
 mod events;
 #[cfg(feature = "web")]
-mod flood;
-#[cfg(feature = "web")]
 mod history;
 mod hook;
-#[cfg(feature = "web")]
-mod lockout;
 #[cfg(feature = "web")]
 mod notify;
 mod tty;

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aml_approval::NotifyCommand;
 use aml_core::ReceiptReason;
@@ -45,25 +45,21 @@ impl Write for Sink {
 
 /// Waits (bounded) for a logged line with every one of `parts`; returns it.
 async fn logged(parts: &[&str]) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
-        if let Some(line) = text.lines().find(|l| parts.iter().all(|p| l.contains(p))) {
-            return line.to_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no log line with {parts:?} in:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    aml_test_support::wait_until_async(
+        &format!("a log line with {parts:?}"),
+        Duration::from_secs(20),
+        || async {
+            let text = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
+            text.lines()
+                .find(|l| parts.iter().all(|p| l.contains(p)))
+                .map(str::to_owned)
+        },
+    )
+    .await
 }
 
 fn dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-approval-notify-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    aml_test_support::scratch_dir("approval-notify", tag)
 }
 
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
@@ -75,14 +71,12 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
 
 /// Waits (bounded) for `path` to exist; its text.
 async fn file(path: &Path) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            return text;
-        }
-        assert!(Instant::now() < deadline, "{} was never written", path.display());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    aml_test_support::wait_until_async(
+        &format!("{} to be written", path.display()),
+        Duration::from_secs(20),
+        || async { std::fs::read_to_string(path).ok() },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,7 +137,7 @@ async fn a_failing_hanging_or_missing_command_is_logged_and_blocks_nothing() {
     let hanging = script(
         &dir,
         "hang.sh",
-        &format!("echo $$ > {}\nexec sleep 30", pid_file.display()),
+        &format!("echo $$ > {}\nexec sleep 30", pid_file.display()), // hangs (simulated) until killed
     );
     let missing = dir.join("no-such-program");
     for (command, says) in [
@@ -176,17 +170,14 @@ async fn a_failing_hanging_or_missing_command_is_logged_and_blocks_nothing() {
     }
     // The hanging command was killed, not left behind.
     let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_owned();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let gone = state.is_empty() || state.split(") ").nth(1).is_some_and(|s| s.starts_with('Z'));
-        if gone {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the hanging command {pid} still runs: {state}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    aml_test_support::wait_until_async(
+        &format!("the hanging command {pid} to be gone"),
+        Duration::from_secs(10),
+        || async {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let gone = state.is_empty() || state.split(") ").nth(1).is_some_and(|s| s.starts_with('Z'));
+            gone.then_some(())
+        },
+    )
+    .await;
 }

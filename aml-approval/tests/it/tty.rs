@@ -21,8 +21,7 @@ fn pending_with(body: &str) -> PendingApproval {
 
 #[tokio::test]
 async fn answers_on_the_terminal_become_signed_decisions() {
-    let dir = std::env::temp_dir().join(format!("aml-tty-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = aml_test_support::scratch_dir("tty", "answers");
     for (answer, expected) in [
         ("y\n", StatementDecision::Approve),
         ("YES\n", StatementDecision::Approve),
@@ -85,7 +84,7 @@ async fn a_real_terminal_prompt_is_answered_on_the_terminal() {
         }
         let _ = master.write_all(b"yes\n");
         let _ = tx.send(shown);
-        std::thread::sleep(std::time::Duration::from_secs(2)); // keep the terminal open
+        std::thread::sleep(std::time::Duration::from_secs(2)); // keep the terminal open: not a wait
     });
     let shown = rx
         .recv_timeout(std::time::Duration::from_secs(30))
@@ -108,8 +107,7 @@ async fn a_real_terminal_prompt_is_answered_on_the_terminal() {
 /// the digest of the exact bytes.
 #[tokio::test]
 async fn control_and_bidi_characters_are_shown_as_escapes_with_a_warning() {
-    let dir = std::env::temp_dir().join(format!("aml-tty-escapes-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = aml_test_support::scratch_dir("tty", "escapes");
     let (input, output) = (dir.join("in"), dir.join("out"));
     std::fs::write(&input, "n\n").unwrap();
     std::fs::write(&output, "").unwrap();

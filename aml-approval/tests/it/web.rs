@@ -179,13 +179,12 @@ async fn closed_after(stream: &mut tokio::net::TcpStream, started: Instant) -> D
 
 /// Waits (bounded) until the page holds `n` connections.
 async fn until_open(host: &common::Host, n: usize) {
-    for _ in 0..500 {
-        if host.page.open_connections() == n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(host.page.open_connections(), n);
+    aml_test_support::wait_until_async(
+        &format!("the page to hold {n} connections"),
+        Duration::from_secs(5),
+        || async { (host.page.open_connections() == n).then_some(()) },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -202,7 +201,7 @@ async fn idle_and_slow_clients_are_cut_off_and_the_oldest_gives_way_to_the_appro
             if slow.write_all(b"a").await.is_err() {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await; // the slowloris's pace (simulated)
         }
         closed_after(&mut slow, started).await
     });

@@ -47,10 +47,7 @@ async fn append_and_verify<S: ReceiptStore + AuditLog + 'static>(store: Arc<S>) 
 }
 
 fn temp(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-chain-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("state.sqlite3")
+    aml_test_support::scratch_dir("chain", name).join("state.sqlite3")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aml_core::{testing, ReceiptReason};
 use aml_grants::{
@@ -78,7 +78,7 @@ fn child_settles_behind_a_lock() {
         wait_for(&path.with_file_name("locked"));
         store.settle(vec![settlement(id)]).await.unwrap();
         std::fs::write(path.with_file_name("queued"), b"queued").unwrap();
-        std::thread::sleep(Duration::from_secs(600));
+        std::thread::sleep(Duration::from_secs(600)); // hangs (simulated) until the test kills it
     });
 }
 
@@ -94,11 +94,9 @@ fn settlement(id: i64) -> Settlement {
 }
 
 fn wait_for(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !path.exists() {
-        assert!(Instant::now() < deadline, "{path:?} never appeared");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    aml_test_support::wait_until(&format!("{path:?} to appear"), Duration::from_secs(30), || {
+        path.exists().then_some(())
+    });
 }
 
 #[test]
@@ -206,11 +204,12 @@ fn a_settled_call_stores_its_outcome_with_its_record() {
         let out = unrecorded.call(&args()).await.unwrap();
         assert_eq!(out.receipt().reason(), ReceiptReason::HostDispatchReturned);
         assert_eq!(store.unresolved().await.unwrap().len(), 1, "held for its record");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !store.unresolved().await.unwrap().is_empty() {
-            assert!(Instant::now() < deadline, "the held outcome was never stored");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        aml_test_support::wait_until_async(
+            "the held outcome to be stored",
+            Duration::from_secs(20),
+            || async { store.unresolved().await.unwrap().is_empty().then_some(()) },
+        )
+        .await;
         assert_eq!(store.records_since(0).await.unwrap().len(), 1);
     });
 }

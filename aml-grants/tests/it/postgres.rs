@@ -67,7 +67,24 @@ async fn postgres_grants_expire_by_the_database_clock() {
     let store = connect().await;
     let d = digest(&unique("expiry"));
     let id = store.issue(d, Some(Duration::from_millis(200))).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The database's own clock passes the grant's expiry (a claim's `now()` comes later).
+    let admin = admin().await;
+    aml_test_support::wait_until_async(
+        "the database clock to pass the grant's expiry",
+        Duration::from_secs(10),
+        || async {
+            let past: bool = admin
+                .query_one(
+                    "SELECT expires_at < clock_timestamp() FROM aml_grants WHERE id = $1",
+                    &[&id],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            past.then_some(())
+        },
+    )
+    .await;
     assert_eq!(store.claim(&grant(d, &id)).await.unwrap(), ClaimStatus::Expired);
 }
 

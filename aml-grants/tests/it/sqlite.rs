@@ -90,9 +90,7 @@ fn child_claimant() {
     let store: Arc<dyn GrantStore> = Arc::new(SqliteStore::open(&path).unwrap());
     let tool = tool_with_grant(store, id, Arc::clone(&calls));
     let start_at: u64 = std::env::var("AML_GRANT_START").unwrap().parse().unwrap();
-    while now_ms() < start_at {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    hold_until(start_at);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -104,6 +102,12 @@ fn child_claimant() {
     );
 }
 
+/// The processes' shared start line: holds until the wall clock reads `at_ms`, so that they
+/// all start at one instant (a rendezvous at a deadline, not a wait for a condition).
+fn hold_until(at_ms: u64) {
+    std::thread::sleep(Duration::from_millis(at_ms.saturating_sub(now_ms())));
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -113,8 +117,15 @@ fn now_ms() -> u64 {
 
 fn child(test: &str) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    let test = format!("{}::{test}", module_path!().trim_start_matches("it::"));
-    cmd.args([&test, "--exact", "--ignored", "--nocapture", "--test-threads=1"]);
+    // The test's name in this binary: its module's path, then its own.
+    let test = format!("sqlite::{test}");
+    cmd.args([
+        test.as_str(),
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
     cmd
 }
 
@@ -173,7 +184,7 @@ fn child_hangs_inside_the_tool() {
         let marker = marker.clone();
         async move {
             std::fs::write(&marker, b"inside the tool").unwrap();
-            std::thread::sleep(Duration::from_secs(600));
+            std::thread::sleep(Duration::from_secs(600)); // hangs (simulated) until killed
             Ok(serde_json::json!(null))
         }
     });
@@ -187,13 +198,9 @@ fn child_hangs_inside_the_tool() {
 }
 
 fn wait_for(path: &Path) {
-    for _ in 0..3000 {
-        if path.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{path:?} never appeared");
+    aml_test_support::wait_until(&format!("{path:?} to appear"), Duration::from_secs(30), || {
+        path.exists().then_some(())
+    });
 }
 
 #[test]
@@ -276,9 +283,7 @@ fn child_opens_new_files() {
     let start_at: u64 = std::env::var("AML_OPEN_START").unwrap().parse().unwrap();
     let mut failures = Vec::new();
     for round in 0..ROUNDS {
-        while now_ms() < start_at + round * ROUND_MS {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        hold_until(start_at + round * ROUND_MS);
         if let Err(e) = SqliteStore::open(dir.join(format!("round-{round}.db"))) {
             failures.push(e.to_string());
         }
@@ -407,7 +412,7 @@ impl aml_core::PolicySource for HangAfterClaim {
             .unwrap();
         if spent {
             std::fs::write(&self.marker, b"claimed").unwrap();
-            std::thread::sleep(Duration::from_secs(600));
+            std::thread::sleep(Duration::from_secs(600)); // hangs (simulated) until killed
         }
         policy()
     }

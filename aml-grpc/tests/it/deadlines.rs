@@ -23,11 +23,29 @@ fn request(tool: &str, args: &str, timeout: Option<&str>) -> Request<CallToolReq
     request
 }
 
+/// Waits for the slow tool to finish: its dispatch's record (on the paused clock, the
+/// wait's polls advance time to the tool's end).
+async fn finished_tool_records(host: &support::Host) -> Vec<aml_core::CallRecord> {
+    aml_test_support::wait_until_async("the finished tool's record", Duration::from_secs(10), || async {
+        let records = host.records();
+        (!records.is_empty()).then_some(records)
+    })
+    .await
+}
+
 fn slow_approval() -> Setup {
     Setup {
         approval_delay: Duration::from_secs(3),
         ..Setup::default()
     }
+}
+
+/// Holds past the moment the slow approval would have answered (3 s; on the paused clock
+/// this takes no real time): the deadline these tests are about, after which they check
+/// that the tool was still never entered. Nothing observable happens at that moment — the
+/// approval was abandoned — so there is no event to wait for instead.
+async fn past_the_slow_approval() {
+    tokio::time::sleep(Duration::from_secs(10)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -50,7 +68,7 @@ async fn a_caller_that_goes_away_during_approval_never_reaches_the_tool() {
         Some("the caller went away before the tool was entered")
     );
     // Long after the approval would have arrived, nothing has run.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    past_the_slow_approval().await;
     assert_eq!(host.entries(), 0);
     assert_eq!(host.records().len(), 1);
 }
@@ -72,7 +90,7 @@ async fn the_callers_deadline_ends_approval_with_a_receipt_and_no_dispatch() {
     assert_eq!(receipt.reason().as_str(), "approval_error");
     assert_eq!(receipt.execution_status().as_str(), "blocked");
     assert!(report.detail.unwrap().contains("deadline passed"));
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    past_the_slow_approval().await;
     assert_eq!(host.entries(), 0);
     assert_eq!(host.records().len(), 1);
 }
@@ -95,7 +113,7 @@ async fn the_default_timeout_bounds_approval_for_calls_without_a_deadline() {
     assert_eq!(start.elapsed(), Duration::from_millis(400));
     assert_eq!(status.code(), Code::DeadlineExceeded);
     assert_eq!(report_of(&status).unwrap().reason, "approval_error");
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    past_the_slow_approval().await;
     assert_eq!(host.entries(), 0);
 }
 
@@ -123,8 +141,7 @@ async fn the_default_timeout_answers_a_running_tool_and_its_receipt_is_still_rec
     assert!(report.plan.is_some());
     assert_eq!(host.entries(), 1);
     assert!(host.records().is_empty(), "the tool is still running");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let records = host.records();
+    let records = finished_tool_records(&host).await;
     assert_eq!(records.len(), 1);
     assert_eq!(
         records[0].receipt.as_ref().unwrap().reason().as_str(),
@@ -145,8 +162,7 @@ async fn a_caller_that_goes_away_during_the_tool_leaves_a_recorded_dispatch() {
     }
     drop(call);
     assert!(host.records().is_empty(), "the tool is still running");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let records = host.records();
+    let records = finished_tool_records(&host).await;
     assert_eq!(records.len(), 1);
     let receipt = records[0].receipt.as_ref().unwrap();
     assert_eq!(receipt.reason().as_str(), "host_dispatch_returned");

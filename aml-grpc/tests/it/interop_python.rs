@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 const SEND: &str = r#"{"to":"team@example.test","body":"hi"}"#;
+const SEND_LATER: &str = r#"{"to":"team@example.test","body":"hi again"}"#;
 const APPROVAL_DELAY_MS: u64 = 1500;
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -25,12 +26,7 @@ fn repo() -> PathBuf {
 }
 
 fn python() -> PathBuf {
-    let path = repo().join("target/interop/venv/bin/python");
-    assert!(
-        path.is_file(),
-        "{path:?} missing: run `bash scripts/interop-setup` (scripts/test does)"
-    );
-    path
+    aml_test_support::python()
 }
 
 fn example_server() -> PathBuf {
@@ -136,34 +132,20 @@ impl Server {
         }
     }
 
-    /// Reads stdout for `how_long` and returns how many tool entries it has shown in all.
-    fn entries_after(&mut self, how_long: Duration) -> usize {
-        let until = Instant::now() + how_long;
-        while let Ok(line) = self
-            .stdout
-            .recv_timeout(until.saturating_duration_since(Instant::now()))
-        {
-            self.seen.push(line);
-        }
+    /// Reads stdout (at most [`WAIT`]) up to the tool entry for proposal `digest`; how many
+    /// tool entries it has shown in all by then.
+    fn entries_up_to(&mut self, digest: &str) -> usize {
+        while self.wait_for("entered")["proposal_sha256"] != digest {}
         self.seen.iter().filter(|l| l.get("entered").is_some()).count()
     }
 
     /// Waits (at most [`WAIT`]) until the receipts file holds `n` call records.
     fn records(&self, n: usize) -> Vec<Value> {
-        let until = Instant::now() + WAIT;
-        loop {
+        aml_test_support::wait_until(&format!("{n} call records"), WAIT, || {
             let text = std::fs::read_to_string(&self.receipts).unwrap_or_default();
             let records: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-            if records.len() >= n {
-                return records;
-            }
-            assert!(
-                Instant::now() < until,
-                "{} of {n} records within {WAIT:?}",
-                records.len()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            (records.len() >= n).then_some(records)
+        })
     }
 }
 
@@ -216,7 +198,7 @@ fn receipt(record: &Value) -> (&str, &str) {
 
 #[test]
 fn a_client_that_gives_up_during_approval_never_gets_the_tool_entered() {
-    let dir = tempdir("approval");
+    let dir = aml_test_support::scratch_dir("grpc-interop", "approval");
     let fixture = json!({"approval_delay_ms": APPROVAL_DELAY_MS, "approve": true,
                          "tool_delay_ms": 0, "tool_error_bytes": 0});
     let mut server = Server::start(&dir, "approval", fixture);
@@ -252,25 +234,27 @@ fn a_client_that_gives_up_during_approval_never_gets_the_tool_entered() {
         "the caller went away before the tool was entered"
     );
 
-    // Long after every one of those approvals would have arrived, the tool was never entered.
-    let after_approval = Duration::from_millis(APPROVAL_DELAY_MS + 1000);
-    assert_eq!(server.entries_after(after_approval), 0, "{:?}", server.seen);
-    assert_eq!(server.records(3).len(), 3);
-
-    // The same call, waited for, is approved and enters the tool once: the count can move.
-    let client = Client::start(&server, "call", "send_message", SEND);
+    // A later call (its own body, so its own proposal), waited for, is approved and enters
+    // the tool once: the count can move. Its approval came after every one of those
+    // (the same delay, asked later), so by its entry the tool was never entered for them.
+    let client = Client::start(&server, "call", "send_message", SEND_LATER);
     assert_eq!(
         client.next(),
         json!({"code": "OK", "receipt_reason": "host_dispatch_returned"})
     );
-    server.wait_for("entered");
-    assert_eq!(server.entries_after(Duration::ZERO), 1);
+    let records = server.records(4);
+    assert_eq!(records.len(), 4);
+    let later = records[3]["receipt"]["proposal_sha256"].as_str().unwrap();
+    assert!(records[..3]
+        .iter()
+        .all(|r| r["receipt"]["proposal_sha256"] != later));
+    assert_eq!(server.entries_up_to(later), 1, "{:?}", server.seen);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_client_that_cancels_while_the_tool_runs_leaves_a_recorded_receipt() {
-    let dir = tempdir("tool");
+    let dir = aml_test_support::scratch_dir("grpc-interop", "tool");
     let fixture = json!({"approval_delay_ms": 0, "approve": true,
                          "tool_delay_ms": 1500, "tool_error_bytes": 0});
     let mut server = Server::start(&dir, "tool", fixture);
@@ -287,7 +271,7 @@ fn a_client_that_cancels_while_the_tool_runs_leaves_a_recorded_receipt() {
 
 #[test]
 fn a_tool_failing_with_100_kb_of_error_text_is_unknown_with_error_info() {
-    let dir = tempdir("error");
+    let dir = aml_test_support::scratch_dir("grpc-interop", "error");
     let fixture = json!({"approval_delay_ms": 0, "approve": true,
                          "tool_delay_ms": 0, "tool_error_bytes": 100_000});
     let server = Server::start(&dir, "error", fixture);
@@ -304,8 +288,4 @@ fn a_tool_failing_with_100_kb_of_error_text_is_unknown_with_error_info() {
     let record = &server.records(1)[0];
     assert_eq!(record["detail"].as_str().map(str::len), Some(100_000));
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    aml_test_support::scratch_dir("grpc-interop", name)
 }

@@ -333,9 +333,15 @@ async fn approval_that_never_comes_blocks_by_the_call_timeout_without_entering_t
 async fn a_tool_still_running_at_the_deadline_is_answered_504_and_still_recorded() {
     let mut limits = ServerLimits::default();
     limits.call_timeout = Duration::from_millis(200);
-    let slow = tool_fn(|_call| async {
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        Ok(json!({"late": true}))
+    // A slow tool: it runs until the test lets it finish, after the deadline's answer.
+    let finish = Arc::new(tokio::sync::Notify::new());
+    let may_finish = Arc::clone(&finish);
+    let slow = tool_fn(move |_call| {
+        let may_finish = Arc::clone(&may_finish);
+        async move {
+            may_finish.notified().await;
+            Ok(json!({"late": true}))
+        }
     });
     let host = start(false, None, slow, limits).await;
     let answer = host.client().call("send_message", TEAM_MESSAGE).await.unwrap();
@@ -343,17 +349,13 @@ async fn a_tool_still_running_at_the_deadline_is_answered_504_and_still_recorded
     assert_eq!(answer.reply.status, ReplyStatus::Unknown);
     assert_eq!(answer.reply.reason, "dispatch_in_progress");
     assert!(answer.reply.plan.is_some() && answer.reply.receipt.is_none());
+    finish.notify_one();
     // The dispatch completes on its own task and its receipt reaches the sink.
-    let recorded = tokio::time::timeout(BOUND, async {
-        loop {
-            if let Some(call) = host.calls().into_iter().next() {
-                return call;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the finished dispatch is recorded");
+    let recorded =
+        aml_test_support::wait_until_async("the finished dispatch to be recorded", BOUND, || async {
+            host.calls().into_iter().next()
+        })
+        .await;
     assert_eq!(
         recorded.receipt.unwrap().reason(),
         ReceiptReason::HostDispatchReturned

@@ -18,7 +18,6 @@ mod eof;
 mod http_cli;
 mod http_front;
 mod http_interop;
-mod http_load;
 mod http_lockouts;
 mod http_replicas;
 mod http_stateless;

@@ -336,7 +336,7 @@ async fn slow_front(delay: Duration, keep_alive: Option<Duration>) -> String {
                         continue;
                     };
                     if request["method"] != "initialize" {
-                        tokio::time::sleep(delay).await;
+                        tokio::time::sleep(delay).await; // a slow server (simulated)
                     }
                     let answer = json!({"jsonrpc": "2.0", "id": id,
                         "result": {"protocolVersion": "2025-06-18", "done": request["method"]}});
@@ -445,14 +445,15 @@ async fn an_initialize_the_server_refuses_opens_no_session_and_a_batch_cannot_ho
         .unwrap_or("none")
         .to_string();
     let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
-    let mut gone = String::new();
-    for _ in 0..50 {
-        gone = raw(&addr, post(&addr, Some(&session), "application/json", ping)).await;
-        if gone.starts_with("HTTP/1.1 404") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let gone = aml_test_support::wait_until_async(
+        "the refused session to be gone (404)",
+        Duration::from_secs(10),
+        || async {
+            let gone = raw(&addr, post(&addr, Some(&session), "application/json", ping)).await;
+            gone.starts_with("HTTP/1.1 404").then_some(gone)
+        },
+    )
+    .await;
     assert!(gone.starts_with("HTTP/1.1 404"), "{gone}");
     let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}]"#;
     let reply = raw(&addr, post(&addr, None, "application/json", batch)).await;
@@ -482,7 +483,7 @@ async fn counting_relay(
 }
 
 /// Requests one after another reuse their session's connection: many sessions on one
-/// runtime open one connection each, not one per request (`aml-mcp-gate/tests/it/http_load.rs`
+/// runtime open one connection each, not one per request (`aml-mcp-gate/tests/load/http_load.rs`
 /// is the load at which a connection not yet ready again was once passed over for a new one).
 #[tokio::test]
 async fn back_to_back_requests_reuse_their_connection() {

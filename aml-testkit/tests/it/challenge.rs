@@ -73,17 +73,13 @@ fn run_binary(case: &Value, dir: &std::path::Path, name: &str) -> std::process::
         .unwrap()
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
-    aml_test_support::scratch_dir("challenge", tag)
-}
-
 #[test]
 fn all_thirteen_upstream_challenge_cases_pass_through_the_binary() {
     let rows = load("challenge-cases.json");
     let vectors = load("vectors.json");
     let rows = rows["cases"].as_array().unwrap();
     assert_eq!(rows.len(), 13);
-    let dir = temp_dir("rows");
+    let dir = aml_test_support::scratch_dir("challenge", "rows");
     for row in rows {
         let id = row["id"].as_str().unwrap();
         let out = run_binary(&case_document(row, &vectors), &dir, id);
@@ -100,7 +96,7 @@ fn all_thirteen_upstream_challenge_cases_pass_through_the_binary() {
 
 #[test]
 fn invalid_case_files_exit_2_with_a_diagnostic_on_stderr() {
-    let dir = temp_dir("invalid");
+    let dir = aml_test_support::scratch_dir("challenge", "invalid");
     let good = case_document(&load("challenge-cases.json")["cases"][0], &load("vectors.json"));
     let mut unknown_host = good.clone();
     unknown_host["host"]["approve_everything"] = json!(true);

@@ -128,8 +128,7 @@ fn help_after_every_subcommand_prints_that_subcommand_help() {
 
 #[test]
 fn case_help_never_reads_a_file_named_help() {
-    let dir = std::env::temp_dir().join(format!("aml-cli-help-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = aml_test_support::scratch_dir("cli", "help");
     let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/case.json");
     std::fs::copy(example, dir.join("--help")).unwrap();
 

@@ -14,12 +14,7 @@ use aml_grpc::{serve, GatedToolService};
 use serde_json::{json, Value};
 
 fn python() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/interop/venv/bin/python");
-    assert!(
-        path.is_file(),
-        "{path:?} missing: run `bash scripts/interop-setup` (scripts/test does)"
-    );
-    path
+    aml_test_support::python()
 }
 
 #[test]

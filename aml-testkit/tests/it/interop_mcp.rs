@@ -11,18 +11,14 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 fn interop_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/interop");
-    let ready = dir.join("venv/bin/python").is_file()
-        && dir.join("node/node_modules/.bin/mcp-server-filesystem").is_file();
-    assert!(
-        ready,
-        "interop peers missing in {dir:?}: run `bash scripts/interop-setup` (scripts/test does)"
-    );
-    dir
+    // Each panics, naming the setup script, when its peer is missing.
+    aml_test_support::python();
+    aml_test_support::node_bin("mcp-server-filesystem");
+    aml_test_support::interop_dir()
 }
 
 fn gate_binary() -> PathBuf {
-    aml_testkit::mcp::gate_binary_path().unwrap()
+    crate::bins::gate()
 }
 
 fn write_json(path: &Path, value: &Value) {
@@ -32,7 +28,7 @@ fn write_json(path: &Path, value: &Value) {
 #[test]
 fn python_sdk_client_through_the_gate_to_the_filesystem_server() {
     let peers = interop_dir();
-    let work = std::env::temp_dir().join(format!("aml-interop-mcp-{}", std::process::id()));
+    let work = aml_test_support::scratch_dir("interop-mcp", "filesystem");
     let files = work.join("files");
     std::fs::create_dir_all(&files).unwrap();
     // The filesystem server reports real paths; resolve ours the same way.
@@ -131,8 +127,7 @@ fn python_sdk_client_through_the_gate_to_the_filesystem_server() {
 /// A scratch tree for server-filesystem: `docs/a.txt`, `docs/b.txt`, `out/`, `secret.txt` under
 /// `files/` (canonical, as the server reports paths), and `outside.txt` beside it.
 fn filesystem_tree(tag: &str) -> (PathBuf, PathBuf) {
-    let work = std::env::temp_dir().join(format!("aml-interop-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
+    let work = aml_test_support::scratch_dir("interop", tag);
     let files = work.join("files");
     std::fs::create_dir_all(files.join("docs")).unwrap();
     std::fs::create_dir_all(files.join("out")).unwrap();

@@ -22,14 +22,10 @@ fn repo() -> PathBuf {
 }
 
 fn peers() -> PathBuf {
-    let dir = repo().join("target/interop");
-    let ready = dir.join("venv/bin/python").is_file()
-        && dir.join("node/node_modules/.bin/mcp-server-everything").is_file();
-    assert!(
-        ready,
-        "interop peers missing in {dir:?}: run `bash scripts/interop-setup` (scripts/test does)"
-    );
-    dir
+    // Each panics, naming the setup script, when its peer is missing.
+    aml_test_support::python();
+    aml_test_support::node_bin("mcp-server-everything");
+    aml_test_support::interop_dir()
 }
 
 fn everything() -> PathBuf {
@@ -81,7 +77,7 @@ fn write_everything_config(dir: &Path) {
 
 fn gate_command(dir: &Path, extra: &[&str], server: &[PathBuf]) -> Value {
     let mut command = vec![
-        json!(aml_testkit::mcp::gate_binary_path().unwrap()),
+        json!(crate::bins::gate()),
         json!("--policy"),
         json!(dir.join("policy.json")),
         json!("--tools"),
@@ -377,20 +373,15 @@ async fn approve(origin: &str, token: &str, proposal: &Value) {
     assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
 }
 
-/// Waits (bounded, every 20 ms) for a pending proposal other than `seen`.
+/// Waits (bounded) for a pending proposal other than `seen`.
 async fn next_pending(origin: &str, token: &str, seen: &[String]) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let list = pending(origin, token).await;
-        if let Some(p) = list
+    aml_test_support::wait_until_async("a new pending proposal", Duration::from_secs(30), || async {
+        pending(origin, token)
+            .await
             .into_iter()
             .find(|p| !seen.contains(&p["proposal_sha256"].as_str().unwrap_or_default().to_owned()))
-        {
-            return p;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no new pending proposal");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

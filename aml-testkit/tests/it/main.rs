@@ -1,7 +1,13 @@
 //! aml-testkit's integration tests: one binary, a module per area.
+//!
+//! Some run the workspace's `aml-mcp-gate` and `aml-approval` binaries, which
+//! `cargo test -p aml-testkit` does not build: [`bins`] builds them (once, with the same
+//! cargo, target directory and profile) when they are missing or older than their sources,
+//! so these tests also pass from a clean target directory.
 
 mod a2ui;
 mod architecture;
+mod bins;
 mod canonicalize;
 mod challenge;
 mod cli;

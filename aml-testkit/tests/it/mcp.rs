@@ -60,12 +60,8 @@ fn the_seventeen_guarded_tool_cases_run_over_mcp() {
     }
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
-    aml_test_support::scratch_dir("mcp-proxy", tag)
-}
-
 fn gate_binary() -> PathBuf {
-    aml_testkit::mcp::gate_binary_path().unwrap()
+    crate::bins::gate()
 }
 
 /// The gate's policy (one rule for `send_notice` to the team) and tool registry.
@@ -91,7 +87,7 @@ fn meta_verdict(result: &rmcp::model::CallToolResult) -> Value {
 #[test]
 fn aml_mcp_gate_forwards_allowed_calls_and_stops_the_rest() {
     let rt = setup();
-    let dir = temp_dir("gate");
+    let dir = aml_test_support::scratch_dir("mcp-proxy", "gate");
     let (policy, tools, receipts, audit) = (
         dir.join("policy.json"),
         dir.join("tools.json"),
@@ -188,7 +184,7 @@ async fn http(address: &str, request: String) -> String {
 fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
     use tokio::io::AsyncBufReadExt;
     let rt = setup();
-    let dir = temp_dir("approve-web");
+    let dir = aml_test_support::scratch_dir("mcp-proxy", "approve-web");
     let (policy, tools, audit) = (
         dir.join("policy.json"),
         dir.join("tools.json"),
@@ -218,14 +214,12 @@ fn aml_mcp_gate_waits_for_a_signed_decision_on_its_approval_page() {
         let call = tokio::spawn(async move {
             peer.call_tool(CallToolRequestParams::new("send_notice").with_arguments(args)).await.unwrap()
         });
-        let pending = loop {
+        let pending = aml_test_support::wait_until_async("a pending proposal", std::time::Duration::from_secs(30), || async {
             let response = http(&origin, format!("GET /pending.json?t={token} HTTP/1.1\r\nHost: {origin}\r\n\r\n")).await;
             let list: Value = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
-            if let Some(first) = list.as_array().and_then(|l| l.first()) {
-                break first.clone();
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        };
+            list.as_array().and_then(|l| l.first()).cloned()
+        })
+        .await;
         assert_eq!(pending["tool"], "send_notice");
         let form = format!("t={token}&grant_id={}&proposal_sha256={}&decision=approve", pending["grant_id"].as_str().unwrap(),
                            pending["proposal_sha256"].as_str().unwrap());

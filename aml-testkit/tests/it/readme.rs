@@ -14,7 +14,7 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aml_core::canonical::to_canonical_string;
 use aml_core::Sha256Digest;
@@ -223,18 +223,20 @@ fn output_within(
     };
     let out = drain(Box::new(child.stdout.take().unwrap()));
     let err = drain(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
+    /// Kills the child if the wait fails (the panic unwinds through it).
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            if self.0.try_wait().ok().flatten().is_none() {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
         }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{command:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    }
+    let mut child = Killed(child);
+    let status = aml_test_support::wait_until(&format!("{command:?} to finish"), limit, || {
+        child.0.try_wait().unwrap()
+    });
     (status.code(), out.join().unwrap(), err.join().unwrap())
 }
 
@@ -283,8 +285,8 @@ fn run_page(run: &mut Run, name: &str, page: &str, readme: &str) {
                     testkit_command(&command, args, block.shown_output.as_deref(), readme)
                 }
                 ["cargo", "build", "--release", "-p", "aml-mcp-gate"] => {
-                    // This test's own build made the binary (cargo test --workspace builds it).
-                    aml_testkit::mcp::gate_binary_path().expect("aml-mcp-gate is built");
+                    // This test's binaries are built (crate::bins builds them if need be).
+                    crate::bins::gate();
                 }
                 ["target/release/aml-mcp-gate", "init", args @ ..] => {
                     run.quick_start = Some(quick_start_init(&command, args))
@@ -399,9 +401,7 @@ impl Scratch {
     fn new() -> Scratch {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("aml-docs-scratch-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = aml_test_support::scratch_dir("docs-scratch", &n.to_string());
         Scratch(dir)
     }
 }
@@ -417,9 +417,7 @@ impl Drop for Scratch {
 /// `# {…}` comment or a file is not given for it (keygen, public: a keyring entry; sign: a
 /// statement).
 fn approval_command(command: &ReadmeCommand, args: &[&str], dir: &std::path::Path) {
-    let binary = aml_testkit::mcp::gate_binary_path()
-        .expect("the workspace binaries are built")
-        .with_file_name("aml-approval");
+    let binary = crate::bins::approval();
     let mut process = Command::new(&binary);
     process.args(args).current_dir(dir);
     let (code, stdout, stderr) = output_within(&mut process, None, Duration::from_secs(30));
@@ -558,8 +556,7 @@ fn example(name: &str) -> PathBuf {
 /// there) with the repository's files: up once it prints `{"listening": …}`.
 fn grpc_example_server(args: &[&str]) -> Background {
     use std::io::BufRead;
-    let scratch = std::env::temp_dir().join(format!("aml-readme-grpc-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).unwrap();
+    let scratch = aml_test_support::scratch_dir("readme", "grpc");
     let args: Vec<PathBuf> = args
         .iter()
         .map(|a| match repo().join(a) {
@@ -649,13 +646,10 @@ fn a2ui_example(command: &ReadmeCommand, args: &[&str], shown_output: Option<&st
 }
 
 fn interop_peers() -> PathBuf {
-    let dir = repo().join("target/interop");
-    assert!(
-        dir.join("venv/bin/python").is_file()
-            && dir.join("node/node_modules/.bin/mcp-server-filesystem").is_file(),
-        "interop peers missing in {dir:?}: run `bash scripts/interop-setup` (scripts/test does)"
-    );
-    dir
+    // Each panics, naming the setup script, when its peer is missing.
+    aml_test_support::python();
+    aml_test_support::node_bin("mcp-server-filesystem");
+    aml_test_support::interop_dir()
 }
 
 /// The README's gate command, with the example files, in front of the pinned filesystem
@@ -687,7 +681,7 @@ fn gate_command(command: &ReadmeCommand, args: &[&str]) {
     let report = std::fs::read_to_string(files.join("report.txt")).unwrap();
     let status_before = std::fs::read(files.join("status.md")).ok();
 
-    let mut gate = vec![json!(aml_testkit::mcp::gate_binary_path().unwrap())];
+    let mut gate = vec![json!(crate::bins::gate())];
     gate.extend(flags.iter().map(|f| json!(f)));
     gate.push(json!("--"));
     gate.push(json!(peers.join("node/node_modules/.bin/mcp-server-filesystem")));
@@ -795,10 +789,8 @@ fn quick_start_init(command: &ReadmeCommand, args: &[&str]) -> QuickStart {
         panic!("{}: expected `init --out gate -- SERVER`", command.line)
     };
     let server = everything_server(&command.line, server);
-    let root = std::env::temp_dir().join(format!("aml-readme-quick-start-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
-    let mut process = Command::new(aml_testkit::mcp::gate_binary_path().unwrap());
+    let root = aml_test_support::scratch_dir("readme", "quick-start");
+    let mut process = Command::new(crate::bins::gate());
     process
         .args(["init", "--out", "gate", "--"])
         .arg(&server)
@@ -852,7 +844,7 @@ fn quick_start_run(command: &ReadmeCommand, args: &[&str], dir: &std::path::Path
     )
     .unwrap();
 
-    let mut gate = vec![json!(aml_testkit::mcp::gate_binary_path().unwrap())];
+    let mut gate = vec![json!(crate::bins::gate())];
     gate.extend(flags.iter().map(|f| json!(f)));
     gate.extend([json!("--state"), json!("memory"), json!("--"), json!(server)]);
     let calls = json!([

@@ -25,6 +25,7 @@ fn verdict_of_raw(line: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_call_whose_answer_is_not_strict_json_is_relayed_and_recorded_dispatched() {
     let dir = fixture_dir("relay-answers", "not-strict").unwrap();
+    crate::bins::gate(); // in_front_of_fixture runs it
     let mut gate = WireGate::in_front_of_fixture(FIXTURE, &dir, &[]).unwrap();
     gate.initialize().await.unwrap();
     let deep = format!(

@@ -18,6 +18,7 @@ fn dir(tag: &str) -> PathBuf {
 }
 
 fn start(tag: &str, extra: &[&str]) -> WireGate {
+    crate::bins::gate(); // in_front_of_fixture runs it
     WireGate::in_front_of_fixture(FIXTURE, &dir(tag), extra).unwrap()
 }
 
@@ -349,11 +350,12 @@ async fn a_client_cancel_reaches_the_server_and_the_call_is_recorded_unknown() {
     )
     .await;
     gate.audit_reaches(4).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !gate.stderr().contains("after it was cancelled") {
-        assert!(tokio::time::Instant::now() < deadline, "{}", gate.stderr());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    aml_test_support::wait_until_async(
+        "the gate to say it dropped the late answer",
+        Duration::from_secs(10),
+        || async { gate.stderr().contains("after it was cancelled").then_some(()) },
+    )
+    .await;
     gate.send(br#"{"jsonrpc":"2.0","id":"q","method":"ping"}"#).await;
     assert_eq!(gate.recv().await.unwrap()["id"], "q");
     let (_, dir) = gate.finish().await.unwrap();
@@ -378,7 +380,7 @@ async fn a_call_cancelled_while_it_waits_for_approval_is_never_sent() {
         "--approve",
         "web",
     ];
-    let gate_bin = aml_testkit::mcp::gate_binary_path().unwrap();
+    let gate_bin = crate::bins::gate();
     let mut gate = WireGate::start(&gate_bin, &dir, &args, &[FIXTURE, "serve-relay-fixture"]).unwrap();
     gate.initialize().await.unwrap();
     gate.send_json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",

@@ -74,17 +74,15 @@ impl Host {
     }
 
     pub(crate) async fn wait_for_pending(&self, n: usize) -> Vec<Sha256Digest> {
-        for _ in 0..1000 {
-            let digests = self.page.pending_digests();
-            if digests.len() == n {
-                return digests;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!(
-            "expected {n} pending proposals, have {}",
-            self.page.pending_count()
-        );
+        aml_test_support::wait_until_async(
+            &format!("{n} pending proposals"),
+            Duration::from_secs(10),
+            || async {
+                let digests = self.page.pending_digests();
+                (digests.len() == n).then_some(digests)
+            },
+        )
+        .await
     }
 
     /// One API request with the page's token as a bearer token (and the page's `Origin`
@@ -463,10 +461,14 @@ pub(crate) fn tabs_role() {
         let mut wanted = expected.split_whitespace().map(|n| n.parse::<u64>().unwrap_or(0));
         let (pending, outcomes) = (wanted.next().unwrap_or(0), wanted.next().unwrap_or(0));
         let min = |i: usize| seen.iter().map(|c| c[i].load(Ordering::SeqCst)).min().unwrap_or(0);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while (min(0) < pending || min(1) < outcomes) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        // Bounded without a panic, so that the report goes out either way and the parent's
+        // assertions name the shortfall.
+        let every_tab_saw_them = aml_test_support::wait_until_async(
+            "every tab to see the changes",
+            Duration::MAX,
+            || async { (min(0) >= pending && min(1) >= outcomes).then_some(()) },
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(20), every_tab_saw_them).await;
         let open = seen.iter().filter(|c| c[2].load(Ordering::SeqCst) == 1).count();
         println!("{TABS_RESULT}tabs={n} open={open} pending_min={} outcome_min={}", min(0), min(1));
     });

@@ -115,24 +115,25 @@ pub(crate) fn tool_with_policy(
 }
 
 /// Waits for `child` at most `limit` (killing it then, and failing); its stdout.
-pub(crate) fn wait_bounded(mut child: std::process::Child, limit: Duration) -> String {
+pub(crate) fn wait_bounded(child: std::process::Child, limit: Duration) -> String {
     use std::io::Read;
-    let start = std::time::Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            let mut out = String::new();
-            if let Some(mut stdout) = child.stdout.take() {
-                stdout.read_to_string(&mut out).unwrap();
+    /// Kills the child if the wait fails (the panic unwinds through it).
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            if self.0.try_wait().ok().flatten().is_none() {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
             }
-            return out;
         }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("a child process did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
+    let mut child = Killed(child);
+    aml_test_support::wait_until("a child process to finish", limit, || child.0.try_wait().unwrap());
+    let mut out = String::new();
+    if let Some(mut stdout) = child.0.stdout.take() {
+        stdout.read_to_string(&mut out).unwrap();
+    }
+    out
 }
 
 /// Counts how the attempts ended.
@@ -172,10 +173,7 @@ pub(crate) async fn all_queued<T: Send + 'static>(
 
 /// A fresh database file for test `tag`.
 pub(crate) fn temp_db(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("aml-grants-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("boundary.db")
+    aml_test_support::scratch_dir("grants", tag).join("boundary.db")
 }
 
 /// A runtime with worker threads, for tests that block on one.

@@ -112,7 +112,7 @@ pub fn host(setup: Setup) -> Host {
         let asked = Arc::clone(&asked);
         async move {
             asked.notify_one();
-            tokio::time::sleep(setup.approval_delay).await;
+            tokio::time::sleep(setup.approval_delay).await; // a slow approver (simulated)
             Ok(Approval::approve(request.proposal().digest()))
         }
     });
@@ -121,7 +121,7 @@ pub fn host(setup: Setup) -> Host {
         count.fetch_add(1, Ordering::SeqCst);
         entered.notify_one();
         async move {
-            tokio::time::sleep(setup.tool_delay).await;
+            tokio::time::sleep(setup.tool_delay).await; // a slow tool (simulated)
             if call.proposal().tool() == "flaky" {
                 return Err(ToolError::new("E".repeat(setup.error_bytes.max(1))));
             }

@@ -6,7 +6,7 @@
 //! p50/p99 latencies of both runs and their difference (what the gate adds) are printed.
 //!
 //! `AML_HTTP_LOAD_SESSIONS` and `AML_HTTP_LOAD_SECONDS` change the size. The numbers in docs/GATE.md
-//! come from `cargo test --release -p aml-mcp-gate --test it -- --nocapture`.
+//! come from `cargo test --release -p aml-mcp-gate --test load -- --nocapture`.
 
 use crate::common;
 

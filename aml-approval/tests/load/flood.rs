@@ -82,7 +82,7 @@ fn child_floods() {
             Err(_) => failed += 1,
         }
     }
-    std::thread::sleep(hold);
+    std::thread::sleep(hold); // holds the flood's connections open (the attack simulated)
     let cut = slowloris.join().unwrap();
     println!(
         "AML_FLOOD_RESULT connected={} failed={failed} slowloris_cut_ms={}",
@@ -110,17 +110,12 @@ fn flood(address: SocketAddr, n: usize, hold_ms: u64) -> (String, u64) {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
     let mut peak = 0;
-    while child.try_wait().unwrap().is_none() {
+    // Samples the descriptors this process holds until the child is done.
+    aml_test_support::wait_until("the flooding child to finish", Duration::from_secs(120), || {
         peak = peak.max(descriptors_open());
-        if started.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the flooding child did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        child.try_wait().unwrap()
+    });
     let mut out = String::new();
     child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     let report = out
@@ -213,15 +208,16 @@ fn flooded_host() {
     rt.block_on(async {
         let call = exposed.propose("After running out of descriptors.");
         exposed.wait_for_pending(1).await;
-        let mut response = String::new();
         // The backlog the flood left behind drains within the request timeout.
-        for _ in 0..50 {
-            response = exposed.click("approve").await;
-            if response.starts_with("HTTP/1.1 200") {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let response = aml_test_support::wait_until_async(
+            "the approval to be answered 200 once the backlog drained",
+            Duration::from_secs(30),
+            || async {
+                let response = exposed.click("approve").await;
+                response.starts_with("HTTP/1.1 200").then_some(response)
+            },
+        )
+        .await;
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
         assert_eq!(call.await.unwrap(), ReceiptReason::HostDispatchReturned);
         assert_eq!(exposed.calls.load(Ordering::SeqCst), 1);

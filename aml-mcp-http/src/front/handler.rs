@@ -251,6 +251,7 @@ async fn post(
         Routing::of(request.headers(), &String::from_utf8_lossy(version))
     });
     let named = session_of(shared, client, &request);
+    let trace = super::trace::of(request.headers());
     let limit = shared.config.body_read_timeout;
     let read = tokio::time::timeout(limit, Limited::new(request.into_body(), max).collect());
     let body = match read.await {
@@ -278,7 +279,8 @@ async fn post(
         }
     };
     if let Some(routing) = routing {
-        return stateless_post::post(shared, peer, routing, body, wants_sse, wants_json).await;
+        let asked = (wants_sse, wants_json);
+        return stateless_post::post(shared, peer, routing, body, asked, trace).await;
     }
     let messages = match message::split(&body) {
         Ok(messages) => messages,
@@ -329,7 +331,7 @@ async fn post(
     };
     let requests: Vec<Peek> = peeks.into_iter().filter(Peek::is_request).collect();
     if requests.is_empty() {
-        if !session.send(messages).await {
+        if !session.send(messages, trace.as_ref()).await {
             return refuse(StatusCode::NOT_FOUND, None, "the session has ended");
         }
         let mut reply = Response::new(Body::empty());
@@ -367,7 +369,7 @@ async fn post(
             )
         }
     };
-    if !session.send(messages).await {
+    if !session.send(messages, trace.as_ref()).await {
         return refuse(StatusCode::NOT_FOUND, first.as_deref(), "the session has ended");
     }
     let mut reply = if wants_sse {

@@ -6,6 +6,7 @@ mod handler;
 mod session;
 mod stateless;
 mod stateless_post;
+mod trace;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -5,7 +5,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use aml_mcp::relay::Inbound;
+use aml_mcp::relay::{Inbound, TransportTrace};
+
+use super::trace::inbound;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -148,14 +150,15 @@ impl Session {
         state.waiting.clear();
     }
 
-    /// Passes client messages to the relay, in order. False if the session has ended.
-    pub(crate) async fn send(&self, messages: Vec<Bytes>) -> bool {
+    /// Passes client messages to the relay, in order, each with the POST's trace headers.
+    /// False if the session has ended.
+    pub(crate) async fn send(&self, messages: Vec<Bytes>, trace: Option<&TransportTrace>) -> bool {
         let Some(tx) = self.to_relay.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
             return false;
         };
         self.state().last_active = Instant::now();
         for m in messages {
-            if tx.send(Inbound::Message(m)).await.is_err() {
+            if tx.send(inbound(m, trace)).await.is_err() {
                 return false;
             }
         }

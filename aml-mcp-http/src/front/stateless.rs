@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use aml_mcp::relay::{Connection, Inbound, UPSTREAM_GONE};
+use aml_mcp::relay::{Connection, Inbound, TransportTrace, UPSTREAM_GONE};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
@@ -182,9 +182,9 @@ impl Link {
     /// Passes a (rewritten) request to the relay. False if the relay has ended: the link is
     /// then finished at once (the next request opens a new one), whether or not its relay's
     /// messages have all come back yet.
-    pub(crate) async fn send(&self, message: Bytes) -> bool {
+    pub(crate) async fn send(&self, message: Bytes, trace: Option<&TransportTrace>) -> bool {
         let sent = match self.sender() {
-            Some(tx) => tx.send(Inbound::Message(message)).await.is_ok(),
+            Some(tx) => tx.send(super::trace::inbound(message, trace)).await.is_ok(),
             None => false,
         };
         if !sent {

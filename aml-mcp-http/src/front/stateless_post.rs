@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 
-use aml_mcp::relay::{INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
+use aml_mcp::relay::{TransportTrace, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
 use bytes::Bytes;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode};
@@ -75,8 +75,8 @@ pub(super) async fn post(
     peer: SocketAddr,
     routing: Routing,
     body: Bytes,
-    wants_sse: bool,
-    wants_json: bool,
+    (wants_sse, wants_json): (bool, bool),
+    trace: Option<TransportTrace>,
 ) -> Reply {
     if routing.session {
         return bad(
@@ -127,7 +127,7 @@ pub(super) async fn post(
                 None => true,
             };
             if announced {
-                link.send(crate::message::one_line(&body)).await;
+                link.send(crate::message::one_line(&body), trace.as_ref()).await;
             }
         }
         tracing::debug!(target: "aml_mcp_http", %peer, %method, "a stateless notification; acknowledged and dropped");
@@ -216,7 +216,7 @@ pub(super) async fn post(
         replacements.push((range, our_token.as_bytes()));
     }
     let rewritten = crate::message::one_line(&splice(&body, &mut replacements));
-    if !link.send(rewritten).await {
+    if !link.send(rewritten, trace.as_ref()).await {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             Some(id),

@@ -20,7 +20,7 @@ use super::from_client::flight_key;
 use super::jsonrpc::{self, json_string, Envelope, Members};
 use super::pins::{self, PinCheck};
 use super::session::{Flight, Pending, Relay, Reply};
-use super::{ObservedCall, ServerRequestPolicy};
+use super::{ObservedCall, ServerRequestPolicy, TransportTrace};
 use crate::{ForwardError, McpVerdict, ResultStatus};
 
 /// The members of `tools/call` params the relay forwards. Anything else would reach the
@@ -36,6 +36,8 @@ struct CallRequest {
     input_responses: Option<Value>,
     request_state: Option<Value>,
     meta: Option<String>,
+    /// The transport's trace headers, for the host's observer.
+    trace: Option<TransportTrace>,
 }
 
 /// Checks a `tools/call` request and starts its task; answers at once what it refuses.
@@ -44,10 +46,11 @@ pub(crate) async fn start_call(
     client_id: Bytes,
     env: &Envelope<'_>,
     params: Option<Value>,
+    trace: Option<TransportTrace>,
     calls: &mut JoinSet<()>,
 ) {
     let mut request = match check(client_id.clone(), env, params) {
-        Ok(request) => request,
+        Ok(request) => CallRequest { trace, ..request },
         Err(Checked::BadParams(why)) => {
             let message = format!("invalid params: {why}");
             tracing::warn!(target: "aml_mcp::relay", "tools/call refused: {why}");
@@ -56,14 +59,15 @@ pub(crate) async fn start_call(
                 .await;
         }
         Err(Checked::Refused(refusal, detail)) => {
-            return refuse_call(relay, &client_id, env, refusal, &detail).await;
+            return refuse_call(relay, &client_id, env, trace.as_ref(), refusal, &detail).await;
         }
     };
     let flight = request.flight.clone();
     let pin = pins::check(&relay.tools, &relay.state().seen, &request.name);
     let task = match pin {
         PinCheck::Changed(detail) => {
-            return refuse_call(relay, &client_id, env, Refusal::ToolDefinitionChanged, &detail).await;
+            let (trace, refusal) = (request.trace.as_ref(), Refusal::ToolDefinitionChanged);
+            return refuse_call(relay, &client_id, env, trace, refusal, &detail).await;
         }
         PinCheck::Pass => {
             // Planned now, so that a call dropped before its task runs is still recorded.
@@ -110,8 +114,16 @@ async fn fetch_then_run(relay: Arc<Relay>, mut request: CallRequest) {
         PinCheck::Changed(detail) => {
             relay.state().flights.remove(&request.flight);
             let refusal = Refusal::ToolDefinitionChanged;
-            let meta = request.meta.as_deref();
-            refuse_named(&relay, &request.client_id, &request.name, meta, refusal, &detail).await
+            let called = (request.meta.as_deref(), request.trace.as_ref());
+            refuse_named(
+                &relay,
+                &request.client_id,
+                &request.name,
+                called,
+                refusal,
+                &detail,
+            )
+            .await
         }
         PinCheck::Unknown => {
             relay.state().flights.remove(&request.flight);
@@ -120,8 +132,16 @@ async fn fetch_then_run(relay: Arc<Relay>, mut request: CallRequest) {
                 request.name
             );
             let refusal = Refusal::ToolDefinitionChanged;
-            let meta = request.meta.as_deref();
-            refuse_named(&relay, &request.client_id, &request.name, meta, refusal, &detail).await
+            let called = (request.meta.as_deref(), request.trace.as_ref());
+            refuse_named(
+                &relay,
+                &request.client_id,
+                &request.name,
+                called,
+                refusal,
+                &detail,
+            )
+            .await
         }
     }
 }
@@ -185,6 +205,7 @@ fn check(client_id: Bytes, env: &Envelope<'_>, params: Option<Value>) -> Result<
         input_responses,
         request_state,
         meta: raw.get("_meta").map(|m| m.get().to_owned()),
+        trace: None,
     })
 }
 
@@ -193,6 +214,7 @@ pub(crate) async fn refuse_call(
     relay: &Relay,
     client_id: &[u8],
     env: &Envelope<'_>,
+    trace: Option<&TransportTrace>,
     refusal: Refusal,
     detail: &str,
 ) {
@@ -204,18 +226,22 @@ pub(crate) async fn refuse_call(
         relay,
         client_id,
         &tool_named(env),
-        meta.as_deref(),
+        (meta.as_deref(), trace),
         refusal,
         detail,
     )
     .await
 }
 
+/// What the client sent beside the call, for the observer: its `_meta` (raw text) and its
+/// transport's trace headers.
+type Called<'a> = (Option<&'a str>, Option<&'a TransportTrace>);
+
 /// Tells the host's observer, if any, of a call that ended.
 fn observe(
     relay: &Relay,
     tool: &str,
-    meta: Option<&str>,
+    (meta, trace): Called<'_>,
     outcome: &GateOutcome,
     started: (SystemTime, Instant),
 ) {
@@ -223,6 +249,7 @@ fn observe(
         observer.call_ended(&ObservedCall {
             tool,
             meta,
+            trace,
             outcome,
             started: started.0,
             elapsed: started.1.elapsed(),
@@ -244,7 +271,7 @@ async fn refuse_named(
     relay: &Relay,
     client_id: &[u8],
     tool: &str,
-    meta: Option<&str>,
+    called: Called<'_>,
     refusal: Refusal,
     detail: &str,
 ) {
@@ -255,7 +282,7 @@ async fn refuse_named(
         _ => detail.to_owned(),
     };
     let outcome = relay.record_refusal(tool, refusal, recorded);
-    observe(relay, tool, meta, &outcome, started);
+    observe(relay, tool, called, &outcome, started);
     let verdict = McpVerdict::from_outcome(outcome);
     let text = format!("{}: {detail}", verdict.explanation());
     relay
@@ -314,7 +341,8 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
         CallerGone::new(async move { relay.client_left().await })
     };
     let outcome = gate.gate().run(prepared, Some(executor), None, Some(left)).await;
-    observe(&relay, &request.name, forward.meta.as_deref(), &outcome, started);
+    let called = (forward.meta.as_deref(), request.trace.as_ref());
+    observe(&relay, &request.name, called, &outcome, started);
     if outcome.dispatch().is_some_and(|d| d.caller_gone()) {
         // Recorded as blocked (the caller went away before the claim); nobody is left to
         // answer.

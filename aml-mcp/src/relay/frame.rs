@@ -15,6 +15,16 @@ pub const OVERSIZED_PREFIX: usize = 64 * 1024;
 pub enum Inbound {
     /// One whole message (without its newline).
     Message(Bytes),
+    /// One whole message and the W3C trace context its transport carried with it (an HTTP
+    /// POST's `traceparent` and `tracestate` headers), which the relay hands to the host's
+    /// [`CallObserver`](super::CallObserver) with the call. The message is relayed as a
+    /// [`Inbound::Message`] is; the headers are never sent on.
+    Traced {
+        /// The message.
+        message: Bytes,
+        /// The transport's trace headers.
+        trace: TransportTrace,
+    },
     /// A message longer than the limit: its first bytes and its whole length. The rest was
     /// read and discarded; the connection goes on with the next message.
     Oversized {
@@ -23,6 +33,42 @@ pub enum Inbound {
         /// The message's length.
         len: usize,
     },
+}
+
+/// The W3C Trace Context headers a transport carried with a message, as the client sent them
+/// (unchecked: the observer decides whether they are valid).
+///
+/// ```
+/// use aml_mcp::relay::TransportTrace;
+///
+/// let trace = TransportTrace::new("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None);
+/// assert!(trace.tracestate().is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportTrace {
+    traceparent: String,
+    tracestate: Option<String>,
+}
+
+impl TransportTrace {
+    /// The `traceparent` header's value, and the `tracestate` header's (several of them
+    /// joined with `,`, as W3C Trace Context combines them), if any.
+    pub fn new(traceparent: impl Into<String>, tracestate: Option<String>) -> Self {
+        TransportTrace {
+            traceparent: traceparent.into(),
+            tracestate,
+        }
+    }
+
+    /// The `traceparent` header's value.
+    pub fn traceparent(&self) -> &str {
+        &self.traceparent
+    }
+
+    /// The `tracestate` header's value, if any.
+    pub fn tracestate(&self) -> Option<&str> {
+        self.tracestate.as_deref()
+    }
 }
 
 /// Splits a byte stream into messages at `\n`, each at most `max` bytes (a trailing `\r` is

@@ -26,8 +26,9 @@ fn strict_limits(relay: &Relay) -> Limits {
 }
 
 pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut JoinSet<()>) {
-    let bytes = match inbound {
-        Inbound::Message(bytes) => bytes,
+    let (bytes, trace) = match inbound {
+        Inbound::Message(bytes) => (bytes, None),
+        Inbound::Traced { message, trace } => (message, Some(trace)),
         Inbound::Oversized { prefix, len } => {
             let message = format!(
                 "invalid request: the message is {len} bytes, over aml-mcp-gate's limit of {} bytes",
@@ -105,9 +106,13 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
             if method == "tools/call" {
                 match gone {
                     Some(reason) => {
-                        refuse_call(relay, &client_id, &env, Refusal::UpstreamGone, &reason).await
+                        let trace = trace.as_ref();
+                        refuse_call(relay, &client_id, &env, trace, Refusal::UpstreamGone, &reason).await
                     }
-                    None => start_call(relay, client_id, &env, message.remove("params"), calls).await,
+                    None => {
+                        let params = message.remove("params");
+                        start_call(relay, client_id, &env, params, trace, calls).await
+                    }
                 }
                 return;
             }

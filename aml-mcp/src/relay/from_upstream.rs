@@ -20,7 +20,8 @@ use aml_core::Refusal;
 
 pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
     let bytes = match inbound {
-        Inbound::Message(bytes) => bytes,
+        // A server's transport has no trace context for the relay.
+        Inbound::Message(bytes) | Inbound::Traced { message: bytes, .. } => bytes,
         Inbound::Oversized { prefix, len } => {
             let why = format!(
                 "a message of {len} bytes, over the limit of {} bytes",

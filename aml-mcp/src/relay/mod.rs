@@ -47,7 +47,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 pub use deferred::DeferredSink;
-pub use frame::Inbound;
+pub use frame::{Inbound, TransportTrace};
 pub use jsonrpc::{
     INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, REFUSED_BY_HOST, UPSTREAM_GONE, UPSTREAM_TIMEOUT,
 };

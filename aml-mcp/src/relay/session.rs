@@ -77,7 +77,7 @@ pub async fn probe(upstream: &mut Upstream, limit: Duration) -> Result<Vec<Inbou
         let Some(inbound) = next else {
             return Err(ProbeError::Exited("it closed its output".into()));
         };
-        if let Inbound::Message(bytes) = &inbound {
+        if let Inbound::Message(bytes) | Inbound::Traced { message: bytes, .. } = &inbound {
             if let Ok(env) = Envelope::parse(bytes) {
                 if env.id.map(|id| id.get()) == Some(PROBE_ID) {
                     match env.kind() {

@@ -5,6 +5,8 @@ use std::time::{Duration, SystemTime};
 
 use aml_core::{GateOutcome, ToolExecutor};
 
+use super::TransportTrace;
+
 /// Wraps the executor that forwards one gated `tools/call` to the server, for a host that
 /// must do something around the forward: journal an intent before it and the outcome after
 /// (`aml-mcp-gate --state` wraps it with `aml_grants::JournaledGrants::executor`), or count.
@@ -52,6 +54,9 @@ pub struct ObservedCall<'a> {
     /// The client's `params._meta`, as the raw JSON text it sent (protocol metadata such as
     /// a W3C `traceparent`), if any.
     pub meta: Option<&'a str>,
+    /// The W3C trace headers the client's transport carried with the call (an HTTP POST's),
+    /// if any.
+    pub trace: Option<&'a TransportTrace>,
     /// What the gate did.
     pub outcome: &'a GateOutcome,
     /// When the relay started the call.

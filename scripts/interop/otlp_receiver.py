@@ -36,6 +36,7 @@ def spans_of(request):
                     "trace_id": span.trace_id.hex(),
                     "span_id": span.span_id.hex(),
                     "parent_span_id": span.parent_span_id.hex(),
+                    "trace_state": span.trace_state,
                     "name": span.name,
                     "kind": span.kind,
                     "start_ns": span.start_time_unix_nano,

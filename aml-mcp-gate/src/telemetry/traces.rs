@@ -95,6 +95,19 @@ impl Traces {
         })
     }
 
+    /// Exports every span queued so far (bounded); for the benchmark, which counts the
+    /// export's CPU in the round that made the spans.
+    #[allow(dead_code)] // the gate flushes at shutdown only; benches/telemetry.rs calls it
+    pub(crate) async fn flush(&self) {
+        let provider = self.provider.clone();
+        let flushed = tokio::task::spawn_blocking(move || provider.force_flush());
+        match tokio::time::timeout(EXPORT_TIMEOUT + Duration::from_secs(1), flushed).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!("otlp: spans not all exported: {e}"),
+            Ok(Err(_)) | Err(_) => tracing::warn!("otlp: spans not all exported (timed out)"),
+        }
+    }
+
     /// Exports every span still queued (bounded), then stops the exporter. The batch
     /// processor's thread waits on requests that run on this runtime: never block it.
     pub(crate) async fn shutdown(&self) {
@@ -123,9 +136,14 @@ impl CallObserver for Traces {
             (None, Some(refusal)) => ("blocked", refusal.as_str()),
             (None, None) => ("blocked", "host_error"),
         };
+        // The call's own `_meta` first (MCP's place for it), then the POST's headers.
         let parent = call
             .meta
             .and_then(meta_traceparent)
+            .or_else(|| {
+                let trace = call.trace?;
+                parse_traceparent(trace.traceparent(), trace.tracestate())
+            })
             .map(|remote| Context::new().with_remote_span_context(remote))
             .unwrap_or_default();
         let mut span = self
@@ -149,21 +167,28 @@ impl CallObserver for Traces {
     }
 }
 
-/// The `traceparent` member of a `_meta` object's raw text, if it is a valid W3C one.
+/// The `traceparent` member of a `_meta` object's raw text, if it is a valid W3C one, with
+/// its `tracestate` member.
 fn meta_traceparent(meta: &str) -> Option<SpanContext> {
     #[derive(serde::Deserialize)]
     struct Meta<'a> {
         #[serde(borrow)]
         traceparent: Option<std::borrow::Cow<'a, str>>,
+        // Any JSON: a tracestate that is no string is dropped, the parent still continued.
+        #[serde(default)]
+        tracestate: Option<serde_json::Value>,
     }
     let meta: Meta<'_> = serde_json::from_str(meta).ok()?;
-    parse_traceparent(meta.traceparent.as_deref()?)
+    let state = meta.tracestate.as_ref().and_then(serde_json::Value::as_str);
+    parse_traceparent(meta.traceparent.as_deref()?, state)
 }
 
 /// A W3C Trace Context `traceparent` (version-traceid-parentid-flags), as the specification
 /// reads it: version `ff`, an all-zero id, upper-case hex or (for version 00) anything after
-/// the flags make it invalid. A later version's extra fields are ignored.
-pub(crate) fn parse_traceparent(value: &str) -> Option<SpanContext> {
+/// the flags make it invalid. A later version's extra fields are ignored. Its `tracestate`
+/// is kept when valid, and dropped (the parent still continued) when not, as the
+/// specification says.
+pub(crate) fn parse_traceparent(value: &str, tracestate: Option<&str>) -> Option<SpanContext> {
     let value = value.trim_matches([' ', '\t']);
     let hex = |s: &str, len: usize| {
         s.len() == len
@@ -185,12 +210,15 @@ pub(crate) fn parse_traceparent(value: &str) -> Option<SpanContext> {
     let trace = TraceId::from_hex(trace).ok().filter(|t| *t != TraceId::INVALID)?;
     let span = SpanId::from_hex(span).ok().filter(|s| *s != SpanId::INVALID)?;
     let flags = u8::from_str_radix(&flags[..2], 16).ok()?;
+    let state = tracestate
+        .and_then(|s| s.parse::<TraceState>().ok())
+        .unwrap_or_default();
     Some(SpanContext::new(
         trace,
         span,
         TraceFlags::new(flags) & TraceFlags::SAMPLED,
         true,
-        TraceState::default(),
+        state,
     ))
 }
 
@@ -242,11 +270,15 @@ mod tests {
 
     #[test]
     fn a_valid_traceparent_is_continued_and_an_invalid_one_ignored() {
-        let sc = parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        let sc = parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None).unwrap();
         assert_eq!(sc.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(sc.span_id().to_string(), "00f067aa0ba902b7");
         assert!(sc.is_sampled() && sc.is_remote());
-        assert!(parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later").is_some());
+        assert!(parse_traceparent(
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later",
+            None
+        )
+        .is_some());
         for bad in [
             "",
             "garbage",
@@ -258,11 +290,22 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
         ] {
-            assert!(parse_traceparent(bad).is_none(), "{bad:?}");
+            assert!(parse_traceparent(bad, None).is_none(), "{bad:?}");
         }
         let meta = r#"{"progressToken": 1, "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}"#;
         assert!(meta_traceparent(meta).is_some_and(|sc| !sc.is_sampled()));
         assert!(meta_traceparent(r#"{"traceparent": 7}"#).is_none());
+        let with_state = r#"{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "vendor=a1,other=b2"}"#;
+        let state = meta_traceparent(with_state).unwrap().trace_state().header();
+        assert_eq!(state, "vendor=a1,other=b2");
+        // A bad tracestate is dropped; the parent is still continued.
+        for bad in [r#""not a list""#, "7", r#""Upper=x""#] {
+            let meta = format!(
+                r#"{{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": {bad}}}"#
+            );
+            let sc = meta_traceparent(&meta).unwrap_or_else(|| panic!("{meta}"));
+            assert_eq!(sc.trace_state().header(), "", "{bad}");
+        }
         assert!(meta_traceparent("[]").is_none());
     }
 

@@ -220,6 +220,86 @@ fn one_span_per_call_with_the_receipts_digest_and_the_clients_trace_continued() 
     assert!(!reached.contains(T2), "the denied call never reached the server");
 }
 
+/// With `--listen`, a POST's `traceparent` and `tracestate` headers are continued when the
+/// call's `_meta` has no `traceparent`; when it has one, `_meta` wins. The server never sees
+/// the headers.
+#[test]
+fn an_http_posts_trace_headers_are_continued_unless_meta_names_a_parent() {
+    let dir = work("traces-http");
+    write_everything_config(&dir);
+    let spans_file = dir.join("spans.jsonl");
+    let (_receiver, port) = start_receiver(&spans_file);
+    let reached = dir.join("reached.log");
+    let mut args = gate_args(&dir);
+    args.extend([
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--otlp-endpoint".into(),
+        format!("http://127.0.0.1:{port}"),
+        "--".into(),
+        "sh".into(),
+        "-c".into(),
+        format!("tee -a '{}' | '{}'", reached.display(), everything().display()),
+    ]);
+    let mut gate = Gate::start(&args);
+    let session = open_session(gate.addr, &[]);
+    let headers = |parent: &'static str| {
+        vec![
+            JSON_ONLY,
+            CONTENT_JSON,
+            ("mcp-session-id", session.as_str()),
+            ("traceparent", parent),
+            ("tracestate", "vendor=a1"),
+            ("tracestate", "other=b2"),
+        ]
+    };
+    // The header alone; then the header and `_meta`, which wins.
+    let by_header = call(2, "echo", json!({"message": "by header"}), None);
+    let reply = request(gate.addr, "POST", &headers(T1), &by_header);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let by_meta = call(3, "get-sum", json!({"a": 1, "b": 2}), Some(T2));
+    let reply = request(gate.addr, "POST", &headers(T3), &by_meta);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    // SIGTERM: a clean exit, every span exported first.
+    let status = gate.child.terminate(Duration::from_secs(30));
+    assert!(status.success(), "the gate exited with {status}");
+
+    let text = std::fs::read_to_string(&spans_file).unwrap_or_default();
+    let spans: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(spans.len(), 2, "one span per call: {spans:#?}");
+    let span = |tool: &str| {
+        spans
+            .iter()
+            .find(|s| s["attributes"]["aml.tool"] == tool)
+            .unwrap_or_else(|| panic!("no span of {tool}: {spans:#?}"))
+    };
+    let (trace, parent) = ids(T1);
+    let echo = span("echo");
+    assert_eq!(
+        (echo["trace_id"].as_str(), echo["parent_span_id"].as_str()),
+        (Some(trace), Some(parent))
+    );
+    assert_eq!(
+        echo["trace_state"], "vendor=a1,other=b2",
+        "both tracestate headers, in order"
+    );
+    let (trace, parent) = ids(T2);
+    let sum = span("get-sum");
+    assert_eq!(
+        (sum["trace_id"].as_str(), sum["parent_span_id"].as_str()),
+        (Some(trace), Some(parent))
+    );
+    assert_eq!(
+        sum["trace_state"], "",
+        "the parent came from _meta, which has no tracestate"
+    );
+    let reached = std::fs::read_to_string(&reached).unwrap();
+    assert!(
+        !reached.contains(&T1[3..35]) && !reached.contains("vendor=a1"),
+        "{reached}"
+    );
+}
+
 #[test]
 fn a_bad_otlp_endpoint_is_a_usage_error() {
     let dir = work("traces-bad-url");

@@ -100,24 +100,27 @@ impl Traces {
     #[allow(dead_code)] // the gate flushes at shutdown only; benches/telemetry.rs calls it
     pub(crate) async fn flush(&self) {
         let provider = self.provider.clone();
-        let flushed = tokio::task::spawn_blocking(move || provider.force_flush());
-        match tokio::time::timeout(EXPORT_TIMEOUT + Duration::from_secs(1), flushed).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => tracing::warn!("otlp: spans not all exported: {e}"),
-            Ok(Err(_)) | Err(_) => tracing::warn!("otlp: spans not all exported (timed out)"),
-        }
+        off_the_runtime("", move || provider.force_flush()).await;
     }
 
-    /// Exports every span still queued (bounded), then stops the exporter. The batch
-    /// processor's thread waits on requests that run on this runtime: never block it.
+    /// Exports every span still queued (bounded), then stops the exporter.
     pub(crate) async fn shutdown(&self) {
         let provider = self.provider.clone();
-        let stopped = tokio::task::spawn_blocking(move || provider.shutdown());
-        match tokio::time::timeout(EXPORT_TIMEOUT + Duration::from_secs(1), stopped).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => tracing::warn!("otlp: spans not all exported at exit: {e}"),
-            Ok(Err(_)) | Err(_) => tracing::warn!("otlp: spans not all exported at exit (timed out)"),
-        }
+        off_the_runtime(" at exit", move || provider.shutdown()).await;
+    }
+}
+
+/// Runs a blocking flush of the SDK's batch processor on a thread of its own, bounded: its
+/// export requests run on this runtime, which must not be blocked meanwhile.
+async fn off_the_runtime<F>(when: &str, flush: F)
+where
+    F: FnOnce() -> opentelemetry_sdk::error::OTelSdkResult + Send + 'static,
+{
+    let flushed = tokio::task::spawn_blocking(flush);
+    match tokio::time::timeout(EXPORT_TIMEOUT + Duration::from_secs(1), flushed).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::warn!("otlp: spans not all exported{when}: {e}"),
+        Ok(Err(_)) | Err(_) => tracing::warn!("otlp: spans not all exported{when} (timed out)"),
     }
 }
 

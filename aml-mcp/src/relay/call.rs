@@ -106,44 +106,29 @@ async fn fetch_then_run(relay: Arc<Relay>, mut request: CallRequest) {
             request.name
         )),
     };
-    match checked {
+    let detail = match checked {
         PinCheck::Pass => {
             let (retry, prepared) = prepare(&relay, &mut request);
-            run_call(relay, request, retry, prepared).await
+            return run_call(relay, request, retry, prepared).await;
         }
-        PinCheck::Changed(detail) => {
-            relay.state().flights.remove(&request.flight);
-            let refusal = Refusal::ToolDefinitionChanged;
-            let called = (request.meta.as_deref(), request.trace.as_ref());
-            refuse_named(
-                &relay,
-                &request.client_id,
-                &request.name,
-                called,
-                refusal,
-                &detail,
-            )
-            .await
-        }
-        PinCheck::Unknown => {
-            relay.state().flights.remove(&request.flight);
-            let detail = format!(
-                "tool {:?} is pinned and the server's tools/list does not settle its definition (it changed again meanwhile)",
-                request.name
-            );
-            let refusal = Refusal::ToolDefinitionChanged;
-            let called = (request.meta.as_deref(), request.trace.as_ref());
-            refuse_named(
-                &relay,
-                &request.client_id,
-                &request.name,
-                called,
-                refusal,
-                &detail,
-            )
-            .await
-        }
-    }
+        PinCheck::Changed(detail) => detail,
+        PinCheck::Unknown => format!(
+            "tool {:?} is pinned and the server's tools/list does not settle its definition (it changed again meanwhile)",
+            request.name
+        ),
+    };
+    relay.state().flights.remove(&request.flight);
+    let called = (request.meta.as_deref(), request.trace.as_ref());
+    let refusal = Refusal::ToolDefinitionChanged;
+    refuse_named(
+        &relay,
+        &request.client_id,
+        &request.name,
+        called,
+        refusal,
+        &detail,
+    )
+    .await
 }
 
 enum Checked {

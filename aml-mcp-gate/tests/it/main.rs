@@ -31,5 +31,6 @@ mod reload;
 mod replicas;
 mod telemetry;
 mod traces;
+mod traces_http;
 mod typos;
 mod withdraw;

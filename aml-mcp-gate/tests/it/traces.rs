@@ -10,7 +10,7 @@ use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -18,15 +18,15 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{json, Value};
 
-const T1: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-const T2: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
-const T3: &str = "00-a1b2c3d4e5f60718293a4b5c6d7e8f90-1122334455667788-01";
+pub(crate) const T1: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+pub(crate) const T2: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+pub(crate) const T3: &str = "00-a1b2c3d4e5f60718293a4b5c6d7e8f90-1122334455667788-01";
 /// Upper-case hex: not a valid traceparent; ignored.
-const INVALID: &str = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01";
+pub(crate) const INVALID: &str = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01";
 
 /// Starts the receiver, writing spans to `out`; its port, from its readiness line.
 /// The receiver is killed when its guard is dropped.
-fn start_receiver(out: &Path) -> (Child, u16) {
+pub(crate) fn start_receiver(out: &Path) -> (Child, u16) {
     let mut child = Child::spawn(
         "the OTLP receiver",
         Command::new(python())
@@ -44,7 +44,32 @@ fn start_receiver(out: &Path) -> (Child, u16) {
     (child, port)
 }
 
-fn call(id: u64, tool: &str, arguments: Value, traceparent: Option<&str>) -> String {
+/// The gate's arguments: `extra`, spans to the receiver on `port`, and server-everything
+/// behind `tee` (what reached it is in the returned file).
+pub(crate) fn traced_gate_args(dir: &Path, port: u16, extra: &[&str]) -> (Vec<String>, PathBuf) {
+    let reached = dir.join("reached.log");
+    let mut args = gate_args(dir);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend([
+        "--otlp-endpoint".into(),
+        format!("http://127.0.0.1:{port}"),
+        "--".into(),
+        "sh".into(),
+        "-c".into(),
+        format!("tee -a '{}' | '{}'", reached.display(), everything().display()),
+    ]);
+    (args, reached)
+}
+
+/// The spans the receiver wrote, once the gate has exited.
+pub(crate) fn spans_in(file: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let spans: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(spans.iter().all(|s| s.get("error").is_none()), "{spans:#?}");
+    spans
+}
+
+pub(crate) fn call(id: u64, tool: &str, arguments: Value, traceparent: Option<&str>) -> String {
     let mut params = json!({"name": tool, "arguments": arguments});
     if let Some(traceparent) = traceparent {
         params["_meta"] = json!({"progressToken": id, "traceparent": traceparent});
@@ -53,7 +78,7 @@ fn call(id: u64, tool: &str, arguments: Value, traceparent: Option<&str>) -> Str
 }
 
 /// The trace and span ids of a valid traceparent.
-fn ids(traceparent: &str) -> (&str, &str) {
+pub(crate) fn ids(traceparent: &str) -> (&str, &str) {
     (&traceparent[3..35], &traceparent[36..52])
 }
 
@@ -64,16 +89,7 @@ fn one_span_per_call_with_the_receipts_digest_and_the_clients_trace_continued() 
     let spans_file = dir.join("spans.jsonl");
     let (_receiver, port) = start_receiver(&spans_file);
 
-    let reached = dir.join("reached.log");
-    let mut args = gate_args(&dir);
-    args.extend([
-        "--otlp-endpoint".into(),
-        format!("http://127.0.0.1:{port}"),
-        "--".into(),
-        "sh".into(),
-        "-c".into(),
-        format!("tee -a '{}' | '{}'", reached.display(), everything().display()),
-    ]);
+    let (args, reached) = traced_gate_args(&dir, port, &[]);
     let mut gate = Child::spawn(
         "the gate",
         Command::new(GATE)
@@ -134,9 +150,7 @@ fn one_span_per_call_with_the_receipts_digest_and_the_clients_trace_continued() 
         .filter(|r| r["record"] == "aml-call-record/1")
         .collect();
     assert_eq!(records.len(), calls.len(), "{records:#?}");
-    let text = std::fs::read_to_string(&spans_file).unwrap_or_default();
-    let spans: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert!(spans.iter().all(|s| s.get("error").is_none()), "{spans:#?}");
+    let spans = spans_in(&spans_file);
     assert_eq!(spans.len(), calls.len(), "one span per call: {spans:#?}");
 
     let mut by_tool: BTreeMap<&str, &Value> = BTreeMap::new();
@@ -218,86 +232,6 @@ fn one_span_per_call_with_the_receipts_digest_and_the_clients_trace_continued() 
         "{reached}"
     );
     assert!(!reached.contains(T2), "the denied call never reached the server");
-}
-
-/// With `--listen`, a POST's `traceparent` and `tracestate` headers are continued when the
-/// call's `_meta` has no `traceparent`; when it has one, `_meta` wins. The server never sees
-/// the headers.
-#[test]
-fn an_http_posts_trace_headers_are_continued_unless_meta_names_a_parent() {
-    let dir = work("traces-http");
-    write_everything_config(&dir);
-    let spans_file = dir.join("spans.jsonl");
-    let (_receiver, port) = start_receiver(&spans_file);
-    let reached = dir.join("reached.log");
-    let mut args = gate_args(&dir);
-    args.extend([
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--otlp-endpoint".into(),
-        format!("http://127.0.0.1:{port}"),
-        "--".into(),
-        "sh".into(),
-        "-c".into(),
-        format!("tee -a '{}' | '{}'", reached.display(), everything().display()),
-    ]);
-    let mut gate = Gate::start(&args);
-    let session = open_session(gate.addr, &[]);
-    let headers = |parent: &'static str| {
-        vec![
-            JSON_ONLY,
-            CONTENT_JSON,
-            ("mcp-session-id", session.as_str()),
-            ("traceparent", parent),
-            ("tracestate", "vendor=a1"),
-            ("tracestate", "other=b2"),
-        ]
-    };
-    // The header alone; then the header and `_meta`, which wins.
-    let by_header = call(2, "echo", json!({"message": "by header"}), None);
-    let reply = request(gate.addr, "POST", &headers(T1), &by_header);
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    let by_meta = call(3, "get-sum", json!({"a": 1, "b": 2}), Some(T2));
-    let reply = request(gate.addr, "POST", &headers(T3), &by_meta);
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    // SIGTERM: a clean exit, every span exported first.
-    let status = gate.child.terminate(Duration::from_secs(30));
-    assert!(status.success(), "the gate exited with {status}");
-
-    let text = std::fs::read_to_string(&spans_file).unwrap_or_default();
-    let spans: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(spans.len(), 2, "one span per call: {spans:#?}");
-    let span = |tool: &str| {
-        spans
-            .iter()
-            .find(|s| s["attributes"]["aml.tool"] == tool)
-            .unwrap_or_else(|| panic!("no span of {tool}: {spans:#?}"))
-    };
-    let (trace, parent) = ids(T1);
-    let echo = span("echo");
-    assert_eq!(
-        (echo["trace_id"].as_str(), echo["parent_span_id"].as_str()),
-        (Some(trace), Some(parent))
-    );
-    assert_eq!(
-        echo["trace_state"], "vendor=a1,other=b2",
-        "both tracestate headers, in order"
-    );
-    let (trace, parent) = ids(T2);
-    let sum = span("get-sum");
-    assert_eq!(
-        (sum["trace_id"].as_str(), sum["parent_span_id"].as_str()),
-        (Some(trace), Some(parent))
-    );
-    assert_eq!(
-        sum["trace_state"], "",
-        "the parent came from _meta, which has no tracestate"
-    );
-    let reached = std::fs::read_to_string(&reached).unwrap();
-    assert!(
-        !reached.contains(&T1[3..35]) && !reached.contains("vendor=a1"),
-        "{reached}"
-    );
 }
 
 #[test]

@@ -1,12 +1,12 @@
 //! What `--metrics` and `--otlp-endpoint` add to a call's CPU: the relay's `tools/call` round
 //! trip over channels (as `aml-mcp`'s `relay` bench), as the gate runs it without either,
 //! with `--metrics` (the counting sink, the timing forward wrapper, the labels), and with
-//! both (and the relay's call observer making one span per call, batched, encoded and posted
-//! as OTLP/HTTP protobuf by the SDK's thread to a local receiver that reads and discards the
-//! bodies). Every variant keeps records (the gate always has a receipt sink).
+//! both (and the relay's call observer queueing one span per call, batched, encoded and
+//! posted as OTLP/HTTP protobuf by the gate's exporter task to a local receiver that reads and
+//! discards the bodies). Every variant keeps records (the gate always has a receipt sink).
 //!
 //! After criterion's measurements, prints the process CPU time per call of each (every
-//! thread of the gate's: the SDK's exporter too, its round's spans flushed within the round;
+//! thread of the gate's: the exporter too, its round's spans flushed within the round;
 //! the local receiver's own thread time is the collector's and is taken off) and the
 //! differences, measured in alternating rounds (the goal: at most 2 µs for both together).
 #![allow(missing_docs, dead_code, unreachable_pub)]

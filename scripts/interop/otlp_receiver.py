@@ -4,7 +4,8 @@ Listens on 127.0.0.1:0 and prints `otlp receiver on PORT` once ready. Every POST
 /v1/traces is decoded with the official `opentelemetry-proto` package
 (ExportTraceServiceRequest, protobuf) and each span is appended to OUT as one JSON line:
 trace and span ids (hex), parent span id, name, kind, start and end (ns), the resource's
-service.name, and the span's attributes (string values). A body that does not decode is
+service.name, the span's attributes (string values), and the headers of the POST that
+carried it (names in lower case). A body that does not decode is
 answered 400 and written as {"error": ...}. Runs until killed.
 
     python otlp_receiver.py OUT.jsonl
@@ -27,7 +28,7 @@ def value_of(any_value):
     return getattr(any_value, kind) if kind else None
 
 
-def spans_of(request):
+def spans_of(request, headers):
     for resource_spans in request.resource_spans:
         resource = {a.key: value_of(a.value) for a in resource_spans.resource.attributes}
         for scope_spans in resource_spans.scope_spans:
@@ -44,6 +45,7 @@ def spans_of(request):
                     "service": resource.get("service.name"),
                     "scope": scope_spans.scope.name,
                     "attributes": {a.key: value_of(a.value) for a in span.attributes},
+                    "post_headers": headers,
                 }
 
 
@@ -58,7 +60,8 @@ class Handler(BaseHTTPRequestHandler):
                 raise ValueError(f"content-type {self.headers.get('content-type')}")
             request = ExportTraceServiceRequest()
             request.ParseFromString(body)
-            lines = [json.dumps(span) for span in spans_of(request)]
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            lines = [json.dumps(span) for span in spans_of(request, headers)]
             status, answer = 200, ExportTraceServiceResponse().SerializeToString()
         except Exception as e:  # noqa: BLE001 - reported to the test
             lines = [json.dumps({"error": str(e)})]

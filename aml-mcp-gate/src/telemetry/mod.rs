@@ -10,6 +10,8 @@ mod health;
 mod metrics;
 mod observe;
 #[cfg(feature = "otel")]
+mod otlp;
+#[cfg(feature = "otel")]
 mod traces;
 
 use std::sync::Arc;

@@ -1,34 +1,31 @@
 //! `--otlp-endpoint URL` (feature `otel`): one OpenTelemetry span per `tools/call`, exported
-//! as OTLP/HTTP protobuf to `URL/v1/traces` by the SDK's batch processor.
+//! as OTLP/HTTP protobuf to `URL/v1/traces` (`otlp`, ADR 025).
 //!
 //! The span is made when the relay ends the call (the relay's [`CallObserver`]), from the
 //! gate's outcome: `aml.digest`, `aml.decision`, `aml.reason`, `aml.tool`, `aml.server`,
-//! `aml.status`. Its parent is the client's W3C `traceparent` from `params._meta`, when that
-//! is valid; otherwise it starts a trace of its own. The batch processor exports from a
-//! thread of its own: its requests are sent by a hyper client on the gate's runtime, and a
-//! failed export is logged; a call never waits for one (a full queue drops spans).
+//! `aml.status`. Its parent is the client's W3C `traceparent` from `params._meta`, or else
+//! the POST's `traceparent` header, when valid; otherwise it starts a trace of its own. The
+//! call only queues a small record; the exporter, a task of the gate's runtime, batches,
+//! encodes and posts them, and logs a failed export. A call never waits for one (a full
+//! queue drops spans, and says how many).
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
 
 use aml_mcp::relay::{CallObserver, ObservedCall};
-use opentelemetry::trace::{
-    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
-    Tracer as _, TracerProvider as _,
-};
-use opentelemetry::{Context, KeyValue};
-use opentelemetry_http::{Bytes, HttpClient, Request, Response};
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::trace::{BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider};
+use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
+use tokio::sync::{mpsc, oneshot};
 
-/// How long one export may take.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+use super::otlp::{self, Ended, Queue, EXPORT_TIMEOUT};
 
 /// The gate's tracer: one span per call.
 #[derive(Debug)]
 pub(crate) struct Traces {
-    provider: SdkTracerProvider,
-    tracer: SdkTracer,
-    server: String,
+    queue: Arc<Queue>,
+    ids: RandomIdGenerator,
+    /// Asks the exporter to export now; closed (dropped) to stop it.
+    flushes: std::sync::Mutex<Option<mpsc::Sender<otlp::Flush>>>,
 }
 
 /// Checks an `--otlp-endpoint` value and gives the URL spans are posted to: `URL/v1/traces`,
@@ -60,38 +57,27 @@ pub(crate) fn traces_url(value: &str) -> Result<String, String> {
 
 impl Traces {
     /// The tracer for a gate in front of `server`, exporting to `url` (from [`traces_url`])
-    /// with requests sent on `runtime`.
+    /// from a task on `runtime`.
     pub(crate) fn start(
         url: &str,
         server: String,
         runtime: tokio::runtime::Handle,
     ) -> Result<Traces, String> {
-        let client = OnRuntime {
-            inner: opentelemetry_http::hyper::HyperClient::with_default_connector(EXPORT_TIMEOUT, None),
-            runtime,
-            url: url.to_owned(),
-        };
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_http_client(client)
-            .with_endpoint(url)
-            .with_timeout(EXPORT_TIMEOUT)
-            .build()
-            .map_err(|e| format!("--otlp-endpoint {url}: {e}"))?;
-        let resource = opentelemetry_sdk::Resource::builder()
-            .with_service_name("aml-mcp-gate")
-            .build();
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(BatchSpanProcessor::builder(exporter).build())
-            // Every call is a span: the gate's record of it, whatever the client sampled.
-            .with_sampler(Sampler::AlwaysOn)
-            .with_resource(resource)
-            .build();
-        let tracer = provider.tracer("aml-mcp-gate");
+        let headers = otlp::env_headers()?;
+        let queue = Arc::new(Queue::default());
+        let (flushes, requests) = mpsc::channel(4);
+        otlp::spawn(
+            &runtime,
+            url.to_owned(),
+            headers,
+            &server,
+            Arc::clone(&queue),
+            requests,
+        );
         Ok(Traces {
-            provider,
-            tracer,
-            server,
+            queue,
+            ids: RandomIdGenerator::default(),
+            flushes: std::sync::Mutex::new(Some(flushes)),
         })
     }
 
@@ -99,27 +85,30 @@ impl Traces {
     /// export's CPU in the round that made the spans.
     #[allow(dead_code)] // the gate flushes at shutdown only; benches/telemetry.rs calls it
     pub(crate) async fn flush(&self) {
-        let provider = self.provider.clone();
-        off_the_runtime("", move || provider.force_flush()).await;
+        let sender = self.flushes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(sender) = sender else { return };
+        let (done, exported) = oneshot::channel();
+        if sender.send(done).await.is_ok() {
+            bounded("", exported).await;
+        }
     }
 
     /// Exports every span still queued (bounded), then stops the exporter.
     pub(crate) async fn shutdown(&self) {
-        let provider = self.provider.clone();
-        off_the_runtime(" at exit", move || provider.shutdown()).await;
+        let sender = self.flushes.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(sender) = sender else { return };
+        let (done, exported) = oneshot::channel();
+        if sender.send(done).await.is_ok() {
+            drop(sender);
+            bounded(" at exit", exported).await;
+        }
     }
 }
 
-/// Runs a blocking flush of the SDK's batch processor on a thread of its own, bounded: its
-/// export requests run on this runtime, which must not be blocked meanwhile.
-async fn off_the_runtime<F>(when: &str, flush: F)
-where
-    F: FnOnce() -> opentelemetry_sdk::error::OTelSdkResult + Send + 'static,
-{
-    let flushed = tokio::task::spawn_blocking(flush);
-    match tokio::time::timeout(EXPORT_TIMEOUT + Duration::from_secs(1), flushed).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => tracing::warn!("otlp: spans not all exported{when}: {e}"),
+/// Waits for the exporter's answer, at most as long as an export may take.
+async fn bounded(when: &str, exported: oneshot::Receiver<()>) {
+    match tokio::time::timeout(EXPORT_TIMEOUT + Duration::from_secs(1), exported).await {
+        Ok(Ok(())) => {}
         Ok(Err(_)) | Err(_) => tracing::warn!("otlp: spans not all exported{when} (timed out)"),
     }
 }
@@ -128,10 +117,6 @@ impl CallObserver for Traces {
     fn call_ended(&self, call: &ObservedCall<'_>) {
         let outcome = call.outcome;
         let receipt = outcome.receipt();
-        let digest = receipt
-            .and_then(|r| r.proposal_sha256())
-            .map(|d| d.to_string())
-            .unwrap_or_default();
         let decision = outcome.plan().map_or("none", |plan| plan.decision().as_str());
         let (status, reason) = match (receipt, outcome.refusal()) {
             (Some(receipt), _) => (receipt.execution_status().as_str(), receipt.reason().as_str()),
@@ -140,33 +125,37 @@ impl CallObserver for Traces {
             (None, None) => ("blocked", "host_error"),
         };
         // The call's own `_meta` first (MCP's place for it), then the POST's headers.
-        let parent = call
-            .meta
-            .and_then(meta_traceparent)
-            .or_else(|| {
-                let trace = call.trace?;
-                parse_traceparent(trace.traceparent(), trace.tracestate())
-            })
-            .map(|remote| Context::new().with_remote_span_context(remote))
-            .unwrap_or_default();
-        let mut span = self
-            .tracer
-            .span_builder(format!("tools/call {}", call.tool))
-            .with_kind(SpanKind::Server)
-            .with_start_time(call.started)
-            .with_attributes([
-                KeyValue::new("aml.digest", digest),
-                KeyValue::new("aml.decision", decision),
-                KeyValue::new("aml.reason", reason),
-                KeyValue::new("aml.tool", call.tool.to_owned()),
-                KeyValue::new("aml.server", self.server.clone()),
-                KeyValue::new("aml.status", status),
-            ])
-            .start_with_context(&self.tracer, &parent);
-        if status == "unknown" || reason == "host_error" {
-            span.set_status(Status::error(reason));
-        }
-        span.end_with_timestamp(call.started + call.elapsed);
+        let parent = call.meta.and_then(meta_traceparent).or_else(|| {
+            let trace = call.trace?;
+            parse_traceparent(trace.traceparent(), trace.tracestate())
+        });
+        let (trace_id, parent_span, trace_state) = match &parent {
+            Some(parent) => {
+                let state = parent.trace_state().header();
+                let state = (!state.is_empty()).then(|| state.into_boxed_str());
+                (parent.trace_id(), Some(parent.span_id().to_bytes()), state)
+            }
+            None => (self.ids.new_trace_id(), None, None),
+        };
+        let unix_nanos = |at: std::time::SystemTime| {
+            at.duration_since(UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        };
+        let start = unix_nanos(call.started);
+        self.queue.push(Ended {
+            trace_id: trace_id.to_bytes(),
+            span_id: self.ids.new_span_id().to_bytes(),
+            parent: parent_span,
+            trace_state,
+            tool: call.tool.into(),
+            digest: receipt.and_then(|r| r.proposal_sha256()),
+            decision,
+            reason,
+            status,
+            failed: status == "unknown" || reason == "host_error",
+            start_unix_nanos: start,
+            end_unix_nanos: start.saturating_add(u64::try_from(call.elapsed.as_nanos()).unwrap_or(u64::MAX)),
+        });
     }
 }
 
@@ -223,48 +212,6 @@ pub(crate) fn parse_traceparent(value: &str, tracestate: Option<&str>) -> Option
         true,
         state,
     ))
-}
-
-/// The SDK's hyper client, its requests run on the gate's runtime (the batch processor's
-/// thread has none), its failures logged.
-#[derive(Debug)]
-struct OnRuntime {
-    inner: opentelemetry_http::hyper::HyperClient,
-    runtime: tokio::runtime::Handle,
-    url: String,
-}
-
-#[aml_core::async_trait]
-impl HttpClient for OnRuntime {
-    async fn send_bytes(
-        &self,
-        request: Request<Bytes>,
-    ) -> Result<Response<Bytes>, opentelemetry_http::HttpError> {
-        let inner = self.inner.clone();
-        let sent = self
-            .runtime
-            .spawn(async move { inner.send_bytes(request).await })
-            .await;
-        let sent = match sent {
-            Ok(sent) => sent,
-            Err(e) => Err(Box::new(e) as opentelemetry_http::HttpError),
-        };
-        match &sent {
-            Ok(response) if !response.status().is_success() => {
-                tracing::warn!(
-                    "otlp: {} answered {}; those spans are lost",
-                    self.url,
-                    response.status()
-                )
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(
-                "otlp: cannot export spans to {}: {e}; those spans are lost",
-                self.url
-            ),
-        }
-        sent
-    }
 }
 
 #[cfg(test)]

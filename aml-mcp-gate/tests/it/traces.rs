@@ -94,6 +94,8 @@ fn one_span_per_call_with_the_receipts_digest_and_the_clients_trace_continued() 
         "the gate",
         Command::new(GATE)
             .args(&args)
+            // A collector's token, percent-encoded as the OpenTelemetry variable has it.
+            .env("OTEL_EXPORTER_OTLP_HEADERS", "x-collector-token=s%3Dcret%2C1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped()),
     );
@@ -174,6 +176,7 @@ fn one_span_per_call_with_the_receipts_digest_and_the_clients_trace_continued() 
         assert_eq!(span["name"], format!("tools/call {tool}"));
         assert_eq!(span["service"], "aml-mcp-gate");
         assert_eq!(span["kind"], 2, "SPAN_KIND_SERVER");
+        assert_eq!(span["post_headers"]["x-collector-token"], "s=cret,1");
         assert_eq!(a["aml.tool"], *tool);
         // The `server` label of the metrics: the program, as the gate names it in messages.
         assert_eq!(a["aml.server"], "\"sh\"");
@@ -232,6 +235,39 @@ fn one_span_per_call_with_the_receipts_digest_and_the_clients_trace_continued() 
         "{reached}"
     );
     assert!(!reached.contains(T2), "the denied call never reached the server");
+}
+
+/// A headers variable that is not `key=value,…` stops the gate at start (exit 2), naming
+/// the variable: a collector's token is never silently left out.
+#[test]
+fn a_malformed_otlp_headers_variable_stops_the_gate() {
+    let dir = work("traces-bad-headers");
+    write_everything_config(&dir);
+    for (variable, value) in [
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-token"),
+        ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "bad name=x"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-token=a%0Ab"),
+    ] {
+        let mut args = gate_args(&dir);
+        args.extend([
+            "--otlp-endpoint".into(),
+            "http://127.0.0.1:9".into(),
+            "--".into(),
+            "true".into(),
+        ]);
+        let gate = Child::spawn(
+            "the gate",
+            Command::new(GATE)
+                .args(&args)
+                .env(variable, value)
+                .stdin(Stdio::null())
+                .stderr(Stdio::piped()),
+        );
+        let out = gate.output(Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
+        assert!(stderr.contains(variable), "{value}: {stderr}");
+    }
 }
 
 #[test]

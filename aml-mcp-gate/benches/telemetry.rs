@@ -3,7 +3,8 @@
 //! with `--metrics` (the counting sink, the timing forward wrapper, the labels), and with
 //! both (and the relay's call observer queueing one span per call, batched, encoded and
 //! posted as OTLP/HTTP protobuf by the gate's exporter task to a local receiver that reads and
-//! discards the bodies). Every variant keeps records (the gate always has a receipt sink).
+//! discards the bodies; and, as with `--upstream`, each forward's `traceparent` made and
+//! handed to the server's side). Every variant keeps records (the gate always has a receipt sink).
 //!
 //! After criterion's measurements, prints the process CPU time per call of each (every
 //! thread of the gate's: the exporter too, its round's spans flushed within the round;
@@ -24,7 +25,8 @@ use std::time::Duration;
 
 use aml_core::{sink_fn, ActionBoundary, Policy, ReceiptSink, Record};
 use aml_mcp::relay::{
-    run, CallObserver, Connection, DeferredSink, ForwardWrapper, Inbound, RelayConfig, RelayTools, Upstream,
+    run, CallObserver, Connection, DeferredSink, ForwardWrapper, Inbound, OutboundTraces, RelayConfig,
+    RelayTools, Upstream,
 };
 use bytes::Bytes;
 use criterion::{criterion_group, Criterion};
@@ -81,12 +83,16 @@ fn relay(rt: &Runtime, mode: Mode) -> Relay {
         tools = tools.with_forward_wrapper(Arc::new(wrapper) as Arc<dyn ForwardWrapper>);
     }
     let mut traces = None;
+    let outbound = OutboundTraces::default();
     if mode == Mode::MetricsAndTraces {
         let url = format!("http://{}/v1/traces", otlp_receiver());
         let tracer = Arc::new(
             telemetry::Traces::start(&url, "http://127.0.0.1:3001/mcp".into(), rt.handle().clone()).unwrap(),
         );
         tools = tools.with_call_observer(Arc::clone(&tracer) as Arc<dyn CallObserver>);
+        // As with --upstream: each forward's trace context is made and handed to the
+        // server's transport (taken below, as the HTTP client takes it for its header).
+        tools = tools.with_outbound_traces(outbound.clone());
         traces = Some(tracer);
     }
     let (to_relay, incoming) = mpsc::channel(16);
@@ -112,6 +118,9 @@ fn relay(rt: &Runtime, mode: Mode) -> Relay {
         let _exit = exit;
         while let Some(request) = server_out.recv().await {
             let request: serde_json::Value = serde_json::from_slice(&request).unwrap();
+            if let Some(id) = request["id"].as_u64() {
+                std::hint::black_box(outbound.take(id));
+            }
             let answer = format!(
                 r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":"recorded locally; no notice sent"}}]}}}}"#,
                 request["id"]

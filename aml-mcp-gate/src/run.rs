@@ -336,8 +336,14 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
         tools = tools.with_forward_wrapper(forward);
     }
     let traces = start_traces(settings.otlp.as_deref(), &server.name()).map_err(Failure::Config)?;
+    let mut server = server;
     if let Some(traces) = &traces {
         tools = tools.with_call_observer(Arc::clone(traces) as Arc<dyn relay::CallObserver>);
+        // An HTTP server gets each forwarded call's trace context as headers.
+        let outbound = relay::OutboundTraces::default();
+        if server.send_traces(outbound.clone()) {
+            tools = tools.with_outbound_traces(outbound);
+        }
     }
     let reloader = reload::Reloader::new(
         settings.policy.clone(),

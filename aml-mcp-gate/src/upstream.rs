@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use aml_mcp::relay::Upstream;
+use aml_mcp::relay::{OutboundTraces, Upstream};
 use aml_mcp_http::{http_upstream, UpstreamConfig};
 use tokio::sync::oneshot;
 
@@ -77,6 +77,18 @@ impl Server {
             url: url.clone(),
             config,
         })
+    }
+
+    /// Sends each forwarded call's trace context from `traces` as W3C headers: a remote
+    /// server only (a child's pipes carry nothing beside the message). Whether it will.
+    pub(crate) fn send_traces(&mut self, traces: OutboundTraces) -> bool {
+        match self {
+            Server::Child(_) => false,
+            Server::Http { config, .. } => {
+                *config = config.clone().with_outbound_traces(traces);
+                true
+            }
+        }
     }
 
     /// What to call it in messages.

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aml_mcp::relay::{Connection, Inbound, Upstream};
+use aml_mcp::relay::{Connection, Inbound, OutboundTraces, TransportTrace, Upstream};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -40,6 +40,10 @@ pub struct UpstreamConfig {
     pub max_message_bytes: usize,
     /// How long connecting, and the server's answer to a notification, may take.
     pub connect_timeout: Duration,
+    /// The relay's trace context for its requests (shared with
+    /// [`RelayTools::with_outbound_traces`](aml_mcp::relay::RelayTools::with_outbound_traces)),
+    /// sent as each request's `traceparent` and `tracestate` headers.
+    pub outbound_traces: Option<OutboundTraces>,
 }
 
 impl Default for UpstreamConfig {
@@ -48,6 +52,7 @@ impl Default for UpstreamConfig {
             headers: Vec::new(),
             max_message_bytes: 16 << 20,
             connect_timeout: Duration::from_secs(10),
+            outbound_traces: None,
         }
     }
 }
@@ -61,6 +66,12 @@ impl UpstreamConfig {
     /// Sends `Authorization: Bearer TOKEN` with every request.
     pub fn with_bearer_token(self, token: &str) -> Self {
         self.with_header("authorization", format!("Bearer {}", token.trim()))
+    }
+    /// Sends the relay's trace context for each of its requests as W3C headers (see
+    /// [`outbound_traces`](Self::outbound_traces)).
+    pub fn with_outbound_traces(mut self, traces: OutboundTraces) -> Self {
+        self.outbound_traces = Some(traces);
+        self
     }
     /// Sets [`max_message_bytes`](Self::max_message_bytes).
     pub fn with_max_message_bytes(mut self, max: usize) -> Self {
@@ -267,8 +278,16 @@ impl Client {
         } else {
             None
         };
+        let trace = self.outbound_trace(&peek);
         let response = match self
-            .send_with(Method::POST, Some(message), session.clone(), None, stateless)
+            .send_with(
+                Method::POST,
+                Some(message),
+                session.clone(),
+                None,
+                stateless,
+                trace.as_ref(),
+            )
             .await
         {
             Ok(response) => response,
@@ -432,11 +451,19 @@ impl Client {
         session: Option<HeaderValue>,
         last_event: Option<String>,
     ) -> Result<Response<Incoming>, String> {
-        self.send_with(method, body, session, last_event, &[]).await
+        self.send_with(method, body, session, last_event, &[], None).await
+    }
+
+    /// The relay's trace context for the request `peek` shows, if it gave one (a request of
+    /// the relay's own numbering: its ids are integers).
+    fn outbound_trace(&self, peek: &Peek) -> Option<TransportTrace> {
+        let traces = self.config.outbound_traces.as_ref()?;
+        let id = peek.id.as_deref()?.parse::<u64>().ok()?;
+        traces.take(id)
     }
 
     /// [`send`](Self::send) with a 2026-07-28 request's own headers (its protocol version
-    /// replaces the session's).
+    /// replaces the session's) and the relay's trace context for it.
     async fn send_with(
         &self,
         method: Method,
@@ -444,6 +471,7 @@ impl Client {
         session: Option<HeaderValue>,
         last_event: Option<String>,
         stateless: &[(HeaderName, HeaderValue)],
+        trace: Option<&TransportTrace>,
     ) -> Result<Response<Incoming>, String> {
         let path = self.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
         let mut request = Request::builder().method(method.clone()).uri(path).header(
@@ -472,6 +500,16 @@ impl Client {
         }
         for (name, value) in &self.headers {
             request = request.header(name, value);
+        }
+        if let Some(trace) = trace {
+            // The observer's own values; one that is no header value is not sent.
+            let state = trace.tracestate().and_then(|s| HeaderValue::try_from(s).ok());
+            if let Ok(parent) = HeaderValue::try_from(trace.traceparent()) {
+                request = request.header("traceparent", parent);
+                if let Some(state) = state {
+                    request = request.header("tracestate", state);
+                }
+            }
         }
         let request = request
             .body(Full::new(body.unwrap_or_default()))

@@ -3,7 +3,6 @@
 //! grant store and the approval hook. Nothing in the relay or the stores changes.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -18,29 +17,26 @@ use super::metrics::{Metrics, OpLabel, OutcomeLabel};
 use super::Telemetry;
 
 /// Forward times not yet matched with their call's record, by proposal digest; bounded
-/// (a record that never comes must not hold memory forever).
+/// (a record that never comes must not hold memory forever). A list searched from its end:
+/// it holds about one entry per call in flight, and a record follows its forward at once.
 #[derive(Debug, Default)]
-pub(crate) struct Unmatched(Mutex<HashMap<Sha256Digest, Vec<u64>>>);
+pub(crate) struct Unmatched(Mutex<Vec<(Sha256Digest, u64)>>);
 
 const MAX_UNMATCHED: usize = 4096;
 
 impl Unmatched {
     fn put(&self, digest: Sha256Digest, upstream_us: u64) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= MAX_UNMATCHED {
-            map.clear();
+        let mut times = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if times.len() >= MAX_UNMATCHED {
+            times.clear();
         }
-        map.entry(digest).or_default().push(upstream_us);
+        times.push((digest, upstream_us));
     }
 
     fn take(&self, digest: &Sha256Digest) -> Option<u64> {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let times = map.get_mut(digest)?;
-        let time = times.pop();
-        if times.is_empty() {
-            map.remove(digest);
-        }
-        time
+        let mut times = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let at = times.iter().rposition(|(d, _)| d == digest)?;
+        Some(times.swap_remove(at).1)
     }
 }
 

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use aml_core::Sha256Digest;
 use opentelemetry_http::{Bytes, HttpClient, Request};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{
@@ -228,12 +227,24 @@ impl Exporter {
     }
 }
 
-/// One `ExportTraceServiceRequest`, kept and refilled for each batch.
+/// Writes `ExportTraceServiceRequest` bodies. The spans' messages are kept and refilled for
+/// each batch. The framing around them (the one `ResourceSpans` and its one `ScopeSpans`) is
+/// written here: prost, given the whole request, would measure every span again at each of
+/// the three levels that hold it.
 struct Encoder {
-    request: ExportTraceServiceRequest,
-    body: Vec<u8>,
+    /// `ResourceSpans.resource` (field 1), encoded once.
+    resource: Vec<u8>,
+    /// `ScopeSpans.scope` (field 1), encoded once.
+    scope: Vec<u8>,
+    spans: Vec<Span>,
+    /// Each span as `ScopeSpans.spans` (field 2), for one batch.
+    encoded: Vec<u8>,
     server: String,
 }
+
+/// The protobuf key of a length-delimited field 1 and field 2 (tag << 3 | wire type 2).
+const FIELD_1: u8 = 0x0a;
+const FIELD_2: u8 = 0x12;
 
 impl Encoder {
     fn new(server: &str) -> Encoder {
@@ -253,42 +264,45 @@ impl Encoder {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             ..Default::default()
         };
-        let scope_spans = ScopeSpans {
-            scope: Some(scope),
-            ..Default::default()
-        };
-        let resource_spans = ResourceSpans {
-            resource: Some(resource),
-            scope_spans: vec![scope_spans],
-            ..Default::default()
-        };
         Encoder {
-            request: ExportTraceServiceRequest {
-                resource_spans: vec![resource_spans],
-            },
-            body: Vec::new(),
+            resource: ResourceSpans {
+                resource: Some(resource),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+            scope: ScopeSpans {
+                scope: Some(scope),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+            spans: Vec::new(),
+            encoded: Vec::new(),
             server: server.to_owned(),
         }
     }
 
-    fn spans(&mut self) -> &mut Vec<Span> {
-        &mut self.request.resource_spans[0].scope_spans[0].spans
-    }
-
     /// The protobuf body of one request holding `batch`.
     fn encode(&mut self, batch: &[Ended]) -> Bytes {
-        let server = std::mem::take(&mut self.server);
-        let spans = self.spans();
-        spans.truncate(batch.len());
-        spans.resize_with(batch.len(), new_span);
-        for (span, ended) in spans.iter_mut().zip(batch) {
-            fill(span, ended, &server);
+        self.spans.truncate(batch.len());
+        self.spans.resize_with(batch.len(), new_span);
+        self.encoded.clear();
+        for (span, ended) in self.spans.iter_mut().zip(batch) {
+            fill(span, ended, &self.server);
+            self.encoded.push(FIELD_2);
+            // A Vec grows as needed: encoding into one cannot fail.
+            let _ = span.encode_length_delimited(&mut self.encoded);
         }
-        self.server = server;
-        self.body.clear();
-        // A Vec grows as needed: encoding into one cannot fail.
-        let _ = self.request.encode(&mut self.body);
-        Bytes::copy_from_slice(&self.body)
+        let scope_spans = self.scope.len() + self.encoded.len();
+        let resource_spans = self.resource.len() + 1 + prost::length_delimiter_len(scope_spans) + scope_spans;
+        let mut body = Vec::with_capacity(1 + prost::length_delimiter_len(resource_spans) + resource_spans);
+        body.push(FIELD_1);
+        let _ = prost::encode_length_delimiter(resource_spans, &mut body);
+        body.extend_from_slice(&self.resource);
+        body.push(FIELD_2);
+        let _ = prost::encode_length_delimiter(scope_spans, &mut body);
+        body.extend_from_slice(&self.scope);
+        body.extend_from_slice(&self.encoded);
+        Bytes::from(body)
     }
 }
 
@@ -369,6 +383,8 @@ fn text_of(attribute: &mut KeyValue) -> &mut String {
 
 #[cfg(test)]
 mod tests {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+
     use super::*;
 
     fn ended(tool: &str, parent: Option<[u8; 8]>, failed: bool) -> Ended {
@@ -426,6 +442,19 @@ mod tests {
         assert_eq!(attributes[4], ("aml.server", "npx".to_owned()));
 
         let body = encoder.encode(&first);
+        // The hand-written framing is byte for byte prost's for the whole request.
+        let whole = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: ResourceSpans::decode(&encoder.resource[..]).unwrap().resource,
+                scope_spans: vec![ScopeSpans {
+                    scope: ScopeSpans::decode(&encoder.scope[..]).unwrap().scope,
+                    spans: encoder.spans.clone(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        assert_eq!(body, whole.encode_to_vec());
         let decoded = ExportTraceServiceRequest::decode(body).unwrap();
         let spans = &decoded.resource_spans[0].scope_spans[0].spans;
         assert_eq!(spans[0].parent_span_id, [3; 8]);

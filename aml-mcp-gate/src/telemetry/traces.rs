@@ -4,15 +4,17 @@
 //! The span is made when the relay ends the call (the relay's [`CallObserver`]), from the
 //! gate's outcome: `aml.digest`, `aml.decision`, `aml.reason`, `aml.tool`, `aml.server`,
 //! `aml.status`. Its parent is the client's W3C `traceparent` from `params._meta`, or else
-//! the POST's `traceparent` header, when valid; otherwise it starts a trace of its own. The
-//! call only queues a small record; the exporter, a task of the gate's runtime, batches,
+//! the POST's `traceparent` header, when valid; otherwise it starts a trace of its own. An
+//! HTTP (`--upstream`) server is sent the span as the forwarded POST's `traceparent` header
+//! ([`CallObserver::forward_trace`]), so its spans can be the gate's children. The call only
+//! queues a small record; the exporter, a task of the gate's runtime, batches,
 //! encodes and posts them, and logs a failed export. A call never waits for one (a full
 //! queue drops spans, and says how many).
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use aml_mcp::relay::{CallObserver, ObservedCall};
+use aml_mcp::relay::{CallObserver, ForwardedCall, ObservedCall, TransportTrace};
 use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 use tokio::sync::{mpsc, oneshot};
@@ -124,11 +126,7 @@ impl CallObserver for Traces {
             (None, Some(refusal)) => ("blocked", refusal.as_str()),
             (None, None) => ("blocked", "host_error"),
         };
-        // The call's own `_meta` first (MCP's place for it), then the POST's headers.
-        let parent = call.meta.and_then(meta_traceparent).or_else(|| {
-            let trace = call.trace?;
-            parse_traceparent(trace.traceparent(), trace.tracestate())
-        });
+        let parent = parent_of(call.meta, call.trace);
         let (trace_id, parent_span, trace_state) = match &parent {
             Some(parent) => {
                 let state = parent.trace_state().header();
@@ -137,6 +135,15 @@ impl CallObserver for Traces {
             }
             None => (self.ids.new_trace_id(), None, None),
         };
+        // A call forwarded with a trace context of the gate's: the span is the one the
+        // server was told is its parent.
+        let own = call
+            .forwarded
+            .and_then(|f| parse_traceparent(f.traceparent(), None));
+        let (trace_id, span_id) = match own {
+            Some(own) => (own.trace_id(), own.span_id()),
+            None => (trace_id, self.ids.new_span_id()),
+        };
         let unix_nanos = |at: std::time::SystemTime| {
             at.duration_since(UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
@@ -144,7 +151,7 @@ impl CallObserver for Traces {
         let start = unix_nanos(call.started);
         self.queue.push(Ended {
             trace_id: trace_id.to_bytes(),
-            span_id: self.ids.new_span_id().to_bytes(),
+            span_id: span_id.to_bytes(),
             parent: parent_span,
             trace_state,
             tool: call.tool.into(),
@@ -157,6 +164,46 @@ impl CallObserver for Traces {
             end_unix_nanos: start.saturating_add(u64::try_from(call.elapsed.as_nanos()).unwrap_or(u64::MAX)),
         });
     }
+
+    /// The gate's span as the server's parent: the client's trace (or a new one), a span id
+    /// of the gate's, the client's valid `tracestate`.
+    fn forward_trace(&self, call: &ForwardedCall<'_>) -> Option<TransportTrace> {
+        let parent = parent_of(call.meta, call.trace);
+        let trace_id = parent
+            .as_ref()
+            .map_or_else(|| self.ids.new_trace_id(), SpanContext::trace_id);
+        let span_id = self.ids.new_span_id();
+        let state = parent.map(|p| p.trace_state().header()).filter(|s| !s.is_empty());
+        Some(TransportTrace::new(traceparent(trace_id, span_id), state))
+    }
+}
+
+/// The version-00, sampled `traceparent` of a span.
+fn traceparent(trace_id: TraceId, span_id: SpanId) -> String {
+    let mut text = String::with_capacity(55);
+    text.push_str("00-");
+    push_hex(&mut text, &trace_id.to_bytes());
+    text.push('-');
+    push_hex(&mut text, &span_id.to_bytes());
+    text.push_str("-01");
+    text
+}
+
+/// Lower-case hex, as W3C Trace Context writes ids.
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
+    }
+}
+
+/// The call's parent: its own `_meta` first (MCP's place for it), then the POST's headers.
+fn parent_of(meta: Option<&str>, trace: Option<&TransportTrace>) -> Option<SpanContext> {
+    meta.and_then(meta_traceparent).or_else(|| {
+        let trace = trace?;
+        parse_traceparent(trace.traceparent(), trace.tracestate())
+    })
 }
 
 /// The `traceparent` member of a `_meta` object's raw text, if it is a valid W3C one, with
@@ -257,6 +304,19 @@ mod tests {
             assert_eq!(sc.trace_state().header(), "", "{bad}");
         }
         assert!(meta_traceparent("[]").is_none());
+    }
+
+    #[test]
+    fn the_traceparent_sent_upstream_is_read_back_as_the_same_span() {
+        let (trace, span) = (
+            TraceId::from(0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c),
+            SpanId::from(0xb7),
+        );
+        let text = traceparent(trace, span);
+        assert_eq!(text, "00-0af7651916cd43dd8448eb211c80319c-00000000000000b7-01");
+        let read = parse_traceparent(&text, None).unwrap();
+        assert_eq!((read.trace_id(), read.span_id()), (trace, span));
+        assert!(read.is_sampled());
     }
 
     #[test]

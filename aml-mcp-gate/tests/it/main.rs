@@ -32,5 +32,6 @@ mod replicas;
 mod telemetry;
 mod traces;
 mod traces_http;
+mod traces_upstream;
 mod typos;
 mod withdraw;

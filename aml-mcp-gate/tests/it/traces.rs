@@ -356,7 +356,7 @@ fn the_config_files_otlp_endpoint_key_is_the_flag_and_a_missing_collector_fails_
 }
 
 /// The JSON messages among `lines`, in order (others passed over), through a channel.
-fn json_lines(lines: Lines) -> mpsc::Receiver<Value> {
+pub(crate) fn json_lines(lines: Lines) -> mpsc::Receiver<Value> {
     let (tx, rx) = mpsc::channel::<Value>();
     std::thread::spawn(move || {
         while let Ok(line) = lines.next_within(Duration::MAX) {

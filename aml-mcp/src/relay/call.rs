@@ -20,7 +20,7 @@ use super::from_client::flight_key;
 use super::jsonrpc::{self, json_string, Envelope, Members};
 use super::pins::{self, PinCheck};
 use super::session::{Flight, Pending, Relay, Reply};
-use super::{ObservedCall, ServerRequestPolicy, TransportTrace};
+use super::{ForwardedCall, ObservedCall, OutboundTraces, ServerRequestPolicy, TransportTrace};
 use crate::{ForwardError, McpVerdict, ResultStatus};
 
 /// The members of `tools/call` params the relay forwards. Anything else would reach the
@@ -227,6 +227,7 @@ fn observe(
     relay: &Relay,
     tool: &str,
     (meta, trace): Called<'_>,
+    forwarded: Option<&TransportTrace>,
     outcome: &GateOutcome,
     started: (SystemTime, Instant),
 ) {
@@ -235,6 +236,7 @@ fn observe(
             tool,
             meta,
             trace,
+            forwarded,
             outcome,
             started: started.0,
             elapsed: started.1.elapsed(),
@@ -267,7 +269,7 @@ async fn refuse_named(
         _ => detail.to_owned(),
     };
     let outcome = relay.record_refusal(tool, refusal, recorded);
-    observe(relay, tool, called, &outcome, started);
+    observe(relay, tool, called, None, &outcome, started);
     let verdict = McpVerdict::from_outcome(outcome);
     let text = format!("{}: {detail}", verdict.explanation());
     relay
@@ -302,6 +304,11 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
     } else {
         relay.tools.gate()
     };
+    let outbound = relay.tools.outbound_traces().map(|_| OutboundCall {
+        tool: request.name.clone(),
+        trace: request.trace.clone(),
+        sent: Mutex::new(None),
+    });
     let forward = Arc::new(Forward {
         relay: Arc::clone(&relay),
         flight: request.flight.clone(),
@@ -310,6 +317,7 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
         retry,
         reply: Mutex::new(None),
         cancelled: AtomicBool::new(false),
+        outbound,
     });
     let wrapped = relay
         .tools
@@ -327,7 +335,8 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
     };
     let outcome = gate.gate().run(prepared, Some(executor), None, Some(left)).await;
     let called = (forward.meta.as_deref(), request.trace.as_ref());
-    observe(&relay, &request.name, called, &outcome, started);
+    let sent = forward.outbound.as_ref().and_then(|o| lock(&o.sent).clone());
+    observe(&relay, &request.name, called, sent.as_ref(), &outcome, started);
     if outcome.dispatch().is_some_and(|d| d.caller_gone()) {
         // Recorded as blocked (the caller went away before the claim); nobody is left to
         // answer.
@@ -425,6 +434,31 @@ struct Forward {
     retry: bool,
     reply: Mutex<Option<Answered>>,
     cancelled: AtomicBool,
+    /// With [`OutboundTraces`]: what the observer is asked for the forward's trace context.
+    outbound: Option<OutboundCall>,
+}
+
+/// A forwarded call's part in [`OutboundTraces`].
+struct OutboundCall {
+    /// The tool's name, as the client sent it.
+    tool: String,
+    /// The client's transport trace headers.
+    trace: Option<TransportTrace>,
+    /// The trace context last sent with it.
+    sent: Mutex<Option<TransportTrace>>,
+}
+
+/// Takes a request's trace context out of the table once the request has ended.
+struct Forget<'a>(&'a OutboundTraces, u64);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.0.forget(self.1);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The server's answer to the forwarded call, and what the gate could not do with it.
@@ -445,6 +479,23 @@ impl core::fmt::Debug for Forward {
 }
 
 impl Forward {
+    /// Asks the observer for the trace context to send with request `id`, and puts it in the
+    /// table the server's transport takes it from; the guard forgets it when the request
+    /// ends.
+    fn put_trace(&self, id: u64) -> Option<Forget<'_>> {
+        let outbound = self.outbound.as_ref()?;
+        let table = self.relay.tools.outbound_traces()?;
+        let observer = self.relay.tools.call_observer()?;
+        let trace = observer.forward_trace(&ForwardedCall {
+            tool: &outbound.tool,
+            meta: self.meta.as_deref(),
+            trace: outbound.trace.as_ref(),
+        })?;
+        *lock(&outbound.sent) = Some(trace.clone());
+        table.put(id, trace);
+        Some(Forget(table, id))
+    }
+
     /// The request params, from the frozen canonical bytes only.
     fn params(&self, frozen: &str) -> Result<String, ForwardError> {
         let mut params = format!("{{\"name\":{}", self.name);
@@ -487,6 +538,7 @@ impl Forward {
         let request = format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":{upstream_id},\"method\":\"tools/call\",\"params\":{params}}}"
         );
+        let _forget = self.put_trace(upstream_id);
         if self.relay.to_upstream.send(Bytes::from(request)).await.is_err() {
             return Err(ForwardError::UpstreamGone("its input is closed".into()));
         }

@@ -54,7 +54,7 @@ pub use jsonrpc::{
 pub use kinds::is_notification_method;
 pub use session::{probe, run, ProbeError, RelayEnd};
 pub use tools::{catalog_warnings, RelayTools};
-pub use wrap::{CallObserver, ForwardWrapper, ObservedCall};
+pub use wrap::{CallObserver, ForwardWrapper, ForwardedCall, ObservedCall, OutboundTraces};
 
 /// What the relay does with one kind of request from the server to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

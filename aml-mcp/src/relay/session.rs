@@ -450,3 +450,7 @@ mod tests;
 #[cfg(test)]
 #[path = "kinds_tests.rs"]
 mod kinds_tests;
+
+#[cfg(test)]
+#[path = "outbound_tests.rs"]
+mod outbound_tests;

@@ -22,6 +22,11 @@ pub(super) struct Ends {
 }
 
 pub(super) fn start(config: RelayConfig) -> Ends {
+    start_with(config, |tools| tools)
+}
+
+/// [`start`], the tools first given to `host` (to add its hooks).
+pub(super) fn start_with(config: RelayConfig, host: impl FnOnce(RelayTools) -> RelayTools) -> Ends {
     let sink = MemorySink::new();
     let catalog = r#"{"tools": [{"name": "send", "effect": "send", "purpose": "Send a note",
         "resource": {"argument": "to"}, "input_schema": {"type": "object", "required": ["to"]}}]}"#;
@@ -30,7 +35,7 @@ pub(super) fn start(config: RelayConfig) -> Ends {
     let boundary = ActionBoundary::builder(Arc::new(policy))
         .sink(sink.clone())
         .build();
-    let tools = RelayTools::from_json(catalog, boundary).unwrap();
+    let tools = host(RelayTools::from_json(catalog, boundary).unwrap());
     let (to_relay, incoming) = mpsc::channel(16);
     let (outgoing, from_relay) = mpsc::channel(16);
     let (server_in, up_incoming) = mpsc::channel(16);

@@ -11,7 +11,7 @@ use aml_core::{
 };
 use serde_json::{json, Value};
 
-use super::{CallObserver, ForwardWrapper};
+use super::{CallObserver, ForwardWrapper, OutboundTraces};
 use crate::McpGate;
 
 /// The `$id` given to a tool's input schema inside its retry envelope's schema, so that its
@@ -25,6 +25,7 @@ pub struct RelayTools {
     retry: McpGate,
     wrapper: Option<Arc<dyn ForwardWrapper>>,
     observer: Option<Arc<dyn CallObserver>>,
+    outbound: Option<OutboundTraces>,
 }
 
 impl RelayTools {
@@ -42,6 +43,7 @@ impl RelayTools {
             retry: McpGate::new(ToolGate::new(retry, boundary)),
             wrapper: None,
             observer: None,
+            outbound: None,
         })
     }
 
@@ -59,6 +61,7 @@ impl RelayTools {
             retry: McpGate::new(ToolGate::new(ToolCatalog::new(), boundary)),
             wrapper: None,
             observer: None,
+            outbound: None,
         }
     }
 
@@ -72,6 +75,19 @@ impl RelayTools {
     pub fn with_call_observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
         self.observer = Some(observer);
         self
+    }
+
+    /// Sends the trace context the [`CallObserver`] gives for each forwarded call through
+    /// `traces`, which the server's transport shares (see [`OutboundTraces`]).
+    pub fn with_outbound_traces(mut self, traces: OutboundTraces) -> Self {
+        self.outbound = Some(traces);
+        self
+    }
+
+    /// The table the server's transport takes each forwarded call's trace context from, if
+    /// any.
+    pub(crate) fn outbound_traces(&self) -> Option<&OutboundTraces> {
+        self.outbound.as_ref()
     }
 
     /// The host's observer of ended calls, if any.

@@ -1,6 +1,6 @@
 //! Host hooks: around the forward of each gated call, and after each call ends.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use aml_core::{GateOutcome, ToolExecutor};
@@ -57,6 +57,9 @@ pub struct ObservedCall<'a> {
     /// The W3C trace headers the client's transport carried with the call (an HTTP POST's),
     /// if any.
     pub trace: Option<&'a TransportTrace>,
+    /// The trace context sent to the server beside the forwarded call (what
+    /// [`CallObserver::forward_trace`] gave for it), if any.
+    pub forwarded: Option<&'a TransportTrace>,
     /// What the gate did.
     pub outcome: &'a GateOutcome,
     /// When the relay started the call.
@@ -90,4 +93,68 @@ pub struct ObservedCall<'a> {
 pub trait CallObserver: Send + Sync + core::fmt::Debug {
     /// One call ended.
     fn call_ended(&self, call: &ObservedCall<'_>);
+
+    /// The W3C trace context to send to the server with this call, asked just before the
+    /// relay forwards it when the server's transport carries one beside the message (the
+    /// relay and the transport share [`OutboundTraces`]: `aml-mcp-http`'s upstream sends it
+    /// as the POST's `traceparent` and `tracestate` headers). The message itself is never
+    /// changed. The call's [`ObservedCall::forwarded`] is what this gave. `None`, the
+    /// default, sends none.
+    fn forward_trace(&self, call: &ForwardedCall<'_>) -> Option<TransportTrace> {
+        let _ = call;
+        None
+    }
+}
+
+/// A gated `tools/call` about to be forwarded, for [`CallObserver::forward_trace`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ForwardedCall<'a> {
+    /// The tool the client named.
+    pub tool: &'a str,
+    /// The client's `params._meta`, as the raw JSON text it sent, if any.
+    pub meta: Option<&'a str>,
+    /// The W3C trace headers the client's transport carried with the call, if any.
+    pub trace: Option<&'a TransportTrace>,
+}
+
+/// Trace context for requests the relay sends to the server, kept beside them by the
+/// request's JSON-RPC id (the relay numbers its own requests to the server) for a transport
+/// that carries it outside the message: the relay puts it in just before sending the request,
+/// the transport takes it out when it sends that request. Clones share one table; give the
+/// same one to [`RelayTools::with_outbound_traces`](super::RelayTools::with_outbound_traces)
+/// and to the transport.
+///
+/// ```
+/// use aml_mcp::relay::OutboundTraces;
+///
+/// let traces = OutboundTraces::default();
+/// // A transport, sending request 7 to the server:
+/// assert!(traces.take(7).is_none());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct OutboundTraces(Arc<Mutex<Vec<(u64, TransportTrace)>>>);
+
+// A list, not a map: it holds one entry per forward in flight, taken within moments.
+impl OutboundTraces {
+    /// The trace context to send with the relay's request `id`, taken out of the table.
+    pub fn take(&self, id: u64) -> Option<TransportTrace> {
+        let mut table = self.table();
+        let at = table.iter().position(|(i, _)| *i == id)?;
+        Some(table.swap_remove(at).1)
+    }
+
+    pub(crate) fn put(&self, id: u64, trace: TransportTrace) {
+        self.table().push((id, trace));
+    }
+
+    /// Drops what a transport did not take (the request was never sent, or the transport
+    /// takes none), once the request has ended.
+    pub(crate) fn forget(&self, id: u64) {
+        drop(self.take(id));
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Vec<(u64, TransportTrace)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }

@@ -179,46 +179,6 @@ async fn settle(receipts: &Receipts, grouped: Option<&dyn state::Grouped>) {
     }
 }
 
-/// The tracer of `--otlp-endpoint`, if asked for (without the `otel` feature the flag is
-/// refused before this).
-#[cfg(feature = "otel")]
-fn start_traces(url: Option<&str>, server: &str) -> Result<Option<Arc<telemetry::Traces>>, String> {
-    let Some(url) = url else { return Ok(None) };
-    let traces = telemetry::Traces::start(
-        url,
-        telemetry::server_label(server),
-        tokio::runtime::Handle::current(),
-    )?;
-    tracing::info!("otlp: one span per call to {url}");
-    Ok(Some(Arc::new(traces)))
-}
-
-#[cfg(not(feature = "otel"))]
-fn start_traces(_: Option<&str>, _: &str) -> Result<Option<Arc<NoTraces>>, String> {
-    Ok(None)
-}
-
-/// What stands for the tracer in a build without the `otel` feature.
-#[cfg(not(feature = "otel"))]
-#[derive(Debug)]
-struct NoTraces;
-
-#[cfg(not(feature = "otel"))]
-impl relay::CallObserver for NoTraces {
-    fn call_ended(&self, _: &relay::ObservedCall<'_>) {}
-}
-
-/// Exports the spans still queued before the gate exits (bounded).
-#[cfg(feature = "otel")]
-async fn stop_traces(traces: Option<Arc<telemetry::Traces>>) {
-    if let Some(traces) = traces {
-        traces.shutdown().await;
-    }
-}
-
-#[cfg(not(feature = "otel"))]
-async fn stop_traces(_: Option<Arc<NoTraces>>) {}
-
 /// Why the gate stopped, when it was not the client closing the session.
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -335,7 +295,8 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
     if let Some(forward) = forward {
         tools = tools.with_forward_wrapper(forward);
     }
-    let traces = start_traces(settings.otlp.as_deref(), &server.name()).map_err(Failure::Config)?;
+    let traces =
+        telemetry::start_traces(settings.otlp.as_deref(), &server.name()).map_err(Failure::Config)?;
     let mut server = server;
     if let Some(traces) = &traces {
         tools = tools.with_call_observer(Arc::clone(traces) as Arc<dyn relay::CallObserver>);
@@ -392,7 +353,7 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
         if let Some(checkpoints) = checkpoints {
             checkpoints.finish().await;
         }
-        stop_traces(traces).await;
+        telemetry::stop_traces(traces).await;
         return served.map_err(Failure::Runtime);
     }
     let program = server.name();
@@ -446,7 +407,7 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
     if let Some(checkpoints) = checkpoints {
         checkpoints.finish().await;
     }
-    stop_traces(traces).await;
+    telemetry::stop_traces(traces).await;
     drop((receipts, stored_task));
     match end {
         Ok(RelayEnd::ClientClosed) => Ok(()),

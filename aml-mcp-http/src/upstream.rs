@@ -455,8 +455,12 @@ impl Client {
     }
 
     /// The relay's trace context for the request `peek` shows, if it gave one (a request of
-    /// the relay's own numbering: its ids are integers).
+    /// the relay's own numbering: its ids are integers). Never for an answer: its id is the
+    /// server's, which may equal one of the relay's.
     fn outbound_trace(&self, peek: &Peek) -> Option<TransportTrace> {
+        if !peek.is_request() {
+            return None;
+        }
         let traces = self.config.outbound_traces.as_ref()?;
         let id = peek.id.as_deref()?.parse::<u64>().ok()?;
         traces.take(id)

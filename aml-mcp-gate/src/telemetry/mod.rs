@@ -63,6 +63,42 @@ pub(crate) fn server_label(name: &str) -> String {
     }
 }
 
+/// The tracer of `--otlp-endpoint`, if asked for (without the `otel` feature the flag is
+/// refused before this).
+#[cfg(feature = "otel")]
+pub(crate) fn start_traces(url: Option<&str>, server: &str) -> Result<Option<Arc<Traces>>, String> {
+    let Some(url) = url else { return Ok(None) };
+    let traces = Traces::start(url, server_label(server), tokio::runtime::Handle::current())?;
+    tracing::info!("otlp: one span per call to {url}");
+    Ok(Some(Arc::new(traces)))
+}
+
+#[cfg(not(feature = "otel"))]
+pub(crate) fn start_traces(_: Option<&str>, _: &str) -> Result<Option<Arc<NoTraces>>, String> {
+    Ok(None)
+}
+
+/// What stands for the tracer in a build without the `otel` feature.
+#[cfg(not(feature = "otel"))]
+#[derive(Debug)]
+pub(crate) struct NoTraces;
+
+#[cfg(not(feature = "otel"))]
+impl aml_mcp::relay::CallObserver for NoTraces {
+    fn call_ended(&self, _: &aml_mcp::relay::ObservedCall<'_>) {}
+}
+
+/// Exports the spans still queued before the gate exits (bounded).
+#[cfg(feature = "otel")]
+pub(crate) async fn stop_traces(traces: Option<Arc<Traces>>) {
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
+}
+
+#[cfg(not(feature = "otel"))]
+pub(crate) async fn stop_traces(_: Option<Arc<NoTraces>>) {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

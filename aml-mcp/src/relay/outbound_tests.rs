@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use serde_json::json;
 
-use super::tests::{message, parse, start_with};
+use super::tests::{message, parse, start_with, Ends};
 use super::*;
 use crate::relay::{CallObserver, ForwardedCall, ObservedCall, OutboundTraces, TransportTrace};
 
@@ -37,6 +37,22 @@ fn call(id: u64) -> Inbound {
                    "params": {"name": "send", "arguments": {"to": "team"}, "_meta": {"progressToken": 4}}}))
 }
 
+/// The client sends call `id`; the request the server receives.
+async fn forwarded(ends: &mut Ends, id: u64) -> serde_json::Value {
+    ends.to_relay.send(call(id)).await.unwrap();
+    parse(ends.server_out.recv().await.unwrap())
+}
+
+/// The server answers its request `upstream`; the client gets the answer to its call `id`.
+async fn answered(ends: &mut Ends, upstream: u64, id: u64) {
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":{upstream},"result":{{"content":[]}}}}"#);
+    ends.server_in
+        .send(Inbound::Message(Bytes::from(answer)))
+        .await
+        .unwrap();
+    assert_eq!(parse(ends.from_relay.recv().await.unwrap())["id"], id);
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_transport_takes_each_forwards_trace_by_the_relays_request_id() {
     let observer = Arc::new(Tracing::default());
@@ -49,9 +65,8 @@ async fn the_transport_takes_each_forwards_trace_by_the_relays_request_id() {
     });
 
     // Taken by the transport when it sends the request.
-    ends.to_relay.send(call(9)).await.unwrap();
-    let forwarded = parse(ends.server_out.recv().await.unwrap());
-    let id = forwarded["id"].as_u64().unwrap();
+    let request = forwarded(&mut ends, 9).await;
+    let id = request["id"].as_u64().unwrap();
     let taken = traces
         .take(id)
         .expect("the forward's trace, under the relay's id");
@@ -61,28 +76,15 @@ async fn the_transport_takes_each_forwards_trace_by_the_relays_request_id() {
     );
     assert!(traces.take(id).is_none(), "taken once");
     assert_eq!(
-        forwarded["params"],
+        request["params"],
         json!({"name": "send", "arguments": {"to": "team"}, "_meta": {"progressToken": 4}}),
         "the message is the call's own"
     );
-    let answer = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[]}}}}"#);
-    ends.server_in
-        .send(Inbound::Message(Bytes::from(answer)))
-        .await
-        .unwrap();
-    assert_eq!(parse(ends.from_relay.recv().await.unwrap())["id"], 9);
+    answered(&mut ends, id, 9).await;
 
     // Not taken (a transport that carries none): forgotten once the request has ended.
-    ends.to_relay.send(call(10)).await.unwrap();
-    let second = parse(ends.server_out.recv().await.unwrap())["id"]
-        .as_u64()
-        .unwrap();
-    let answer = format!(r#"{{"jsonrpc":"2.0","id":{second},"result":{{"content":[]}}}}"#);
-    ends.server_in
-        .send(Inbound::Message(Bytes::from(answer)))
-        .await
-        .unwrap();
-    assert_eq!(parse(ends.from_relay.recv().await.unwrap())["id"], 10);
+    let second = forwarded(&mut ends, 10).await["id"].as_u64().unwrap();
+    answered(&mut ends, second, 10).await;
     assert!(traces.take(second).is_none(), "nothing left behind");
 
     drop(ends.to_relay);
@@ -107,16 +109,8 @@ async fn without_the_table_the_observer_is_never_asked() {
     let mut ends = start_with(RelayConfig::default(), move |tools| {
         tools.with_call_observer(hooks as Arc<dyn CallObserver>)
     });
-    ends.to_relay.send(call(9)).await.unwrap();
-    let id = parse(ends.server_out.recv().await.unwrap())["id"]
-        .as_u64()
-        .unwrap();
-    let answer = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[]}}}}"#);
-    ends.server_in
-        .send(Inbound::Message(Bytes::from(answer)))
-        .await
-        .unwrap();
-    assert_eq!(parse(ends.from_relay.recv().await.unwrap())["id"], 9);
+    let id = forwarded(&mut ends, 9).await["id"].as_u64().unwrap();
+    answered(&mut ends, id, 9).await;
     drop(ends.to_relay);
     ends.relay.await.unwrap();
     assert!(observer.asked.lock().unwrap().is_empty());

@@ -17,6 +17,7 @@ use cedar_policy::{
 use miette::Diagnostic;
 use serde_json::{Map, Value};
 
+use crate::cedar_prefilter::Prefiltered;
 use crate::reason::PlanReason;
 use crate::{Decision, Effect, Sha256Digest};
 
@@ -45,9 +46,9 @@ pub(crate) struct Evaluated {
 #[derive(Debug)]
 pub(crate) struct CedarPolicy {
     /// Per tool named in an action scope: its policies and those for every action.
-    by_tool: HashMap<String, PolicySet>,
+    by_tool: HashMap<String, Prefiltered>,
     /// The policies whose action scope is unconstrained.
-    any_action: PolicySet,
+    any_action: Prefiltered,
     /// Permits annotated `@approval("required")`.
     approval: HashSet<PolicyId>,
     schema: Option<Schema>,
@@ -182,9 +183,7 @@ impl CedarPolicy {
                 }
             }
         }
-        let to_set = |policies: Vec<cedar_policy::Policy>| {
-            PolicySet::from_policies(policies).map_err(|e| format!("indexing the policies: {e}"))
-        };
+        let to_set = Prefiltered::new;
         let mut indexed = HashMap::with_capacity(by_tool.len());
         for (tool, mut own) in by_tool {
             own.extend(any_action.iter().cloned());
@@ -211,7 +210,9 @@ impl CedarPolicy {
     /// Whether any permit's action scope admits `tool` (what a listing shows).
     pub(crate) fn may_allow(&self, tool: &str) -> bool {
         let set = self.by_tool.get(tool).unwrap_or(&self.any_action);
-        set.policies().any(|p| p.effect() == cedar_policy::Effect::Permit)
+        set.whole()
+            .policies()
+            .any(|p| p.effect() == cedar_policy::Effect::Permit)
     }
 
     /// Decides one resource of a call.
@@ -256,7 +257,8 @@ impl CedarPolicy {
         let Ok(request) = request else {
             return denied(PlanReason::PolicyError, Vec::new());
         };
-        let response = self.authorizer.is_authorized(&request, set, &Entities::empty());
+        let set = set.for_resource(resource);
+        let response = self.authorizer.is_authorized(&request, &set, &Entities::empty());
         let diagnostics = response.diagnostics();
         // A policy that fails to evaluate might have been a forbid: fail closed.
         let mut failed: Vec<String> = diagnostics.errors().map(|e| policy_of(e).to_owned()).collect();

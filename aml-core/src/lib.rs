@@ -9,6 +9,8 @@ pub mod capture;
 pub mod catalog;
 #[cfg(feature = "cedar")]
 mod cedar;
+#[cfg(feature = "cedar")]
+mod cedar_prefilter;
 mod deadline;
 mod digest;
 mod dispatch;

@@ -30,7 +30,7 @@ const DELAY: Duration = Duration::from_secs(1);
 /// How long one export may take.
 pub(crate) const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The span attributes, in the order of [`Ended::values`].
+/// The span attributes, in the order `fill` writes them.
 const ATTRIBUTES: [&str; 6] = [
     "aml.digest",
     "aml.decision",
@@ -346,17 +346,18 @@ fn fill(span: &mut Span, ended: &Ended, server: &str) {
     span.name.push_str(&ended.tool);
     span.start_time_unix_nano = ended.start_unix_nanos;
     span.end_time_unix_nano = ended.end_unix_nanos;
-    let values = [ended.decision, ended.reason, &ended.tool, server, ended.status];
-    let mut attributes = span.attributes.iter_mut().map(text_of);
-    if let Some(digest) = attributes.next() {
-        digest.clear();
-        if let Some(d) = ended.digest {
-            digest.push_str(d.hex().as_str());
-        }
-    }
-    for (text, value) in attributes.zip(values) {
-        text.clear();
-        text.push_str(value);
+    let digest = ended.digest.map(|d| d.hex());
+    let digest = digest.as_ref().map_or("", |d| d.as_str());
+    let values = [
+        digest,
+        ended.decision,
+        ended.reason,
+        &ended.tool,
+        server,
+        ended.status,
+    ];
+    for (attribute, value) in span.attributes.iter_mut().zip(values) {
+        set_text(attribute, value);
     }
     span.status = ended.failed.then(|| Status {
         message: ended.reason.to_owned(),
@@ -369,15 +370,20 @@ fn replace(bytes: &mut Vec<u8>, with: &[u8]) {
     bytes.extend_from_slice(with);
 }
 
-/// A span attribute's string value (made by [`new_span`], so always one).
-fn text_of(attribute: &mut KeyValue) -> &mut String {
-    let value = attribute.value.get_or_insert_with(AnyValue::default);
-    if !matches!(value.value, Some(any_value::Value::StringValue(_))) {
-        value.value = Some(any_value::Value::StringValue(String::new()));
-    }
-    match &mut value.value {
-        Some(any_value::Value::StringValue(text)) => text,
-        _ => unreachable!("set to a string just above"),
+/// Sets an attribute's string value, reusing the string it holds (made by [`new_span`]).
+fn set_text(attribute: &mut KeyValue, text: &str) {
+    match &mut attribute.value {
+        Some(AnyValue {
+            value: Some(any_value::Value::StringValue(held)),
+        }) => {
+            held.clear();
+            held.push_str(text);
+        }
+        other => {
+            *other = Some(AnyValue {
+                value: Some(any_value::Value::StringValue(text.to_owned())),
+            })
+        }
     }
 }
 

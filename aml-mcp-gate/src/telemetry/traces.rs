@@ -127,23 +127,21 @@ impl CallObserver for Traces {
             (None, None) => ("blocked", "host_error"),
         };
         let parent = parent_of(call.meta, call.trace);
-        let (trace_id, parent_span, trace_state) = match &parent {
-            Some(parent) => {
-                let state = parent.trace_state().header();
-                let state = (!state.is_empty()).then(|| state.into_boxed_str());
-                (parent.trace_id(), Some(parent.span_id().to_bytes()), state)
-            }
-            None => (self.ids.new_trace_id(), None, None),
-        };
         // A call forwarded with a trace context of the gate's: the span is the one the
         // server was told is its parent.
         let own = call
             .forwarded
             .and_then(|f| parse_traceparent(f.traceparent(), None));
-        let (trace_id, span_id) = match own {
-            Some(own) => (own.trace_id(), own.span_id()),
-            None => (trace_id, self.ids.new_span_id()),
+        let (trace_id, span_id) = match (&own, &parent) {
+            (Some(own), _) => (own.trace_id(), own.span_id()),
+            (None, Some(parent)) => (parent.trace_id(), self.ids.new_span_id()),
+            (None, None) => (self.ids.new_trace_id(), self.ids.new_span_id()),
         };
+        let parent_span = parent.as_ref().map(|p| p.span_id().to_bytes());
+        let trace_state = parent
+            .map(|p| p.trace_state().header())
+            .filter(|s| !s.is_empty())
+            .map(String::into_boxed_str);
         let unix_nanos = |at: std::time::SystemTime| {
             at.duration_since(UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))

@@ -3,7 +3,8 @@
 //! does), in the handshake era's sessions and in 2026-07-28's stateless POSTs. Hostile
 //! headers (invalid, doubled, not ASCII, an oversized `tracestate`) never fail a call: each
 //! is answered in bounded time, the span starts a trace of its own (or drops the bad
-//! `tracestate`), and no header value reaches the server.
+//! `tracestate`), and no header value reaches the server. A batch POST's calls each continue
+//! the header, unless their own `_meta` names a parent.
 
 use crate::common;
 use crate::stateless;
@@ -78,11 +79,47 @@ fn a_sessions_trace_headers_are_continued_and_hostile_ones_fail_no_call() {
         ("traceparent", T1),
     ];
     assert_eq!(request(gate.addr, "POST", &headers, note).status, 202);
+    // A batch with the headers: each call is answered; the one whose _meta names a parent
+    // keeps it, the other continues the header.
+    let batch = format!(
+        "[{},{}]",
+        call(40, "echo", json!({"message": "batch 0"}), None),
+        call(41, "echo", json!({"message": "batch 1"}), Some(T2))
+    );
+    let headers = [
+        JSON_ONLY,
+        CONTENT_JSON,
+        ("mcp-session-id", session.as_str()),
+        ("traceparent", T3),
+    ];
+    let reply = request(gate.addr, "POST", &headers, &batch);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let answers = reply.json();
+    let mut answered: Vec<u64> = answers
+        .as_array()
+        .unwrap_or_else(|| panic!("a batch's answers: {}", reply.body))
+        .iter()
+        .map(|a| {
+            assert!(a["result"].is_object(), "{a}");
+            a["id"].as_u64().unwrap()
+        })
+        .collect();
+    answered.sort();
+    assert_eq!(answered, [40, 41]);
     let status = gate.child.terminate(Duration::from_secs(30));
     assert!(status.success(), "the gate exited with {status}");
 
-    let spans = in_order(spans_in(&spans_file));
-    assert_eq!(spans.len(), cases.len(), "one span per call: {spans:#?}");
+    let mut spans = in_order(spans_in(&spans_file));
+    assert_eq!(spans.len(), cases.len() + 2, "one span per call: {spans:#?}");
+    let batched = spans.split_off(cases.len());
+    let mut parents: Vec<(&str, &str)> = batched.iter().map(parent_of).collect();
+    parents.sort();
+    let mut expected = vec![ids(T2), ids(T3)];
+    expected.sort();
+    assert_eq!(
+        parents, expected,
+        "the batch's calls: _meta's parent, and the header's"
+    );
     assert_eq!(parent_of(&spans[0]), ids(T1), "the header's parent");
     assert_eq!(
         spans[0]["trace_state"], "vendor=a1,other=b2",

@@ -4,7 +4,8 @@
 //! `--listen` gate in front of server-everything. For a call whose `_meta` names no
 //! `traceparent`, the second gate's span is a child of the first's; for one that does, both
 //! are children of the client's span (the second gate reads `_meta` first); a denied call
-//! sends nothing. No trace header becomes message content on the way.
+//! sends nothing; a garbage `traceparent` with a 100,000-byte `tracestate` is dropped. No
+//! trace header becomes message content on the way.
 
 use crate::common;
 use crate::traces::{call, ids, json_lines, spans_in, start_receiver, traced_gate_args, T1};
@@ -53,6 +54,11 @@ fn a_forwarded_calls_span_parents_the_next_gates_through_its_traceparent_header(
         call(2, "echo", json!({"message": "chained"}), Some(T1)),
         call(3, "get-sum", json!({"a": 1, "b": 2}), None),
         call(4, "get-env", json!({}), None),
+        // Hostile trace context: a garbage traceparent and a 100,000-byte tracestate.
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+            "name": "get-structured-content", "arguments": {"location": "Chicago"},
+            "_meta": {"traceparent": "garbage", "tracestate": "x".repeat(100_000)}}})
+        .to_string(),
     ];
     for line in &lines {
         writeln!(input, "{line}").unwrap();
@@ -60,7 +66,7 @@ fn a_forwarded_calls_span_parents_the_next_gates_through_its_traceparent_header(
     input.flush().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut answered = Vec::new();
-    while answered.len() < 4 {
+    while answered.len() < 5 {
         let left = deadline.saturating_duration_since(Instant::now());
         let message = answers
             .recv_timeout(left)
@@ -109,6 +115,19 @@ fn a_forwarded_calls_span_parents_the_next_gates_through_its_traceparent_header(
         assert_eq!(parent(s), (json!(client.0), json!(client.1)), "{s}");
     }
     assert_ne!(front_echo["span_id"], back_echo["span_id"]);
+
+    // The hostile context is dropped: a trace of the front gate's own, continued behind.
+    let (front_bad, back_bad) = (
+        get(true, "get-structured-content"),
+        get(false, "get-structured-content"),
+    );
+    assert_eq!(front_bad["parent_span_id"], "", "{front_bad}");
+    assert_eq!(front_bad["trace_state"], "", "{front_bad}");
+    assert_eq!(
+        parent(back_bad),
+        (front_bad["trace_id"].clone(), front_bad["span_id"].clone()),
+        "{back_bad}"
+    );
 
     // Denied at the front: nothing sent, so no span at the back.
     assert_eq!(get(true, "get-env")["attributes"]["aml.status"], "blocked");

@@ -351,7 +351,7 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
         return;
     }
     let mut verdict = McpVerdict::from_outcome(outcome);
-    let answered = forward.reply.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let answered = lock(&forward.reply).take();
     if let Some(answered) = answered
         .as_ref()
         .filter(|a| a.not_strict.is_some() || a.withheld.is_some())
@@ -572,7 +572,7 @@ impl Forward {
                     not_strict,
                     withheld,
                 };
-                *self.reply.lock().unwrap_or_else(|p| p.into_inner()) = Some(answered);
+                *lock(&self.reply) = Some(answered);
                 return Ok(value);
             }
             Err(_) if withheld.is_some() => {
@@ -591,7 +591,7 @@ impl Forward {
             not_strict: None,
             withheld: None,
         };
-        *self.reply.lock().unwrap_or_else(|p| p.into_inner()) = Some(answered);
+        *lock(&self.reply) = Some(answered);
         outcome
     }
 }

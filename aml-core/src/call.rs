@@ -18,7 +18,7 @@ use crate::hooks::{ClaimStatus, GrantRef, ToolExecutor};
 use crate::outcome::{CallOutcome, HostError, Unknown};
 use crate::runtime::{BoxedFuture, CallRuntime};
 use crate::unwind::{guarded, with_causes};
-use crate::{Deadline, Refusal, Sha256Digest};
+use crate::{Caller, Deadline, Refusal, Sha256Digest};
 
 /// The arguments of a call, as the adapter's wire delivered them.
 #[derive(Debug, Clone)]
@@ -49,6 +49,7 @@ pub struct CallRequest<'a> {
     gone: Option<CallerGone>,
     executor: Option<Arc<dyn ToolExecutor>>,
     call_id: Option<&'a str>,
+    caller: Caller,
 }
 
 impl<'a> CallRequest<'a> {
@@ -71,7 +72,15 @@ impl<'a> CallRequest<'a> {
             gone: None,
             executor: None,
             call_id: None,
+            caller: Caller::local(),
         }
+    }
+
+    /// Who makes the call (default: [`Caller::local`]): the Cedar principal, what budgets
+    /// count per, and named in the call's record.
+    pub fn caller(mut self, caller: Caller) -> Self {
+        self.caller = caller;
+        self
     }
 
     /// Answer by `at`: approval stops waiting (blocked, nothing claimed), and a tool still
@@ -169,8 +178,9 @@ impl ToolGate {
             gone,
             executor,
             call_id,
+            caller,
         } = request;
-        let start = self.start(tool, arguments, deadline);
+        let start = self.start(tool, &caller, arguments, deadline);
         let gate = self.clone();
         let call_id = call_id.map(str::to_owned);
         async move {
@@ -199,7 +209,13 @@ impl ToolGate {
     }
 
     /// The synchronous part: everything up to the plan.
-    fn start(&self, tool: &str, arguments: Arguments<'_>, deadline: Option<Instant>) -> Start {
+    fn start(
+        &self,
+        tool: &str,
+        caller: &Caller,
+        arguments: Arguments<'_>,
+        deadline: Option<Instant>,
+    ) -> Start {
         if deadline.is_some() && self.runtime().is_none() {
             let message = "this gate has no runtime to keep a deadline (ToolGate::with_runtime)".to_owned();
             let tracker = CallTracker::start(self.adapter_arc(), tool, self.boundary().sink());
@@ -212,8 +228,8 @@ impl ToolGate {
             return Start::Ended(self.refuse_request(tool, Refusal::DeadlinePassed, detail));
         }
         let prepared = match arguments {
-            Arguments::Bytes(bytes) => self.prepare_bytes(tool, bytes),
-            Arguments::Value(value) => self.prepare_exact_value(tool, value),
+            Arguments::Bytes(bytes) => self.prepare_bytes(tool, caller, bytes),
+            Arguments::Value(value) => self.prepare_exact_value(tool, caller, value),
         };
         let PreparedCall { stage, .. } = prepared;
         match stage {

@@ -1,8 +1,9 @@
 //! Cedar policies (feature `cedar`): the entity model of docs/POLICY.md, checked when the
 //! file loads, and evaluated once per resource of a call.
 //!
-//! Principal `Caller::"local"`, action `Action::"<tool>"`, resource `Resource::"<resource>"`,
-//! context `{effect, tool, resource, arguments}`. A `permit` annotated `@approval("required")`
+//! Principal `Caller::"<caller>"` (`local` on stdio), action `Action::"<tool>"`, resource
+//! `Resource::"<resource>"`, context `{effect, tool, resource, arguments, usage}` (`usage`
+//! only when the host's ledger gave it). A `permit` annotated `@approval("required")`
 //! asks for approval, any other permit allows; a `forbid`, no permit, or a policy that fails
 //! to evaluate denies.
 
@@ -19,7 +20,7 @@ use serde_json::{Map, Value};
 
 use crate::cedar_prefilter::Prefiltered;
 use crate::reason::PlanReason;
-use crate::{Decision, Effect, Sha256Digest};
+use crate::{CallFacts, Decision, Effect, Sha256Digest, Usage};
 
 /// Largest Cedar policy file, in bytes.
 pub(crate) const MAX_CEDAR_BYTES: usize = 1 << 20;
@@ -30,8 +31,6 @@ pub(crate) const MAX_CEDAR_BYTES: usize = 1 << 20;
 const MAX_STATEMENT_BYTES: usize = 16 << 10;
 const MAX_NESTING: usize = 32;
 const MAX_IFS: usize = 64;
-/// The only principal there is until callers are identified: the host's own agent.
-const LOCAL_CALLER: &str = "local";
 const ANNOTATIONS: [&str; 2] = ["id", "approval"];
 
 /// What a Cedar evaluation decided, and the policies that determined it.
@@ -54,7 +53,10 @@ pub(crate) struct CedarPolicy {
     schema: Option<Schema>,
     digest: Sha256Digest,
     authorizer: Authorizer,
-    caller: EntityUid,
+    caller_type: EntityTypeName,
+    /// Whether some policy may read `context.usage` (its text names `usage`: a superset,
+    /// which costs only a ledger read).
+    reads_usage: bool,
     action_type: EntityTypeName,
     resource_type: EntityTypeName,
 }
@@ -155,7 +157,9 @@ impl CedarPolicy {
             None => None,
             Some(schema_text) => Some(validate(&named, schema_text)?),
         };
-        Self::index(named, approval, schema, Sha256Digest::of(text.as_bytes()))
+        let mut policy = Self::index(named, approval, schema, Sha256Digest::of(text.as_bytes()))?;
+        policy.reads_usage = text.contains("usage");
+        Ok(policy)
     }
 
     fn index(
@@ -196,7 +200,8 @@ impl CedarPolicy {
             schema,
             digest,
             authorizer: Authorizer::new(),
-            caller: EntityUid::from_type_name_and_id(type_name("Caller")?, EntityId::new(LOCAL_CALLER)),
+            caller_type: type_name("Caller")?,
+            reads_usage: false,
             action_type: type_name("Action")?,
             resource_type: type_name("Resource")?,
         })
@@ -205,6 +210,11 @@ impl CedarPolicy {
     /// SHA-256 of the policy file's text.
     pub(crate) fn digest(&self) -> Sha256Digest {
         self.digest
+    }
+
+    /// Whether some policy may read `context.usage`.
+    pub(crate) fn reads_usage(&self) -> bool {
+        self.reads_usage
     }
 
     /// Whether any permit's action scope admits `tool` (what a listing shows).
@@ -222,6 +232,7 @@ impl CedarPolicy {
         effect: Effect,
         resource: &str,
         arguments: &Map<String, Value>,
+        facts: &CallFacts,
     ) -> Evaluated {
         let denied = |reason, policies| Evaluated {
             decision: Decision::Deny,
@@ -231,28 +242,37 @@ impl CedarPolicy {
         let set = self.by_tool.get(tool).unwrap_or(&self.any_action);
         let action = EntityUid::from_type_name_and_id(self.action_type.clone(), EntityId::new(tool));
         let target = EntityUid::from_type_name_and_id(self.resource_type.clone(), EntityId::new(resource));
+        let usage = facts.usage.map(usage_record).transpose();
         let request = record(arguments)
-            .and_then(|arguments| {
-                Context::from_pairs([
-                    (
-                        "effect".to_owned(),
-                        RestrictedExpression::new_string(effect.as_str().to_owned()),
-                    ),
-                    (
-                        "tool".to_owned(),
-                        RestrictedExpression::new_string(tool.to_owned()),
-                    ),
-                    (
-                        "resource".to_owned(),
-                        RestrictedExpression::new_string(resource.to_owned()),
-                    ),
-                    ("arguments".to_owned(), arguments),
-                ])
+            .and_then(|arguments| Ok((arguments, usage?)))
+            .and_then(|(arguments, usage)| {
+                Context::from_pairs(
+                    [
+                        (
+                            "effect".to_owned(),
+                            RestrictedExpression::new_string(effect.as_str().to_owned()),
+                        ),
+                        (
+                            "tool".to_owned(),
+                            RestrictedExpression::new_string(tool.to_owned()),
+                        ),
+                        (
+                            "resource".to_owned(),
+                            RestrictedExpression::new_string(resource.to_owned()),
+                        ),
+                        ("arguments".to_owned(), arguments),
+                    ]
+                    .into_iter()
+                    .chain(usage.map(|usage| ("usage".to_owned(), usage))),
+                )
                 .map_err(|e| e.to_string())
             })
             .and_then(|context| {
-                Request::new(self.caller.clone(), action, target, context, self.schema.as_ref())
-                    .map_err(|e| e.to_string())
+                let caller = EntityUid::from_type_name_and_id(
+                    self.caller_type.clone(),
+                    EntityId::new(facts.caller.id()),
+                );
+                Request::new(caller, action, target, context, self.schema.as_ref()).map_err(|e| e.to_string())
             });
         let Ok(request) = request else {
             return denied(PlanReason::PolicyError, Vec::new());
@@ -394,6 +414,18 @@ fn validate(set: &PolicySet, schema_text: &str) -> Result<Schema, String> {
         None => Ok(schema),
         Some(error) => Err(error),
     }
+}
+
+/// `context.usage`: `{minute, hour, day}` as Longs (saturated: a count past `i64::MAX` is
+/// beyond any budget anyway).
+fn usage_record(usage: Usage) -> Result<RestrictedExpression, String> {
+    let long = |n: u64| RestrictedExpression::new_long(i64::try_from(n).unwrap_or(i64::MAX));
+    RestrictedExpression::new_record([
+        ("minute".to_owned(), long(usage.minute)),
+        ("hour".to_owned(), long(usage.hour)),
+        ("day".to_owned(), long(usage.day)),
+    ])
+    .map_err(|e| e.to_string())
 }
 
 /// The frozen arguments as a Cedar record, built value by value so that no argument can be

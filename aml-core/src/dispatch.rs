@@ -15,6 +15,7 @@ use crate::reason::{blocking_reason, ReceiptReason};
 use crate::receipt::Receipt;
 use crate::record::{NoSink, ReceiptSink, ResultSummary};
 use crate::unwind::{guarded, with_causes};
+use crate::usage::{CallFacts, Counted, UsageLedger};
 use crate::Deadline;
 use crate::{Decision, PolicySource};
 
@@ -52,6 +53,7 @@ pub struct ActionBoundary {
     executor: Option<Arc<dyn ToolExecutor>>,
     sink: Arc<dyn ReceiptSink>,
     shadow: bool,
+    usage: Option<Arc<dyn UsageLedger>>,
 }
 
 /// Builds an [`ActionBoundary`]. The grant store defaults to a fresh
@@ -136,6 +138,13 @@ impl ActionBoundaryBuilder {
         self.boundary.shadow = true;
         self
     }
+    /// Where each caller's dispatched calls are counted, for policies that read
+    /// `context.usage` (budgets, docs/POLICY.md). Without one, such a policy fails to
+    /// evaluate and denies (`policy_error`).
+    pub fn usage(mut self, ledger: Arc<dyn UsageLedger>) -> Self {
+        self.boundary.usage = Some(ledger);
+        self
+    }
     /// The boundary.
     pub fn build(self) -> ActionBoundary {
         self.boundary
@@ -155,9 +164,27 @@ pub struct DispatchOutcome {
     deadline_passed: bool,
     caller_gone: bool,
     would_block: Option<WouldBlock>,
+    /// Who called, and the usage the final plan was decided on.
+    facts: CallFacts,
+    /// The determining Cedar policies, when the boundary planned again (with the caller's
+    /// usage) after the front door's plan.
+    replanned: Option<Vec<String>>,
 }
 
 impl DispatchOutcome {
+    /// The caller and usage the plan was decided on.
+    pub fn facts(&self) -> &CallFacts {
+        &self.facts
+    }
+    /// The determining Cedar policies of a plan made again with the caller's usage.
+    pub(crate) fn replanned_policies(&self) -> Option<&[String]> {
+        self.replanned.as_deref()
+    }
+    fn decided_on(mut self, facts: CallFacts, replanned: Option<Vec<String>>) -> Self {
+        self.facts = facts;
+        self.replanned = replanned;
+        self
+    }
     /// In shadow mode, what the policy decided for a call it let through.
     pub fn would_block(&self) -> Option<&WouldBlock> {
         self.would_block.as_ref()
@@ -208,6 +235,8 @@ impl DispatchOutcome {
             deadline_passed: false,
             caller_gone: false,
             would_block: None,
+            facts: CallFacts::default(),
+            replanned: None,
         }
     }
 }
@@ -223,6 +252,7 @@ impl ActionBoundary {
                 executor: None,
                 sink: Arc::new(NoSink),
                 shadow: false,
+                usage: None,
             },
         }
     }
@@ -330,45 +360,190 @@ impl ActionBoundary {
 
     pub(crate) async fn authorize_tracked(
         &self,
-        planned: Planned,
+        mut planned: Planned,
         mut watch: Watch,
         progress: &Progress,
     ) -> Authorization {
-        let (planned, would_block) = self.shadowed(planned);
-        let (plan, proposal) = match blocked_by_plan(planned) {
-            Ok(parts) => parts,
-            Err((plan, reason)) => return Authorization::Ended(DispatchOutcome::ended(plan, reason, None)),
-        };
-        let grant = match plan.decision() {
-            Decision::Allow => None,
-            Decision::RequiresApproval => {
-                match self
-                    .approve_and_claim(&plan, &proposal, &mut watch, progress)
-                    .await
-                {
-                    Ok(grant) => grant,
-                    Err(Stop::Blocked(reason, detail)) => {
-                        return Authorization::Ended(DispatchOutcome::ended(plan, reason, detail))
-                    }
-                    Err(Stop::Interrupted(why, detail)) => {
-                        tracing::debug!(target: "aml.dispatch", ?why, "the call was cut short before the claim");
-                        let mut outcome =
-                            DispatchOutcome::ended(plan, ReceiptReason::ApprovalError, Some(detail.into()));
-                        outcome.deadline_passed = why == Interrupted::DeadlinePassed;
-                        outcome.caller_gone = why == Interrupted::CallerGone;
-                        return Authorization::Ended(outcome);
-                    }
+        let mut replanned = None;
+        for _ in 0..MAX_USAGE_ROUNDS {
+            if let Some(ledger) = self.usage_ledger_for(&planned) {
+                if let Some(proposal) = planned.proposal.take() {
+                    planned = match self.plan_with_usage(ledger, proposal, planned.facts).await {
+                        Ok(again) => again,
+                        Err(outcome) => return Authorization::Ended(*outcome),
+                    };
+                    replanned = Some(planned.policies.clone());
                 }
             }
-            // Every deny carries a blocking reason, handled above; stay closed regardless.
-            _ => return Authorization::Ended(DispatchOutcome::ended(plan, ReceiptReason::NoExactRule, None)),
+            let facts = planned.facts.clone();
+            let policies = planned.policies.clone();
+            let ended = |outcome: DispatchOutcome| {
+                Authorization::Ended(outcome.decided_on(facts.clone(), replanned.clone()))
+            };
+            let (shadowed, would_block) = self.shadowed(planned);
+            let (plan, proposal) = match blocked_by_plan(shadowed) {
+                Ok(parts) => parts,
+                Err((plan, reason)) => return ended(DispatchOutcome::ended(plan, reason, None)),
+            };
+            let grant = match plan.decision() {
+                Decision::Allow => None,
+                Decision::RequiresApproval => {
+                    match self
+                        .approve_and_claim(&plan, &proposal, &facts, &mut watch, progress)
+                        .await
+                    {
+                        Ok(grant) => grant,
+                        Err(Stop::Blocked(reason, detail)) => {
+                            return ended(DispatchOutcome::ended(plan, reason, detail))
+                        }
+                        Err(Stop::Interrupted(why, detail)) => {
+                            tracing::debug!(target: "aml.dispatch", ?why, "the call was cut short before the claim");
+                            let mut outcome = DispatchOutcome::ended(
+                                plan,
+                                ReceiptReason::ApprovalError,
+                                Some(detail.into()),
+                            );
+                            outcome.deadline_passed = why == Interrupted::DeadlinePassed;
+                            outcome.caller_gone = why == Interrupted::CallerGone;
+                            return ended(outcome);
+                        }
+                    }
+                }
+                // Every deny carries a blocking reason, handled above; stay closed regardless.
+                _ => return ended(DispatchOutcome::ended(plan, ReceiptReason::NoExactRule, None)),
+            };
+            match self.count_usage(&plan, &proposal, &facts, grant.is_some()).await {
+                Ok(()) => {}
+                Err(Recount::Replan) => {
+                    // Nothing was claimed: decide again on the usage now.
+                    planned = Planned {
+                        plan,
+                        proposal: Some(proposal),
+                        refusal: None,
+                        policies,
+                        facts,
+                    };
+                    continue;
+                }
+                Err(Recount::Blocked(reason, detail)) => {
+                    return ended(DispatchOutcome::ended(plan, reason, Some(detail)))
+                }
+            }
+            return Authorization::Authorized(Authorized {
+                plan,
+                proposal,
+                grant,
+                would_block,
+                facts,
+                replanned,
+            });
+        }
+        let plan = planned.plan;
+        let detail = "the caller's usage kept changing while the call was decided".to_owned();
+        Authorization::Ended(
+            DispatchOutcome::ended(plan, ReceiptReason::PolicyError, Some(detail))
+                .decided_on(planned.facts, replanned),
+        )
+    }
+
+    /// The ledger to read usage from, when the policy reads it and the plan is the policy's.
+    fn usage_ledger_for(&self, planned: &Planned) -> Option<&Arc<dyn UsageLedger>> {
+        let ledger = self.usage.as_ref()?;
+        let decidable = planned.proposal.is_some() && planned.refusal.is_none();
+        (decidable && self.policy.current().reads_usage()).then_some(ledger)
+    }
+
+    /// Plans again with the caller's usage of the tool now; a ledger that fails denies.
+    async fn plan_with_usage(
+        &self,
+        ledger: &Arc<dyn UsageLedger>,
+        proposal: FrozenProposal,
+        mut facts: CallFacts,
+    ) -> Result<Planned, Box<DispatchOutcome>> {
+        let read = guarded(|| ledger.usage(&facts.caller, proposal.tool())).await;
+        let usage = match read {
+            Ok(Ok(usage)) => usage,
+            Ok(Err(e)) => return Err(self.usage_unreadable(proposal, facts, with_causes(&e))),
+            Err(panic) => return Err(self.usage_unreadable(proposal, facts, panic)),
         };
-        Authorization::Authorized(Authorized {
-            plan,
+        facts.usage = Some(usage);
+        tracing::debug!(target: "aml.dispatch", ?usage, "usage read");
+        Ok(crate::plan::plan_frozen_for(
             proposal,
-            grant,
-            would_block,
-        })
+            &self.policy.current(),
+            facts,
+        ))
+    }
+
+    /// A ledger that cannot say the usage denies the call (`policy_error`): fail closed.
+    fn usage_unreadable(
+        &self,
+        proposal: FrozenProposal,
+        facts: CallFacts,
+        why: String,
+    ) -> Box<DispatchOutcome> {
+        let denied = crate::plan::denied_for(proposal, crate::PlanReason::PolicyError, facts.clone());
+        let detail = format!("the caller's usage could not be read: {why}");
+        Box::new(
+            DispatchOutcome::ended(denied.plan, ReceiptReason::PolicyError, Some(detail))
+                .decided_on(facts, Some(Vec::new())),
+        )
+    }
+
+    /// Counts the call in the usage ledger, if its usage is still what the plan was decided
+    /// on (one atomic step in the ledger). If it changed, the policy decides again: the same
+    /// decision counts on the new usage; another, for a call that claimed nothing, plans the
+    /// call again; for a claimed call (approved), only a deny stops it (the grant stays spent).
+    async fn count_usage(
+        &self,
+        plan: &Plan,
+        proposal: &FrozenProposal,
+        facts: &CallFacts,
+        claimed: bool,
+    ) -> Result<(), Recount> {
+        let (Some(ledger), Some(mut seen)) = (&self.usage, facts.usage) else {
+            return Ok(());
+        };
+        for _ in 0..MAX_USAGE_ROUNDS {
+            let counted = guarded(|| ledger.count_if(&facts.caller, proposal.tool(), seen)).await;
+            let now = match counted {
+                Ok(Ok(Counted::Counted)) => return Ok(()),
+                Ok(Ok(Counted::Changed(now))) => now,
+                Ok(Err(e)) => {
+                    let detail = format!("the call could not be counted: {}", with_causes(&e));
+                    return Err(Recount::Blocked(ReceiptReason::PolicyError, detail));
+                }
+                Err(panic) => {
+                    let detail = format!("the call could not be counted: {panic}");
+                    return Err(Recount::Blocked(ReceiptReason::PolicyError, detail));
+                }
+            };
+            let again = CallFacts {
+                caller: facts.caller.clone(),
+                usage: Some(now),
+            };
+            let decided = self.policy.current().evaluate_for(proposal, &again);
+            let same = (decided.decision, decided.reason) == (plan.decision(), plan.reason());
+            tracing::debug!(target: "aml.dispatch", ?now, same, "usage changed before the call was counted");
+            if self.shadow || same || (claimed && decided.decision != Decision::Deny) {
+                seen = now;
+                continue;
+            }
+            if !claimed {
+                return Err(Recount::Replan);
+            }
+            return Err(Recount::Blocked(
+                ReceiptReason::PolicyChanged,
+                format!(
+                    "with the caller's usage now ({}/{}/{} in the last minute/hour/day) the policy says {}/{}",
+                    now.minute, now.hour, now.day, decided.decision, decided.reason
+                ),
+            ));
+        }
+        Err(Recount::Blocked(
+            ReceiptReason::PolicyError,
+            "the caller's usage kept changing while the call was counted".to_owned(),
+        ))
     }
 
     /// Approval, policy re-check, one-use claim, policy re-check.
@@ -376,6 +551,7 @@ impl ActionBoundary {
         &self,
         plan: &Plan,
         proposal: &FrozenProposal,
+        facts: &CallFacts,
         watch: &mut Watch,
         progress: &Progress,
     ) -> Result<Option<ClaimedGrant>, Stop> {
@@ -415,7 +591,7 @@ impl ActionBoundary {
         if !matches {
             return Err(Stop::Blocked(ReceiptReason::ApprovalMissingOrMismatched, None));
         }
-        self.recheck(plan, proposal, "after approval")?;
+        self.recheck(plan, proposal, facts, "after approval")?;
         let Some(store) = &self.grants else {
             return Ok(None);
         };
@@ -439,12 +615,21 @@ impl ActionBoundary {
         };
         progress.set(Stage::Claimed);
         // The grant stays spent if the policy changed meanwhile.
-        self.recheck(plan, proposal, "after the claim")?;
+        self.recheck(plan, proposal, facts, "after the claim")?;
         Ok(Some(claimed))
     }
 
-    fn recheck(&self, plan: &Plan, proposal: &FrozenProposal, when: &'static str) -> Result<(), Stop> {
-        let now = self.policy.current().decide_proposal(proposal);
+    /// Decides again on the plan's facts: a re-check sees policy changes; usage that changed
+    /// meanwhile is [`count_usage`](Self::count_usage)'s.
+    fn recheck(
+        &self,
+        plan: &Plan,
+        proposal: &FrozenProposal,
+        facts: &CallFacts,
+        when: &'static str,
+    ) -> Result<(), Stop> {
+        let decided = self.policy.current().evaluate_for(proposal, facts);
+        let now = (decided.decision, decided.reason);
         let unchanged = now == (plan.decision(), plan.reason());
         tracing::debug!(target: "aml.dispatch", when, unchanged, "policy re-checked");
         if unchanged {
@@ -474,6 +659,8 @@ pub(crate) struct Authorized {
     proposal: FrozenProposal,
     grant: Option<ClaimedGrant>,
     would_block: Option<WouldBlock>,
+    facts: CallFacts,
+    replanned: Option<Vec<String>>,
 }
 
 impl Authorized {
@@ -495,6 +682,8 @@ impl Authorized {
             proposal,
             grant,
             would_block,
+            facts,
+            replanned,
         } = self;
         let call = ToolCall {
             arguments: std::sync::OnceLock::new(),
@@ -517,6 +706,8 @@ impl Authorized {
                 deadline_passed: false,
                 caller_gone: false,
                 would_block: None,
+                facts: CallFacts::default(),
+                replanned: None,
             },
             Ok(Err(e)) => {
                 DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(with_causes(&e)))
@@ -524,7 +715,7 @@ impl Authorized {
             Err(panic) => DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(panic)),
         };
         outcome.would_block = would_block;
-        outcome
+        outcome.decided_on(facts, replanned)
     }
 }
 
@@ -567,6 +758,18 @@ impl Progress {
             _ => Stage::Planned,
         }
     }
+}
+
+/// How many times a call may be decided again because other calls changed its caller's
+/// usage meanwhile (each time, another call was counted first).
+const MAX_USAGE_ROUNDS: usize = 256;
+
+/// Why counting the call's usage did not let it go on.
+enum Recount {
+    /// It claimed nothing and its decision changed: plan it again.
+    Replan,
+    /// Blocked, with why.
+    Blocked(ReceiptReason, String),
 }
 
 /// Why authorization stopped.

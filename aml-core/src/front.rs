@@ -23,6 +23,8 @@ pub(crate) struct CallTracker {
     pub(crate) progress: Progress,
     plan: Option<Plan>,
     policies: Vec<String>,
+    /// The caller, when it is not `local`.
+    caller: Option<String>,
     done: bool,
 }
 
@@ -56,6 +58,7 @@ impl CallTracker {
             progress: Progress::default(),
             plan: None,
             policies: Vec::new(),
+            caller: None,
             done: false,
         }
     }
@@ -72,6 +75,11 @@ impl CallTracker {
         self.plan = Some(plan.clone());
     }
 
+    /// Names the caller in the record (nothing for `local`).
+    pub(crate) fn called_by(&mut self, caller: &crate::Caller) {
+        self.caller = (!caller.is_local()).then(|| caller.id().to_owned());
+    }
+
     /// Records how the call ended: the closing event and the one record.
     pub(crate) fn finish(mut self, fill: impl FnOnce(&mut CallRecord)) {
         self.done = true;
@@ -81,6 +89,7 @@ impl CallTracker {
         }
         let mut record = CallRecord::new(&*self.adapter, self.tool.as_str(), &self.clock);
         record.policies = std::mem::take(&mut self.policies);
+        record.caller = self.caller.take();
         fill(&mut record);
         self.emit(record);
     }
@@ -95,6 +104,10 @@ impl CallTracker {
             r.detail = outcome.detail().map(str::to_owned);
             r.result = outcome.output_summary().filter(|_| summarize);
             r.would_block = outcome.would_block().copied();
+            if let Some(policies) = outcome.replanned_policies() {
+                r.policies = policies.to_vec();
+            }
+            r.usage = outcome.facts().usage;
         });
     }
 
@@ -153,6 +166,7 @@ impl Drop for CallTracker {
         let mut record = CallRecord::new(&*self.adapter, self.tool.as_str(), &self.clock);
         record.detail = Some(format!("the caller went away {during}"));
         record.policies = std::mem::take(&mut self.policies);
+        record.caller = self.caller.take();
         if let Some(plan) = &self.plan {
             record.receipt = Some(Receipt::new(plan.proposal_sha256(), plan.decision(), reason));
             record.plan = Some(plan.clone());

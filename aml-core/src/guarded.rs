@@ -34,7 +34,7 @@ use serde_json::{Map, Value};
 
 use crate::dispatch::{ActionBoundary, ActionBoundaryBuilder, DispatchOutcome};
 use crate::front::CallTracker;
-use crate::plan::{plan_frozen, refused, Plan};
+use crate::plan::{refused, Plan};
 use crate::proposal::{FrozenProposal, ProposalParts, ProposalRefusal};
 use crate::reason::{PlanReason, ReceiptReason};
 use crate::unwind::panic_message;
@@ -335,8 +335,10 @@ pub(crate) fn prepare_call(
     identity: &ToolIdentity<'_>,
     arguments: Map<String, Value>,
     policy: &crate::Policy,
+    facts: crate::CallFacts,
     tracker: &mut CallTracker,
 ) -> Result<Prepared, GuardedToolError> {
+    tracker.called_by(&facts.caller);
     let snapshot = ArgumentSnapshot(arguments);
     let resources = match catch_unwind(AssertUnwindSafe(|| identity.mapper.resources_for(&snapshot))) {
         Ok(Ok(resources)) if !resources.is_empty() => resources,
@@ -360,7 +362,7 @@ pub(crate) fn prepare_call(
         &more,
     );
     let planned = match frozen {
-        Ok(frozen) => plan_frozen(frozen, policy),
+        Ok(frozen) => crate::plan::plan_frozen_for(frozen, policy, facts),
         Err(refusal) => refused(refusal),
     };
     tracker.planned(planned.plan(), identity.effect, planned.policies());
@@ -516,7 +518,13 @@ impl GuardedTool {
             purpose: &self.purpose,
             mapper: self.mapper.as_ref(),
         };
-        prepare_call(&identity, map, &self.boundary.policy().current(), tracker)
+        prepare_call(
+            &identity,
+            map,
+            &self.boundary.policy().current(),
+            crate::CallFacts::default(),
+            tracker,
+        )
     }
 }
 

@@ -55,6 +55,11 @@ hook_error! {
     /// The tool failed after it was entered. The outcome is `unknown`.
     ToolError
 }
+hook_error! {
+    /// The usage ledger failed ([`crate::UsageLedger`]). Before the plan, the call is denied
+    /// (`policy_error`); when counting, it is blocked (`policy_error`): nothing runs.
+    UsageError
+}
 
 /// What the boundary asks the approval hook: approve exactly this frozen proposal.
 #[derive(Debug, Clone)]

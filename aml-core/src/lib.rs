@@ -35,6 +35,7 @@ pub mod strict;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod unwind;
+mod usage;
 mod wire;
 
 #[cfg(feature = "catalog")]
@@ -58,12 +59,12 @@ pub use guarded::{
 pub use hooks::{
     approval_fn, async_trait, tool_fn, Approval, ApprovalError, ApprovalFn, ApprovalHook, ApprovalRequest,
     ClaimError, ClaimStatus, ClaimedGrant, GrantRef, GrantStore, InMemoryGrantStore, ToolCall, ToolError,
-    ToolExecutor, ToolFn,
+    ToolExecutor, ToolFn, UsageError,
 };
 pub use jsonl_sink::JsonLinesSink;
 pub use object_only::ObjectOnly;
 pub use outcome::{Blocked, CallOutcome, Dispatched, HostError, Refused, Unknown, DISPATCH_IN_PROGRESS};
-pub use plan::{plan, plan_frozen, Plan, Planned, WouldBlock, PLAN_PROTOCOL};
+pub use plan::{plan, plan_frozen, plan_frozen_for, Plan, Planned, WouldBlock, PLAN_PROTOCOL};
 pub use policy::{LivePolicy, Policy, PolicyDecision, PolicyError, PolicySource, Rule};
 pub use proposal::{FrozenProposal, ProposalParts, ProposalRefusal, MULTI_RESOURCE_PROTOCOL};
 pub use reason::{JsonErrorCode, PlanReason, ReceiptReason, Refusal};
@@ -75,6 +76,9 @@ pub use record::{
 #[cfg(feature = "tokio")]
 pub use runtime::TokioRuntime;
 pub use runtime::{BoxedFuture, CallRuntime};
+pub use usage::{
+    CallFacts, Caller, Counted, InMemoryUsage, Usage, UsageLedger, MAX_CALLER_BYTES, USAGE_WINDOWS,
+};
 pub use wire::{Decision, Effect, ExecutionStatus, UnknownWireValue};
 
 /// The workspace README's examples, compiled and run as doctests.

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::proposal::{FrozenProposal, ProposalRefusal};
 use crate::reason::PlanReason;
-use crate::{Decision, ObjectOnly, Policy, Sha256Digest};
+use crate::{CallFacts, Decision, ObjectOnly, Policy, Sha256Digest};
 
 /// The plan protocol string.
 pub const PLAN_PROTOCOL: &str = "aml-action-plan/1";
@@ -136,6 +136,8 @@ pub struct Planned {
     pub(crate) proposal: Option<FrozenProposal>,
     pub(crate) refusal: Option<ProposalRefusal>,
     pub(crate) policies: Vec<String>,
+    /// What the plan was decided on beside the proposal; the re-checks decide on the same.
+    pub(crate) facts: CallFacts,
 }
 
 impl Planned {
@@ -155,6 +157,10 @@ impl Planned {
     pub fn policies(&self) -> &[String] {
         &self.policies
     }
+    /// The caller and usage the plan was decided on.
+    pub fn facts(&self) -> &CallFacts {
+        &self.facts
+    }
 }
 
 /// Validates, freezes and plans a proposal object against `policy`.
@@ -171,12 +177,34 @@ pub(crate) fn refused(refusal: ProposalRefusal) -> Planned {
         proposal: None,
         refusal: Some(refusal),
         policies: Vec::new(),
+        facts: CallFacts::default(),
+    }
+}
+
+/// A plan denied with `reason` for a frozen proposal, without asking the policy (its facts
+/// could not be read).
+pub(crate) fn denied_for(frozen: FrozenProposal, reason: PlanReason, facts: CallFacts) -> Planned {
+    Planned {
+        plan: Plan {
+            proposal_sha256: reason.carries_digest().then(|| frozen.digest()),
+            decision: Decision::Deny,
+            reason,
+        },
+        proposal: Some(frozen),
+        refusal: None,
+        policies: Vec::new(),
+        facts,
     }
 }
 
 /// Plans an already frozen proposal against `policy`.
 pub fn plan_frozen(frozen: FrozenProposal, policy: &Policy) -> Planned {
-    let decided = policy.evaluate(&frozen);
+    plan_frozen_for(frozen, policy, CallFacts::default())
+}
+
+/// Plans an already frozen proposal against `policy`, for a call with `facts`.
+pub fn plan_frozen_for(frozen: FrozenProposal, policy: &Policy, facts: CallFacts) -> Planned {
+    let decided = policy.evaluate_for(&frozen, &facts);
     Planned {
         plan: Plan {
             proposal_sha256: decided.reason.carries_digest().then(|| frozen.digest()),
@@ -186,6 +214,7 @@ pub fn plan_frozen(frozen: FrozenProposal, policy: &Policy) -> Planned {
         proposal: Some(frozen),
         refusal: None,
         policies: decided.policies,
+        facts,
     }
 }
 

@@ -136,14 +136,53 @@ impl Policy {
         (decided.decision, decided.reason)
     }
 
+    /// Whether this policy may read `context.usage` (a Cedar policy set whose text names
+    /// `usage`): the boundary then reads the caller's usage before planning and counts each
+    /// call atomically with that check ([`crate::UsageLedger`]).
+    pub fn reads_usage(&self) -> bool {
+        #[cfg(feature = "cedar")]
+        if let Some(cedar) = &self.cedar {
+            return cedar.reads_usage();
+        }
+        false
+    }
+
     /// Like [`decide_proposal`](Self::decide_proposal), with the Cedar policies that
     /// determined the decision (the denying ones of the first resource denied, else those
     /// of every resource).
     pub fn evaluate(&self, proposal: &crate::FrozenProposal) -> PolicyDecision {
+        self.evaluate_for(proposal, &crate::CallFacts::default())
+    }
+
+    /// Like [`evaluate`](Self::evaluate), for a call with `facts`: the caller is the Cedar
+    /// principal, and the usage (when given) is `context.usage`. Exact rules read neither.
+    ///
+    /// ```
+    /// use aml_core::{CallFacts, Caller, Decision, Effect, FrozenProposal, Policy, ProposalParts, Usage};
+    /// let policy = Policy::from_cedar(r#"
+    ///     permit(principal == Caller::"ci", action == Action::"send", resource)
+    ///     when { context.usage.hour < 20 };
+    ///     @approval("required")
+    ///     permit(principal == Caller::"ci", action == Action::"send", resource)
+    ///     when { context.usage.hour >= 20 };
+    /// "#, None);
+    /// let arguments = serde_json::Map::new();
+    /// let proposal = FrozenProposal::freeze(ProposalParts { tool: "send", effect: Effect::Send,
+    ///     resource: "team", purpose: "Send", arguments: &arguments }).unwrap();
+    /// let ci = |hour| CallFacts { caller: Caller::new("ci").unwrap(), usage: Some(Usage { minute: 0, hour, day: hour }) };
+    /// assert_eq!(policy.evaluate_for(&proposal, &ci(19)).decision, Decision::Allow);
+    /// assert_eq!(policy.evaluate_for(&proposal, &ci(20)).decision, Decision::RequiresApproval);
+    /// // Another caller, or none: no permit.
+    /// assert_eq!(policy.evaluate(&proposal).decision, Decision::Deny);
+    /// assert!(policy.reads_usage());
+    /// ```
+    pub fn evaluate_for(&self, proposal: &crate::FrozenProposal, facts: &crate::CallFacts) -> PolicyDecision {
         #[cfg(feature = "cedar")]
         if let Some(cedar) = &self.cedar {
-            return evaluate_cedar(cedar, proposal);
+            return evaluate_cedar(cedar, proposal, facts);
         }
+        #[cfg(not(feature = "cedar"))]
+        let _ = facts;
         let mut strictest = (Decision::Allow, PlanReason::ExactRule);
         for resource in proposal.resources() {
             let decided = self.decide(proposal.tool(), proposal.effect(), resource);
@@ -410,7 +449,13 @@ impl Policy {
     pub fn decide(&self, tool: &str, effect: Effect, resource: &str) -> (Decision, PlanReason) {
         #[cfg(feature = "cedar")]
         if let Some(cedar) = &self.cedar {
-            let decided = cedar.evaluate(tool, effect, resource, &serde_json::Map::new());
+            let decided = cedar.evaluate(
+                tool,
+                effect,
+                resource,
+                &serde_json::Map::new(),
+                &crate::CallFacts::default(),
+            );
             return (decided.decision, decided.reason);
         }
         let index = match &self.state {
@@ -456,7 +501,11 @@ impl Policy {
 
 /// Each resource decided with the frozen arguments in the context; the strictest wins.
 #[cfg(feature = "cedar")]
-fn evaluate_cedar(cedar: &crate::cedar::CedarPolicy, proposal: &crate::FrozenProposal) -> PolicyDecision {
+fn evaluate_cedar(
+    cedar: &crate::cedar::CedarPolicy,
+    proposal: &crate::FrozenProposal,
+    facts: &crate::CallFacts,
+) -> PolicyDecision {
     let arguments = proposal.arguments();
     let mut decided = PolicyDecision {
         decision: Decision::Allow,
@@ -464,7 +513,7 @@ fn evaluate_cedar(cedar: &crate::cedar::CedarPolicy, proposal: &crate::FrozenPro
         policies: Vec::new(),
     };
     for resource in proposal.resources() {
-        let one = cedar.evaluate(proposal.tool(), proposal.effect(), resource, &arguments);
+        let one = cedar.evaluate(proposal.tool(), proposal.effect(), resource, &arguments, facts);
         if one.decision == Decision::Deny {
             return PolicyDecision {
                 decision: one.decision,

@@ -134,6 +134,13 @@ pub struct CallRecord {
     /// In shadow mode, what the policy decided for a call it let through.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub would_block: Option<crate::plan::WouldBlock>,
+    /// Who called, when it was not the host's own agent (`local`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
+    /// The caller's usage of the tool that the plan was decided on, for a policy that reads
+    /// `context.usage`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::Usage>,
 }
 
 impl CallRecord {
@@ -154,6 +161,8 @@ impl CallRecord {
             result: None,
             policies: Vec::new(),
             would_block: None,
+            caller: None,
+            usage: None,
         }
     }
 

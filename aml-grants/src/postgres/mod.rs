@@ -113,6 +113,12 @@ CREATE TABLE IF NOT EXISTS aml_checkpoints (
     seq BIGINT NOT NULL,
     checkpoint TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS aml_usage (
+    caller TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS aml_usage_by_caller ON aml_usage (caller, tool, at);
 -- Appends records as the chain's next links (docs/AUDIT.md: the same bytes as
 -- aml_grants::link_input), in the caller's transaction. One chain per schema: the lock
 -- serializes appenders until they commit, and the tail is read under it.
@@ -216,6 +222,8 @@ macro_rules! once {
         result.map_err(|e| e.into_store_error($operation))
     }};
 }
+
+mod usage;
 
 /// Grants and journal in PostgreSQL, over a pool of connections.
 pub struct PostgresStore {

@@ -10,6 +10,7 @@
 //! Expiry is judged by each process's own clock (the store's [`Clock`]): processes that
 //! share a file should share a time source (NTP); PostgreSQL uses the server's clock.
 
+mod usage;
 mod writer;
 
 use std::path::Path;
@@ -82,7 +83,13 @@ CREATE TABLE IF NOT EXISTS aml_checkpoints (
     id INTEGER PRIMARY KEY,
     seq INTEGER NOT NULL,
     checkpoint TEXT NOT NULL
-);";
+);
+CREATE TABLE IF NOT EXISTS aml_usage (
+    caller TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS aml_usage_by_caller ON aml_usage (caller, tool, at);";
 
 /// How long the first open of a file retries while other processes set it up.
 const OPEN_RETRY: Duration = Duration::from_secs(10);

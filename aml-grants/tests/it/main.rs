@@ -2,6 +2,7 @@
 
 mod common;
 
+mod budgets;
 mod chain;
 mod group_commit;
 mod memory;

@@ -412,8 +412,8 @@ impl ActionBoundary {
                 // Every deny carries a blocking reason, handled above; stay closed regardless.
                 _ => return ended(DispatchOutcome::ended(plan, ReceiptReason::NoExactRule, None)),
             };
-            match self.count_usage(&plan, &proposal, &facts, grant.is_some()).await {
-                Ok(()) => {}
+            let counted = match self.count_usage(&plan, &proposal, &facts, grant.is_some()).await {
+                Ok(counted) => counted,
                 Err(Recount::Replan) => {
                     // Nothing was claimed: decide again on the usage now.
                     planned = Planned {
@@ -428,7 +428,10 @@ impl ActionBoundary {
                 Err(Recount::Blocked(reason, detail)) => {
                     return ended(DispatchOutcome::ended(plan, reason, Some(detail)))
                 }
-            }
+            };
+            let mut facts = facts;
+            // The record says the usage the call was counted on.
+            facts.usage = counted.or(facts.usage);
             return Authorization::Authorized(Authorized {
                 plan,
                 proposal,
@@ -500,14 +503,14 @@ impl ActionBoundary {
         proposal: &FrozenProposal,
         facts: &CallFacts,
         claimed: bool,
-    ) -> Result<(), Recount> {
+    ) -> Result<Option<crate::Usage>, Recount> {
         let (Some(ledger), Some(mut seen)) = (&self.usage, facts.usage) else {
-            return Ok(());
+            return Ok(None);
         };
         for _ in 0..MAX_USAGE_ROUNDS {
             let counted = guarded(|| ledger.count_if(&facts.caller, proposal.tool(), seen)).await;
             let now = match counted {
-                Ok(Ok(Counted::Counted)) => return Ok(()),
+                Ok(Ok(Counted::Counted)) => return Ok(Some(seen)),
                 Ok(Ok(Counted::Changed(now))) => now,
                 Ok(Err(e)) => {
                     let detail = format!("the call could not be counted: {}", with_causes(&e));

@@ -26,8 +26,10 @@ pub(crate) struct ListenArgs {
     /// Allow --listen on an address other than loopback (requires --tokens)
     #[arg(long, requires_all = ["listen", "tokens"])]
     pub(crate) listen_public: bool,
-    /// Bearer tokens clients must present, one per line (each at least 16 characters); a
-    /// request without a valid one gets 401 and reaches nothing
+    /// Bearer tokens clients must present, one per line (each at least 16 characters), as
+    /// `TOKEN` or `NAME TOKEN`: the name is the caller the policy (Cedar principal
+    /// Caller::"NAME"), budgets and receipts know the client by (default token-N); a
+    /// request without a valid token gets 401 and reaches nothing
     #[arg(long, value_name = "FILE", requires = "listen")]
     pub(crate) tokens: Option<PathBuf>,
     /// An Origin accepted besides the gate's own (repeatable, e.g. http://localhost:5173 for a
@@ -260,6 +262,17 @@ pub(crate) async fn serve(
                 continue;
             }
         };
+        // The token's name is the session's caller (checked when the token file was read).
+        let caller = match info.caller.as_deref().map(aml_mcp::Caller::new).transpose() {
+            Ok(caller) => caller.unwrap_or_else(aml_mcp::Caller::local),
+            Err(why) => {
+                tracing::error!(
+                    "{}: refused: its token's name is not a caller name: {why}",
+                    info.name
+                );
+                continue;
+            }
+        };
         let started = match server.start(config.max_message_bytes) {
             Ok(started) => {
                 observed.upstream.set_child(true);
@@ -273,7 +286,7 @@ pub(crate) async fn serve(
             }
         };
         let (upstream, stopper) = started.split();
-        let (tools, config, name) = (tools.clone(), config.clone(), server.name());
+        let (tools, config, name) = (tools.clone(), config.clone().with_caller(caller), server.name());
         sessions.spawn(async move {
             if info.stateless {
                 tracing::info!(

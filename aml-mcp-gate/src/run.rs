@@ -253,7 +253,8 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
     let live_policy = LivePolicy::new(loaded.policy.clone());
     let mut boundary = ActionBoundary::builder(live_policy.clone())
         .sink(deferred)
-        .grants_arc(grants);
+        .grants_arc(grants)
+        .usage(Arc::clone(&state.usage));
     if settings.shadow {
         tracing::warn!(
             "SHADOW MODE (--enforce shadow): the policy is not enforced; every call is forwarded, and one it would block or send for approval is recorded with would_block (journal receipts --shadow)"

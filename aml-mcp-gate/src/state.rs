@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use aml_core::{GrantStore, ToolExecutor};
+use aml_core::{GrantStore, InMemoryUsage, ToolExecutor, UsageLedger};
 use aml_grants::{
     AuditLog, ClaimsWithIntent, CommitStats, DecisionJournal, GrantIssuer, GrantLifetimes, JournaledGrants,
     MemoryGrants, OpenGrants, PostgresStore, ReceiptJournal, ReceiptStore, SettlesCalls, SqliteStore,
@@ -98,6 +98,9 @@ pub(crate) struct State {
     pub(crate) grouped: Option<Arc<dyn Grouped>>,
     /// The audit chain the store keeps of its records; `None` in memory.
     pub(crate) audit: Option<Arc<dyn AuditLog>>,
+    /// Where each caller's dispatched calls are counted, for budgets (`context.usage`):
+    /// the database (shared by replicas), or this process's memory.
+    pub(crate) usage: Arc<dyn UsageLedger>,
 }
 
 /// A store that groups writes into commits (both databases do).
@@ -119,11 +122,25 @@ impl Grouped for PostgresStore {
 
 /// A store that keeps everything: grants, intents, decisions, receipts.
 trait Everything:
-    ClaimsWithIntent + GrantIssuer + DecisionJournal + SettlesCalls + OpenGrants + Grouped + AuditLog
+    ClaimsWithIntent
+    + GrantIssuer
+    + DecisionJournal
+    + SettlesCalls
+    + OpenGrants
+    + Grouped
+    + AuditLog
+    + UsageLedger
 {
 }
 impl<T> Everything for T where
-    T: ClaimsWithIntent + GrantIssuer + DecisionJournal + SettlesCalls + OpenGrants + Grouped + AuditLog
+    T: ClaimsWithIntent
+        + GrantIssuer
+        + DecisionJournal
+        + SettlesCalls
+        + OpenGrants
+        + Grouped
+        + AuditLog
+        + UsageLedger
 {
 }
 
@@ -142,6 +159,7 @@ pub(crate) async fn open(location: &Location) -> Result<State, String> {
             open: None,
             grouped: None,
             audit: None,
+            usage: Arc::new(InMemoryUsage::new()),
         });
     };
     let (receipts, task) = StoredReceipts::settling(store.clone());
@@ -156,7 +174,8 @@ pub(crate) async fn open(location: &Location) -> Result<State, String> {
         history: Some(store.clone()),
         open: Some(store.clone()),
         grouped: Some(store.clone()),
-        audit: Some(store),
+        audit: Some(store.clone()),
+        usage: store,
     })
 }
 

@@ -8,6 +8,8 @@ use subtle::{ConditionallySelectable, ConstantTimeEq};
 #[derive(Clone)]
 pub struct Tokens {
     digests: Vec<[u8; 32]>,
+    /// Each token's caller name, in the same order.
+    names: Vec<String>,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -29,35 +31,77 @@ pub enum TokensError {
     /// A token with a character that cannot appear in an `Authorization` header.
     #[error("the token on line {0} holds a space or a control character")]
     BadCharacter(usize),
+    /// A line with more than a name and a token.
+    #[error("line {0} is not `TOKEN` or `NAME TOKEN`")]
+    BadLine(usize),
+    /// A caller name that is not one (control characters, too long, or `local`, which is
+    /// the host's own agent on stdio).
+    #[error("the name on line {0} is not a caller name: {1}")]
+    BadName(usize, String),
+    /// Two tokens with one name.
+    #[error("the name {1:?} on line {0} is already another token's")]
+    DuplicateName(usize, String),
 }
 
 impl Tokens {
-    /// Tokens from a file's text: one per line; blank lines and `#` comments skipped.
+    /// Tokens from a file's text: one per line, alone or after the caller's name and a
+    /// space (`NAME TOKEN`); blank lines and `#` comments skipped. The name is the caller
+    /// the gate's policy, budgets and records know the client by; a token without one is
+    /// `token-N`, N counting tokens from 1 in file order.
     ///
     /// ```
-    /// let tokens = aml_mcp_http::Tokens::parse("# agents\nsecret-token-for-agent-1\n").unwrap();
+    /// let tokens = aml_mcp_http::Tokens::parse("# agents\nsecret-token-for-agent-1\nci-bot secret-token-for-the-ci-bot\n").unwrap();
     /// assert!(tokens.accepts(b"secret-token-for-agent-1"));
     /// assert!(!tokens.accepts(b"secret-token-for-agent-2"));
+    /// assert_eq!(tokens.name_of(b"secret-token-for-the-ci-bot"), Some("ci-bot"));
+    /// assert_eq!(tokens.name_of(b"secret-token-for-agent-1"), Some("token-1"));
+    /// assert!(aml_mcp_http::Tokens::parse("local secret-token-for-agent-1").is_err());
     /// ```
     pub fn parse(text: &str) -> Result<Tokens, TokensError> {
         let mut digests = Vec::new();
+        let mut names: Vec<String> = Vec::new();
         for (n, line) in text.lines().enumerate() {
-            let token = line.trim();
-            if token.is_empty() || token.starts_with('#') {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
                 continue;
             }
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (name, token) = match fields[..] {
+                [token] => (format!("token-{}", digests.len() + 1), token),
+                [name, token] => (name.to_owned(), token),
+                _ => return Err(TokensError::BadLine(n + 1)),
+            };
             if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 return Err(TokensError::BadCharacter(n + 1));
             }
             if token.len() < 16 {
                 return Err(TokensError::TooShort(n + 1));
             }
+            let caller = aml_mcp::Caller::new(&name).map_err(|why| TokensError::BadName(n + 1, why))?;
+            if caller.is_local() {
+                let why = "`local` is the host's own agent on stdio".to_owned();
+                return Err(TokensError::BadName(n + 1, why));
+            }
+            if names.contains(&name) {
+                return Err(TokensError::DuplicateName(n + 1, name));
+            }
             digests.push(Sha256::digest(token.as_bytes()).into());
+            names.push(name);
         }
         if digests.is_empty() {
             return Err(TokensError::Empty);
         }
-        Ok(Tokens { digests })
+        Ok(Tokens { digests, names })
+    }
+
+    /// The caller name of `token`, if it is one of them.
+    pub fn name_of(&self, token: &[u8]) -> Option<&str> {
+        self.find(token).map(|n| self.names[n].as_str())
+    }
+
+    /// The caller name of the token a client presented.
+    pub(crate) fn name(&self, id: TokenId) -> &str {
+        &self.names[id.0]
     }
 
     /// Whether `token` is one of them; every stored token is compared, in constant time.

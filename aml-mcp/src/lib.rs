@@ -28,7 +28,7 @@ pub mod relay;
 pub mod server;
 pub mod tool_server;
 
-pub use aml_core::{ResourceRule, ToolCatalog, ToolGate, ToolRegistration};
+pub use aml_core::{Caller, ResourceRule, ToolCatalog, ToolGate, ToolRegistration};
 pub use client::GatedClient;
 pub use gate::{ForwardError, McpGate, McpVerdict, ResultStatus, VERDICT_META_KEY};
 pub use server::GatedServer;

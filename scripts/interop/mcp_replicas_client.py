@@ -4,6 +4,7 @@ identical tools/call requests at once, alternating between the sessions, and pri
 report: {"results": [{"target": INDEX, "is_error": bool, "verdict": the gate's verdict}]}.
 
 Usage: mcp_replicas_client.py URLS_JSON N TOOL ARGUMENTS_JSON
+URLS_JSON: a list of "http://..." or {"url": "http://...", "token": "..."} (a bearer token).
 """
 import asyncio
 import json
@@ -12,6 +13,7 @@ from contextlib import AsyncExitStack
 
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 VERDICT = "aml.action-boundary/verdict"
 
@@ -23,8 +25,15 @@ async def main():
     arguments = json.loads(sys.argv[4])
     async with AsyncExitStack() as stack:
         sessions = []
-        for url in urls:
-            read, write, *_ = await stack.enter_async_context(streamable_http_client(url))
+        for target in urls:
+            if isinstance(target, str):
+                target = {"url": target}
+            token = target.get("token")
+            headers = {"Authorization": f"Bearer {token}"} if token else None
+            http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+            read, write, *_ = await stack.enter_async_context(
+                streamable_http_client(target["url"], http_client=http)
+            )
             session = await stack.enter_async_context(ClientSession(read, write))
             await session.initialize()
             sessions.append(session)

@@ -280,7 +280,8 @@ async fn post(
     };
     if let Some(routing) = routing {
         let asked = (wants_sse, wants_json);
-        return stateless_post::post(shared, peer, routing, body, asked, trace).await;
+        let caller = caller_of(shared, client);
+        return stateless_post::post(shared, peer, caller, routing, body, asked, trace).await;
     }
     let messages = match message::split(&body) {
         Ok(messages) => messages,
@@ -425,6 +426,14 @@ fn handshake_failed(message: &[u8], init: &str) -> Option<bool> {
 }
 
 /// Starts a session for an `initialize`: `Err` is the reply when the front is full.
+/// The caller a client is: its token's name, or none on a front without tokens.
+fn caller_of(shared: &Shared, client: Client) -> Option<String> {
+    match (client, &shared.config.tokens) {
+        (Client::Token(id), Some(tokens)) => Some(tokens.name(id).to_owned()),
+        _ => None,
+    }
+}
+
 async fn open_session(
     shared: &Shared,
     peer: SocketAddr,
@@ -503,6 +512,7 @@ async fn open_session(
         name,
         peer,
         stateless: false,
+        caller: caller_of(shared, client),
     };
     if shared
         .new_sessions

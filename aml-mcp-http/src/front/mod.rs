@@ -36,8 +36,12 @@ pub struct SessionInfo {
     /// session's id lets whoever holds it use the session, so it is logged at `debug` only.
     pub name: String,
     /// The connection for protocol 2026-07-28 requests (no session): every such request
-    /// from any client comes on it, until its relay ends; the next one then opens a new one.
+    /// of one caller comes on it, until its relay ends; the next one then opens a new one.
     pub stateless: bool,
+    /// The caller whose session this is: the name of the bearer token that opened it
+    /// (`NAME TOKEN` in the token file, else `token-N`); `None` on a front without tokens.
+    /// Every later request on the session must present the same token.
+    pub caller: Option<String>,
 }
 
 /// An MCP Streamable HTTP server at [`crate::MCP_PATH`]: each session a client opens comes

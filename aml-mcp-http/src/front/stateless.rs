@@ -1,6 +1,7 @@
-//! Protocol 2026-07-28 over HTTP: no sessions, one request per POST. All such requests share
-//! one relay connection (a "link", made when the first one comes and again after its relay
-//! ends). The front gives each request its own id (and progress token) before the relay and
+//! Protocol 2026-07-28 over HTTP: no sessions, one request per POST. All such requests of
+//! one caller (one bearer token's name) share one relay connection (a "link", made when the
+//! caller's first one comes and again after its relay ends), so a relay's calls are one
+//! caller's. The front gives each request its own id (and progress token) before the relay and
 //! puts the client's back on the way out, so clients that pick the same id never collide;
 //! the answer and the request's progress go to the POST that sent it, anything else from
 //! the server has nowhere to go and is dropped.
@@ -26,7 +27,9 @@ const TOKEN_PREFIX: &str = "aml-progress-";
 /// The stateless path's state, shared by every request handler.
 #[derive(Debug, Default)]
 pub(crate) struct Stateless {
-    link: Mutex<Option<Arc<Link>>>,
+    /// One link per caller (the token's name; `None` without tokens), so each relay's
+    /// calls are one caller's.
+    links_by_caller: Mutex<HashMap<Option<String>, Arc<Link>>>,
     next_id: AtomicU64,
     links: AtomicU64,
 }
@@ -37,6 +40,7 @@ pub(crate) struct Link {
     to_relay: Mutex<Option<mpsc::Sender<Inbound>>>,
     waiting: Mutex<Waiting>,
     home: Weak<Stateless>,
+    caller: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -94,10 +98,15 @@ impl Drop for CancelGuard {
 }
 
 impl Stateless {
-    /// The current link, or a new one: then also the connection and info for the host.
-    pub(crate) fn link(self: &Arc<Self>, peer: SocketAddr) -> (Arc<Link>, Option<(Connection, SessionInfo)>) {
-        let mut current = self.link.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(link) = current.as_ref().filter(|l| !l.lock().closed) {
+    /// The caller's current link, or a new one: then also the connection and info for the
+    /// host.
+    pub(crate) fn link(
+        self: &Arc<Self>,
+        peer: SocketAddr,
+        caller: &Option<String>,
+    ) -> (Arc<Link>, Option<(Connection, SessionInfo)>) {
+        let mut links = self.links_by_caller.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(link) = links.get(caller).filter(|l| !l.lock().closed) {
             return (link.clone(), None);
         }
         let (to_relay, incoming) = mpsc::channel(1024);
@@ -106,8 +115,9 @@ impl Stateless {
             to_relay: Mutex::new(Some(to_relay)),
             waiting: Mutex::new(Waiting::default()),
             home: Arc::downgrade(self),
+            caller: caller.clone(),
         });
-        *current = Some(link.clone());
+        links.insert(caller.clone(), link.clone());
         tokio::spawn(link.clone().route(from_relay));
         let number = self.links.fetch_add(1, Ordering::Relaxed) + 1;
         let info = SessionInfo {
@@ -115,6 +125,7 @@ impl Stateless {
             name: format!("stateless-{number}"),
             peer,
             stateless: true,
+            caller: caller.clone(),
         };
         tracing::info!(target: "aml_mcp_http", %peer, link = %info.id, "stateless (2026-07-28) relay connection opened");
         (link, Some((Connection { incoming, outgoing }, info)))
@@ -125,10 +136,16 @@ impl Stateless {
         self.next_id.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Ends the current link (the front is closing): its relay sees the client leave.
+    /// Ends every link (the front is closing): their relays see the client leave.
     pub(crate) fn close(&self) {
-        let link = self.link.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(link) = link {
+        let links: Vec<_> = self
+            .links_by_caller
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .map(|(_, link)| link)
+            .collect();
+        for link in links {
             link.to_relay.lock().unwrap_or_else(|e| e.into_inner()).take();
         }
     }
@@ -211,12 +228,12 @@ impl Link {
             tokio::spawn(answer_to(waiter, answer));
         }
         if let Some(home) = self.home.upgrade() {
-            let mut current = home.link.lock().unwrap_or_else(|e| e.into_inner());
-            if current
-                .as_ref()
+            let mut links = home.links_by_caller.lock().unwrap_or_else(|e| e.into_inner());
+            if links
+                .get(&self.caller)
                 .is_some_and(|l| std::ptr::eq(Arc::as_ptr(l), self))
             {
-                *current = None;
+                links.remove(&self.caller);
             }
         }
     }
@@ -330,12 +347,12 @@ mod tests {
     async fn answers_and_progress_get_the_clients_ids_back_and_the_rest_has_nowhere_to_go() {
         let home = Arc::new(Stateless::default());
         let peer = "127.0.0.1:1".parse().unwrap();
-        let (link, Some((mut relay, info))) = home.link(peer) else {
+        let (link, Some((mut relay, info))) = home.link(peer, &None) else {
             panic!("a new link")
         };
         assert!(info.stateless);
         // The same link for the next request.
-        assert!(home.link(peer).1.is_none());
+        assert!(home.link(peer, &None).1.is_none());
         let (a, b) = (home.next_id(), home.next_id());
         let mut sse = link.register(a, b"\"x\"", Some(b"7"), true, 2).ok().unwrap();
         let mut json = link.register(b, b"\"x\"", Some(b"7"), false, 2).ok().unwrap();
@@ -395,14 +412,14 @@ mod tests {
         assert!(json.rx.recv().await.is_none());
         // The next request opens a new link.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(home.link(peer).1.is_some());
+        assert!(home.link(peer, &None).1.is_some());
         drop((sse.guard, json.guard));
     }
 
     #[tokio::test]
     async fn a_subscriptions_notifications_reach_its_stream_with_the_clients_id() {
         let home = Arc::new(Stateless::default());
-        let (link, Some((relay, _))) = home.link("127.0.0.1:1".parse().unwrap()) else {
+        let (link, Some((relay, _))) = home.link("127.0.0.1:1".parse().unwrap(), &None) else {
             panic!("a new link")
         };
         let (listen, plain) = (home.next_id(), home.next_id());
@@ -438,7 +455,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_dropped_before_its_answer_is_cancelled_with_the_fronts_id() {
         let home = Arc::new(Stateless::default());
-        let (link, Some((mut relay, _))) = home.link("127.0.0.1:1".parse().unwrap()) else {
+        let (link, Some((mut relay, _))) = home.link("127.0.0.1:1".parse().unwrap(), &None) else {
             panic!("a new link")
         };
         let id = home.next_id();

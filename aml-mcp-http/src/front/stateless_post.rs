@@ -73,6 +73,7 @@ fn bad(id: Option<&str>, code: i64, why: &str) -> Reply {
 pub(super) async fn post(
     shared: &Shared,
     peer: SocketAddr,
+    caller: Option<String>,
     routing: Routing,
     body: Bytes,
     (wants_sse, wants_json): (bool, bool),
@@ -121,7 +122,7 @@ pub(super) async fn post(
         // acknowledged, as the specification allows, and not passed on. A request sent
         // without an id goes to the relay, which drops it too but logs and records it.
         if !aml_mcp::relay::is_notification_method(&method) {
-            let (link, announce) = shared.stateless.link(peer);
+            let (link, announce) = shared.stateless.link(peer, &caller);
             let announced = match announce {
                 Some(new) => shared.new_sessions.send(new).await.is_ok(),
                 None => true,
@@ -171,7 +172,7 @@ pub(super) async fn post(
             "Accept must list application/json or text/event-stream",
         );
     }
-    let (link, announce) = shared.stateless.link(peer);
+    let (link, announce) = shared.stateless.link(peer, &caller);
     if let Some(new) = announce {
         if shared.new_sessions.send(new).await.is_err() {
             return refuse(

@@ -294,7 +294,11 @@ fn prepare(relay: &Relay, request: &mut CallRequest) -> (bool, PreparedCall) {
     } else {
         (relay.tools.gate(), Value::Object(arguments))
     };
-    (retry, gate.gate().prepare_value(&request.name, arguments))
+    (
+        retry,
+        gate.gate()
+            .prepare_value_for(&request.name, &relay.config.caller, arguments),
+    )
 }
 
 async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared: PreparedCall) {

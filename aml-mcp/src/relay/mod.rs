@@ -97,6 +97,9 @@ pub struct RelayConfig {
     /// reads nothing more from that client until one is answered, so a client that sends
     /// faster than the server answers (or than it reads its answers) holds memory bounded.
     pub max_in_flight: usize,
+    /// Who the client is (the Cedar principal, what budgets count per, named in records):
+    /// [`Caller::local`](aml_core::Caller::local) on stdio, a bearer token's name over HTTP.
+    pub caller: aml_core::Caller,
 }
 
 impl Default for RelayConfig {
@@ -110,6 +113,7 @@ impl Default for RelayConfig {
             drain_timeout: Duration::from_secs(10),
             gone_grace: Duration::from_secs(3),
             max_in_flight: 1024,
+            caller: aml_core::Caller::local(),
         }
     }
 }
@@ -148,6 +152,11 @@ impl RelayConfig {
     /// Sets [`gone_grace`](Self::gone_grace).
     pub fn with_gone_grace(mut self, grace: Duration) -> Self {
         self.gone_grace = grace;
+        self
+    }
+    /// Sets [`caller`](Self::caller).
+    pub fn with_caller(mut self, caller: aml_core::Caller) -> Self {
+        self.caller = caller;
         self
     }
     /// Sets [`max_in_flight`](Self::max_in_flight) (at least 1).

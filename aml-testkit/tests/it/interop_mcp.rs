@@ -5,9 +5,14 @@
 //! `scripts/interop-setup` installs both into `target/interop`; `scripts/test` runs it.
 //! Without them this test fails, naming the setup to run.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod page;
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 fn interop_dir() -> PathBuf {
@@ -170,6 +175,18 @@ fn typed_filesystem_tools(root: &Path) -> Value {
 /// Runs the official Python SDK client: the gate (with `gate_args`) in front of
 /// server-filesystem serving `files`, whose raw stdin is copied to `stdin_log`.
 fn through_gate_to_filesystem(gate_args: Value, files: &Path, stdin_log: &Path, calls: &Value) -> Value {
+    let out = sdk_client(gate_args, files, stdin_log, calls).output().unwrap();
+    assert!(
+        out.status.success(),
+        "python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The official Python SDK client's command, for [`through_gate_to_filesystem`]; the gate's
+/// stderr is the client's.
+fn sdk_client(gate_args: Value, files: &Path, stdin_log: &Path, calls: &Value) -> Command {
     let peers = interop_dir();
     let mut command = vec![json!(gate_binary())];
     command.extend(gate_args.as_array().unwrap().iter().cloned());
@@ -182,18 +199,12 @@ fn through_gate_to_filesystem(gate_args: Value, files: &Path, stdin_log: &Path, 
         json!(peers.join("node/node_modules/.bin/mcp-server-filesystem")),
         json!(files),
     ]);
-    let out = Command::new(peers.join("venv/bin/python"))
+    let mut client = Command::new(peers.join("venv/bin/python"));
+    client
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/interop/mcp_client.py"))
         .arg(Value::from(command).to_string())
-        .arg(calls.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+        .arg(calls.to_string());
+    client
 }
 
 /// Each result's rejection, or else its receipt's reason.
@@ -410,6 +421,185 @@ when { context.resource like "out/*" };
         "no permit: nothing determined it but silence"
     );
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The Cedar policy's approval from outside, end to end: the gate runs with `--approve web`,
+/// the official Python SDK client calls through it, and this test approves as a person would,
+/// on the page's JSON API. The approved write under `out/` reaches server-filesystem exactly
+/// once with the approved bytes; the declined one never reaches it; reads under `docs/` ask
+/// nobody.
+#[test]
+fn an_approved_write_reaches_the_filesystem_server_once_and_a_declined_one_never() {
+    const WAIT: Duration = Duration::from_secs(60);
+    let (work, files) = filesystem_tree("cedar-approve");
+    let stdin_log = work.join("server-stdin.log");
+    write_json(&work.join("tools.json"), &typed_filesystem_tools(&files));
+    std::fs::write(
+        work.join("policy.cedar"),
+        r#"
+@id("read-docs")
+permit(principal, action == Action::"read_text_file", resource)
+when { context.resource like "docs/*" };
+
+@id("write-out")
+@approval("required")
+permit(principal, action == Action::"write_file", resource)
+when { context.resource like "out/*" };
+"#,
+    )
+    .unwrap();
+    let receipts = work.join("receipts.jsonl");
+    let gate_args = json!([
+        "--policy",
+        work.join("policy.cedar"),
+        "--tools",
+        work.join("tools.json"),
+        "--state",
+        "memory",
+        "--receipts",
+        receipts,
+        // A failing test ends its pending calls within the test's own bound.
+        "--approve",
+        "web",
+        "--approval-timeout",
+        "60"
+    ]);
+    let calls = json!([
+        {"name": "read_text_file", "arguments": {"path": "docs/a.txt"}},
+        {"name": "write_file", "arguments": {"path": "out/r.md", "content": "approved report"}},
+        {"name": "write_file", "arguments": {"path": "out/s.md", "content": "declined report"}},
+        {"name": "read_text_file", "arguments": {"path": "docs/b.txt"}},
+    ]);
+    let mut command = sdk_client(gate_args, &files, &stdin_log, &calls);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut client = aml_test_support::Child::spawn("the Python SDK client", &mut command);
+    let log = client.stderr_lines();
+    let page = page::Page::from_log(&log, WAIT);
+
+    // The client waits on the write; the page shows it, and nothing of it reached the server.
+    let approved = page.next_pending(&[], WAIT);
+    assert_eq!(
+        (&approved["tool"], &approved["resource"]),
+        (&json!("write_file"), &json!("out/r.md")),
+        "the first request for approval is the write, not a read: {approved}"
+    );
+    assert_eq!(
+        approved["arguments"],
+        json!({"path": "out/r.md", "content": "approved report"})
+    );
+    let canonical = approved["canonical_json"].as_str().unwrap();
+    let frozen = aml_core::FrozenProposal::from_value(&serde_json::from_str(canonical).unwrap()).unwrap();
+    assert_eq!(
+        frozen.canonical_json(),
+        canonical,
+        "the page shows canonical bytes"
+    );
+    assert_eq!(
+        approved["proposal_sha256"],
+        frozen.digest().to_string(),
+        "bound to what it shows"
+    );
+    assert!(!files.join("out/r.md").exists(), "written before approval");
+    assert!(!calls_reaching(&stdin_log).iter().any(|l| l.contains("out/r.md")));
+    assert_eq!(page.decide(&approved, "approve")["outcome"], "approved");
+
+    let declined = page.next_pending(&[&approved], WAIT);
+    assert_eq!(declined["resource"], "out/s.md", "{declined}");
+    assert_eq!(page.decide(&declined, "deny")["outcome"], "denied");
+
+    let out = client.output(WAIT);
+    assert!(out.status.success(), "python client failed: {:?}", log.so_far());
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        outcomes(&report),
+        [
+            "host_dispatch_returned",
+            "host_dispatch_returned",
+            "approval_missing_or_mismatched",
+            "host_dispatch_returned"
+        ],
+        "{report}"
+    );
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(
+        (&results[0]["text"], &results[3]["text"]),
+        (&json!("alpha notes"), &json!("beta notes"))
+    );
+    assert_eq!(results[2]["is_error"], true);
+
+    // The file holds exactly the approved content; the declined one was never written.
+    assert_eq!(
+        std::fs::read_to_string(files.join("out/r.md")).unwrap(),
+        "approved report"
+    );
+    assert!(
+        !files.join("out/s.md").exists(),
+        "a declined write reached the server"
+    );
+    // The server read three calls: the two reads and the approved write, once, whose
+    // arguments are byte for byte those of the approved canonical proposal.
+    let reached = calls_reaching(&stdin_log);
+    assert_eq!(reached.len(), 3, "{reached:#?}");
+    let writes: Vec<&String> = reached.iter().filter(|l| l.contains("\"write_file\"")).collect();
+    assert_eq!(writes.len(), 1, "{reached:#?}");
+    let approved_arguments = raw_member(canonical, "arguments");
+    let forwarded = raw_member(raw_member(writes[0], "params").get(), "arguments");
+    assert_eq!(forwarded.get(), approved_arguments.get());
+    assert_eq!(
+        forwarded.get(),
+        r#"{"content":"approved report","path":"out/r.md"}"#
+    );
+
+    let lines = json_lines(&std::fs::read_to_string(&receipts).unwrap());
+    let records: Vec<&Value> = lines
+        .iter()
+        .filter(|r| r["record"] == "aml-call-record/1")
+        .collect();
+    let summary: Vec<String> = records
+        .iter()
+        .map(|r| {
+            let receipt = &r["receipt"];
+            let (status, reason) = (&receipt["execution_status"], &receipt["reason"]);
+            format!("{} {} {} {}", r["tool"], status, reason, r["policies"])
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            r#""read_text_file" "dispatched" "host_dispatch_returned" ["read-docs"]"#,
+            r#""write_file" "dispatched" "host_dispatch_returned" ["write-out"]"#,
+            r#""write_file" "blocked" "approval_missing_or_mismatched" ["write-out"]"#,
+            r#""read_text_file" "dispatched" "host_dispatch_returned" ["read-docs"]"#,
+        ],
+        "{records:#?}"
+    );
+    assert_eq!(
+        records[1]["receipt"]["proposal_sha256"],
+        approved["proposal_sha256"]
+    );
+    // Two decisions were asked for and made, the writes'; the reads asked nobody.
+    let decisions: Vec<Value> = lines
+        .iter()
+        .filter(|r| r["record"] == "aml-approval-record/1")
+        .map(|r| json!([r["statement"]["decision"], r["statement"]["proposal_sha256"]]))
+        .collect();
+    assert_eq!(
+        Value::from(decisions),
+        json!([
+            ["approve", approved["proposal_sha256"]],
+            ["deny", declined["proposal_sha256"]]
+        ])
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The raw text of member `name` of the JSON object `json`, as it is written there.
+fn raw_member<'a>(json: &'a str, name: &str) -> &'a RawValue {
+    let members: BTreeMap<String, &RawValue> = serde_json::from_str(json).unwrap();
+    members
+        .get(name)
+        .copied()
+        .unwrap_or_else(|| panic!("no {name} in {json}"))
 }
 
 /// Shadow mode from outside: the same Cedar policy, `--enforce shadow`: the calls it would

@@ -302,3 +302,56 @@ fn the_documented_example_decides_as_documented() {
         Decision::Deny
     );
 }
+
+/// docs/POLICY.md's caller and budget examples load and decide as the page says.
+#[test]
+fn the_documented_caller_and_budget_examples_decide_as_documented() {
+    use crate::{CallFacts, Caller, Usage};
+    let page = include_str!("../../docs/POLICY.md");
+    let blocks: Vec<&str> = page
+        .split("```cedar\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .collect();
+    let find = |id: &str| {
+        let block = blocks
+            .iter()
+            .find(|b| b.contains(id))
+            .unwrap_or_else(|| panic!("docs/POLICY.md has a ```cedar block with {id}"));
+        let policy = Policy::from_cedar(block, None);
+        assert!(policy.error().is_none(), "{:?}", policy.error());
+        policy
+    };
+    let facts = |caller: &str, hour| CallFacts {
+        caller: Caller::new(caller).unwrap(),
+        usage: Some(Usage {
+            minute: 0,
+            hour,
+            day: hour,
+        }),
+    };
+    let reads = find("ci-reads");
+    let read = frozen("read_text_file", Effect::Read, &["docs/a.txt"], json!({}));
+    assert_eq!(
+        reads.evaluate_for(&read, &facts("ci-bot", 0)).decision,
+        Decision::Allow
+    );
+    assert_eq!(
+        reads.evaluate_for(&read, &facts("alice", 0)).decision,
+        Decision::Deny
+    );
+    let budget = find("send-under-budget");
+    assert!(budget.reads_usage() && !reads.reads_usage());
+    let send = frozen("send_message", Effect::Send, &["team"], json!({}));
+    let decided = |hour| budget.evaluate_for(&send, &facts("alice", hour));
+    assert_eq!(decided(19).decision, Decision::Allow);
+    assert_eq!(decided(19).policies, ["send-under-budget"]);
+    assert_eq!(decided(20).decision, Decision::RequiresApproval);
+    assert_eq!(decided(20).policies, ["send-over-budget"]);
+    // Without the usage the condition cannot be evaluated: denied.
+    let blind = budget.evaluate(&send);
+    assert_eq!(
+        (blind.decision, blind.reason),
+        (Decision::Deny, PlanReason::PolicyError)
+    );
+}

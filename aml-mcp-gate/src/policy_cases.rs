@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use aml_core::strict::{self, Limits};
-use aml_core::Decision;
+use aml_core::{CallFacts, Caller, Decision, Usage};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -41,6 +41,12 @@ struct Case {
     /// The determining Cedar policy ids expected, in any order, when given.
     #[serde(default)]
     policies: Option<Vec<String>>,
+    /// The caller (default `local`): the Cedar principal.
+    #[serde(default)]
+    caller: Option<String>,
+    /// The caller's usage of the tool, for a policy that reads `context.usage` (default 0).
+    #[serde(default)]
+    usage: Option<Usage>,
 }
 
 /// Reads the cases file, decides each case, prints one line each and a summary: exit 0 when
@@ -52,7 +58,15 @@ pub(crate) fn run(path: &Path) -> Result<ExitCode, Failure> {
     let (_, tools) = load_tools(&dir.join(&file.tools), &policy).map_err(Failure::unusable)?;
     let mut failed = 0;
     for case in &file.cases {
-        let got = explain_call(&tools, &case.tool, case.arguments.clone())?;
+        let caller = match case.caller.as_deref().map(Caller::new).transpose() {
+            Ok(caller) => caller.unwrap_or_else(Caller::local),
+            Err(e) => return Err(Failure::Usage(format!("case {:?}: caller: {e}", case.name))),
+        };
+        let facts = CallFacts {
+            caller,
+            usage: case.usage,
+        };
+        let got = explain_call(&tools, &case.tool, case.arguments.clone(), &facts)?;
         let decision = got["decision"].as_str().unwrap_or_default();
         let reason = got["reason"].as_str().unwrap_or_default();
         let mut policies: Vec<String> = got["policies"]

@@ -9,7 +9,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use aml_core::strict::{self, Limits};
-use aml_core::{ActionBoundary, ArgumentSnapshot, FrozenProposal, Policy, ProposalParts, Refusal};
+use aml_core::{
+    plan_frozen_for, ActionBoundary, ArgumentSnapshot, CallFacts, Caller, FrozenProposal, Policy,
+    ProposalParts, Refusal, Usage,
+};
 use aml_mcp::relay::RelayTools;
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
@@ -82,16 +85,21 @@ struct ExplainArgs {
     /// The call's arguments: a JSON object, or @FILE to read it from FILE
     #[arg(long, value_name = "JSON|@FILE", default_value = "{}")]
     arguments: String,
-    /// The caller: only `local` (Caller::"local"); callers are not yet told apart
-    #[arg(long, value_name = "CALLER")]
-    caller: Option<String>,
+    /// The caller, the Cedar principal Caller::"CALLER": `local` (stdio, the default) or a
+    /// bearer token's name (--tokens)
+    #[arg(long, value_name = "CALLER", default_value = "local")]
+    caller: String,
+    /// The caller's usage of the tool for a policy that reads context.usage, e.g.
+    /// '{"hour": 20}' (missing members are 0) [default: all 0 when the policy reads it]
+    #[arg(long, value_name = "JSON")]
+    usage: Option<String>,
 }
 
 #[derive(Debug, Args)]
 struct TestArgs {
     /// The cases file: {"policy": PATH, "tools": PATH, "cases": [{"name", "tool",
-    /// "arguments"?, "expect": "allow"|"requires_approval"|"deny", "reason"?, "policies"?}]},
-    /// paths relative to the file
+    /// "arguments"?, "caller"?, "usage"?, "expect": "allow"|"requires_approval"|"deny",
+    /// "reason"?, "policies"?}]}, paths relative to the file
     #[arg(value_name = "CASES.json")]
     cases: PathBuf,
 }
@@ -305,12 +313,13 @@ fn cedar_actions(text: &str) -> Vec<(String, usize)> {
 }
 
 fn explain(args: &ExplainArgs) -> Result<(), Failure> {
-    if let Some(caller) = args.caller.as_deref().filter(|c| *c != "local") {
-        return Err(Failure::Usage(format!(
-            "--caller {caller:?}: callers are not yet told apart: every call is decided as \
-             Caller::\"local\" (docs/POLICY.md); only --caller local is accepted"
-        )));
-    }
+    let caller = Caller::new(&args.caller).map_err(|e| Failure::Usage(format!("--caller: {e}")))?;
+    let usage = args
+        .usage
+        .as_deref()
+        .map(parse_usage)
+        .transpose()
+        .map_err(|e| Failure::Usage(format!("--usage: {e}")))?;
     let text = match args.arguments.strip_prefix('@') {
         Some(file) => {
             std::fs::read_to_string(file).map_err(|e| Failure::Usage(format!("cannot read {file}: {e}")))?
@@ -324,10 +333,11 @@ fn explain(args: &ExplainArgs) -> Result<(), Failure> {
         // The relay refuses it before the gate, from the call's text.
         Some(inexact) => refused(
             &args.tool,
+            &caller,
             Refusal::InexactNumber,
             format!("arguments: {inexact}; send it as a string"),
         ),
-        None => explain_call(&tools, &args.tool, arguments)?,
+        None => explain_call(&tools, &args.tool, arguments, &CallFacts { caller, usage })?,
     };
     let mut out = serde_json::to_string_pretty(&explained).unwrap_or_default();
     out.push('\n');
@@ -348,24 +358,35 @@ pub(crate) fn parse_arguments(text: &str) -> Result<Map<String, Value>, String> 
     }
 }
 
+/// A caller's usage as `--usage` and a case's `usage` give it: `{"minute", "hour", "day"}`,
+/// each optional (0), nothing else.
+pub(crate) fn parse_usage(text: &str) -> Result<Usage, String> {
+    serde_json::from_str(text)
+        .map_err(|e| format!("not a usage object ({{\"minute\", \"hour\", \"day\"}}): {e}"))
+}
+
 /// The explanation of a call refused before any plan.
-fn refused(tool: &str, refusal: Refusal, detail: String) -> Value {
-    json!({"tool": tool, "caller": "local", "decision": "deny", "reason": refusal.as_str(),
+fn refused(tool: &str, caller: &Caller, refusal: Refusal, detail: String) -> Value {
+    json!({"tool": tool, "caller": caller.id(), "decision": "deny", "reason": refusal.as_str(),
            "refused": true, "policies": [], "resources": null, "proposal_sha256": null,
            "proposal": null, "detail": detail})
 }
 
-/// Decides one call of `tool` with `arguments` through the relay's gate, and explains it.
-/// A refusal before planning (unknown tool, invalid arguments, a resource outside its root
-/// or invalid) is a `deny` with `"refused": true`; a failing resource mapper is a `deny` with
-/// reason `host_error`.
+/// Decides one call of `tool` with `arguments` by `facts.caller` through the relay's gate,
+/// and explains it. A refusal before planning (unknown tool, invalid arguments, a resource
+/// outside its root or invalid) is a `deny` with `"refused": true`; a failing resource mapper
+/// is a `deny` with reason `host_error`. For a policy that reads `context.usage`, the call
+/// is planned again on `facts.usage` (all 0 when not given), as the boundary plans it once
+/// it has read the caller's usage.
 pub(crate) fn explain_call(
     tools: &RelayTools,
     tool: &str,
     arguments: Map<String, Value>,
+    facts: &CallFacts,
 ) -> Result<Value, Failure> {
     let gate = tools.gate().gate();
-    let prepared = gate.prepare_value(tool, Value::Object(arguments.clone()));
+    let caller = &facts.caller;
+    let prepared = gate.prepare_value_for(tool, caller, Value::Object(arguments.clone()));
     let plan = prepared.plan().cloned();
     // Ends the call without running it; a call that ended while prepared says why.
     let ended = gate.refuse(
@@ -376,8 +397,8 @@ pub(crate) fn explain_call(
     let Some(plan) = plan else {
         let detail = ended.detail().unwrap_or_default().to_owned();
         return Ok(match (ended.refusal(), ended.host_error()) {
-            (Some(refusal), _) => refused(tool, refusal, detail),
-            (None, host) => json!({"tool": tool, "caller": "local", "decision": "deny",
+            (Some(refusal), _) => refused(tool, caller, refusal, detail),
+            (None, host) => json!({"tool": tool, "caller": caller.id(), "decision": "deny",
                 "reason": "host_error", "refused": true, "policies": [], "resources": null,
                 "proposal_sha256": null, "proposal": null,
                 "detail": host.unwrap_or_default()}),
@@ -406,9 +427,21 @@ pub(crate) fn explain_call(
         &more,
     );
     let policy = gate.boundary().policy().current();
+    let usage = policy.reads_usage().then(|| facts.usage.unwrap_or_default());
+    let mut plan = plan;
     let (policies, proposal, detail) = match &frozen {
         Ok(frozen) => {
-            let decided = policy.evaluate(frozen);
+            let facts = CallFacts {
+                caller: caller.clone(),
+                usage,
+            };
+            if usage.is_some() {
+                // The boundary's own step once it has read the caller's usage.
+                plan = plan_frozen_for(frozen.clone(), &policy, facts.clone())
+                    .plan()
+                    .clone();
+            }
+            let decided = policy.evaluate_for(frozen, &facts);
             let same_digest = plan.proposal_sha256().is_none_or(|d| d == frozen.digest());
             if !same_digest || decided.decision != plan.decision() || decided.reason != plan.reason() {
                 return Err(internal(
@@ -421,7 +454,7 @@ pub(crate) fn explain_call(
         Err(refusal) => (Vec::new(), Value::Null, json!(refusal.detail())),
     };
     Ok(
-        json!({"tool": tool, "caller": "local", "decision": plan.decision().as_str(),
+        json!({"tool": tool, "caller": caller.id(), "usage": usage, "decision": plan.decision().as_str(),
         "reason": plan.reason().as_str(), "refused": false, "policies": policies,
         "resources": resources, "proposal_sha256": plan.proposal_sha256(), "proposal": proposal,
         "detail": detail}),

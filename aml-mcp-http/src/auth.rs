@@ -194,9 +194,52 @@ mod tests {
         assert!(matches!(Tokens::parse("# none\n"), Err(TokensError::Empty)));
         assert!(matches!(Tokens::parse("short"), Err(TokensError::TooShort(1))));
         assert!(matches!(
-            Tokens::parse("abcdefgh ijklmnopq"),
+            Tokens::parse("abcdefgh\u{1}ijklmnopq"),
             Err(TokensError::BadCharacter(1))
         ));
+        // `NAME TOKEN`: the second field is the token.
+        assert!(matches!(
+            Tokens::parse("alice ijklmnopq"),
+            Err(TokensError::TooShort(1))
+        ));
+    }
+
+    #[test]
+    fn a_token_may_name_its_caller_and_names_are_checked() {
+        let tokens = Tokens::parse(
+            "ci-bot abcdefghijklmnop
+qrstuvwxyz012345
+	alice	0123456789abcdef  
+",
+        )
+        .unwrap();
+        let named = |token: &[u8]| tokens.name_of(token).map(str::to_owned);
+        assert_eq!(named(b"abcdefghijklmnop").as_deref(), Some("ci-bot"));
+        assert_eq!(named(b"qrstuvwxyz012345").as_deref(), Some("token-2"));
+        assert_eq!(named(b"0123456789abcdef").as_deref(), Some("alice"));
+        assert_eq!(named(b"ci-bot"), None, "a name is not a token");
+        let id = tokens.identify_header(Some(b"Bearer 0123456789abcdef")).unwrap();
+        assert_eq!(tokens.name(id), "alice");
+        let refused = |text: &str| {
+            Tokens::parse(text)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(refused("a b abcdefghijklmnop").contains("line 1 is not"));
+        assert!(refused("local abcdefghijklmnop").contains("host's own agent"));
+        assert!(refused(&format!("{} abcdefghijklmnop", "n".repeat(300))).contains("at most 256"));
+        assert!(refused(
+            "x abcdefghijklmnop
+x qrstuvwxyz012345"
+        )
+        .contains("line 2 is already"));
+        // An unnamed token's default name is taken by a named one: refused, not merged.
+        assert!(refused(
+            "token-2 abcdefghijklmnop
+qrstuvwxyz012345"
+        )
+        .contains("already"));
     }
 
     #[test]

@@ -42,7 +42,7 @@ forbid(principal, action, resource) when { context.resource like "*/drafts/*" };
 "#;
 
 /// A fresh folder with the tools file and the Cedar policy.
-fn work(name: &str) -> PathBuf {
+pub(crate) fn work(name: &str) -> PathBuf {
     let dir = aml_test_support::scratch_dir("policy-cmd", name);
     std::fs::write(dir.join("tools.json"), TOOLS).unwrap();
     std::fs::write(dir.join("policy.cedar"), CEDAR).unwrap();
@@ -58,7 +58,7 @@ fn text(bytes: &[u8]) -> String {
 }
 
 /// Runs `args`, asserts the exit code, and gives stdout and stderr.
-fn expect(dir: &Path, args: &[&str], code: i32) -> (String, String) {
+pub(crate) fn expect(dir: &Path, args: &[&str], code: i32) -> (String, String) {
     let out = gate(dir, args);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(
@@ -414,7 +414,13 @@ fn explain_refuses_bad_input_with_exit_2() {
         ),
         (&["--arguments", "[]"][..], "the arguments must be a JSON object"),
         (&["--arguments", "@missing.json"][..], "cannot read missing.json"),
-        (&["--caller", "alice"][..], "callers are not yet told apart"),
+        (&["--caller", ""][..], "--caller: a caller id must not be blank"),
+        (
+            &["--caller", "a\u{7}b"][..],
+            "--caller: a caller id must not hold control characters",
+        ),
+        (&["--usage", "{\"hours\": 1}"][..], "--usage: not a usage object"),
+        (&["--usage", "{\"hour\": -1}"][..], "--usage: not a usage object"),
     ] {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
         let (stdout, stderr) = expect(&dir, &args, 2);

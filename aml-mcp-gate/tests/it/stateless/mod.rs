@@ -62,8 +62,23 @@ pub fn gate(dir: &Path, extra: &[&str]) -> Gate {
 /// [`gate`], with the server behind `tee` or as the gate's own child (`exec`: its exit is
 /// the child's exit).
 pub fn gate_with(dir: &Path, extra: &[&str], tee: bool) -> Gate {
+    gate_with_policy(dir, "policy.json", extra, tee)
+}
+
+/// [`gate_with`], the policy read from `policy` in `dir` (a `.cedar` file is Cedar).
+pub fn gate_with_policy(dir: &Path, policy: &str, extra: &[&str], tee: bool) -> Gate {
     write_config(dir);
-    let mut args = gate_args(dir);
+    let policy = dir.join(policy).display().to_string();
+    let mut args: Vec<String> = gate_args(dir)
+        .into_iter()
+        .map(|arg| {
+            if arg.ends_with("policy.json") {
+                policy.clone()
+            } else {
+                arg
+            }
+        })
+        .collect();
     args.extend(["--listen", "127.0.0.1:0"].map(String::from));
     args.extend(extra.iter().map(|s| s.to_string()));
     let python = python();

@@ -145,6 +145,24 @@ fn bench_dispatch(c: &mut Criterion) {
     c.bench_function("dispatch/approval_and_claim", |b| {
         b.iter(|| ready(approved.run(black_box(&send))))
     });
+
+    // A budget read and counted per call (the in-memory ledger: the boundary's own cost).
+    // The budget is never reached, so every call is allowed.
+    let budget = Policy::from_cedar(
+        r#"permit(principal, action == Action::"fetch_record", resource) when { context.usage.minute < 1000000000 };"#,
+        None,
+    );
+    let budgeted = ActionBoundary::builder(Arc::new(budget))
+        .usage(Arc::new(aml_core::InMemoryUsage::new()))
+        .executor(tool_fn(|_| async { Ok(json!({"simulated": true})) }))
+        .build();
+    assert_eq!(
+        ready(budgeted.run(&read)).receipt().reason(),
+        ReceiptReason::HostDispatchReturned
+    );
+    c.bench_function("dispatch/budgeted_allow", |b| {
+        b.iter(|| ready(budgeted.run(black_box(&read))))
+    });
 }
 
 criterion_group! {

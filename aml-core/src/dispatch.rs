@@ -15,7 +15,7 @@ use crate::reason::{blocking_reason, ReceiptReason};
 use crate::receipt::Receipt;
 use crate::record::{NoSink, ReceiptSink, ResultSummary};
 use crate::unwind::{guarded, with_causes};
-use crate::usage::{CallFacts, Counted, UsageLedger};
+use crate::usage::{CallFacts, Counted, Facts, UsageLedger};
 use crate::Deadline;
 use crate::{Decision, PolicySource};
 
@@ -164,25 +164,35 @@ pub struct DispatchOutcome {
     deadline_passed: bool,
     caller_gone: bool,
     would_block: Option<WouldBlock>,
-    /// Who called, and the usage the final plan was decided on.
+    /// Who called and the usage the final plan was decided on, and the plan's determining
+    /// policies when the boundary planned again on the usage; `None` for a `local` call
+    /// planned once (most calls: one word to move).
+    decided: Option<Box<Decided>>,
+}
+
+/// What a plan made by the boundary was decided on.
+#[derive(Debug, Clone)]
+struct Decided {
     facts: CallFacts,
-    /// The determining Cedar policies, when the boundary planned again (with the caller's
-    /// usage) after the front door's plan.
     replanned: Option<Vec<String>>,
 }
 
 impl DispatchOutcome {
     /// The caller and usage the plan was decided on.
     pub fn facts(&self) -> &CallFacts {
-        &self.facts
+        self.decided.as_ref().map_or(Facts::plain(), |d| &d.facts)
     }
     /// The determining Cedar policies of a plan made again with the caller's usage.
     pub(crate) fn replanned_policies(&self) -> Option<&[String]> {
-        self.replanned.as_deref()
+        self.decided.as_ref()?.replanned.as_deref()
     }
-    fn decided_on(mut self, facts: CallFacts, replanned: Option<Vec<String>>) -> Self {
-        self.facts = facts;
-        self.replanned = replanned;
+    fn decided_on(mut self, facts: Facts, replanned: Option<Vec<String>>) -> Self {
+        self.decided = (!facts.is_plain() || replanned.is_some()).then(|| {
+            Box::new(Decided {
+                facts: facts.into_inner(),
+                replanned,
+            })
+        });
         self
     }
     /// In shadow mode, what the policy decided for a call it let through.
@@ -235,8 +245,7 @@ impl DispatchOutcome {
             deadline_passed: false,
             caller_gone: false,
             would_block: None,
-            facts: CallFacts::default(),
-            replanned: None,
+            decided: None,
         }
     }
 }
@@ -368,15 +377,17 @@ impl ActionBoundary {
         for _ in 0..MAX_USAGE_ROUNDS {
             if let Some(ledger) = self.usage_ledger_for(&planned) {
                 if let Some(proposal) = planned.proposal.take() {
-                    planned = match self.plan_with_usage(ledger, proposal, planned.facts).await {
+                    // Boxed: a call without a budget carries none of this in its future.
+                    let again = Box::pin(self.plan_with_usage(ledger, proposal, planned.facts.into_inner()));
+                    planned = match again.await {
                         Ok(again) => again,
                         Err(outcome) => return Authorization::Ended(*outcome),
                     };
                     replanned = Some(planned.policies.clone());
                 }
             }
-            let facts = planned.facts.clone();
-            let policies = planned.policies.clone();
+            let facts = std::mem::take(&mut planned.facts);
+            let policies = std::mem::take(&mut planned.policies);
             let ended = |outcome: DispatchOutcome| {
                 Authorization::Ended(outcome.decided_on(facts.clone(), replanned.clone()))
             };
@@ -388,10 +399,10 @@ impl ActionBoundary {
             let grant = match plan.decision() {
                 Decision::Allow => None,
                 Decision::RequiresApproval => {
-                    match self
-                        .approve_and_claim(&plan, &proposal, &facts, &mut watch, progress)
-                        .await
-                    {
+                    // Boxed: an allowed call's future carries none of the approval's state.
+                    let approval =
+                        Box::pin(self.approve_and_claim(&plan, &proposal, facts.get(), &mut watch, progress));
+                    match approval.await {
                         Ok(grant) => grant,
                         Err(Stop::Blocked(reason, detail)) => {
                             return ended(DispatchOutcome::ended(plan, reason, detail))
@@ -412,7 +423,12 @@ impl ActionBoundary {
                 // Every deny carries a blocking reason, handled above; stay closed regardless.
                 _ => return ended(DispatchOutcome::ended(plan, ReceiptReason::NoExactRule, None)),
             };
-            let counted = match self.count_usage(&plan, &proposal, &facts, grant.is_some()).await {
+            let counted = if self.usage.is_some() && facts.get().usage.is_some() {
+                Box::pin(self.count_usage(&plan, &proposal, facts.get(), grant.is_some())).await
+            } else {
+                Ok(None)
+            };
+            let counted = match counted {
                 Ok(counted) => counted,
                 Err(Recount::Replan) => {
                     // Nothing was claimed: decide again on the usage now.
@@ -429,9 +445,14 @@ impl ActionBoundary {
                     return ended(DispatchOutcome::ended(plan, reason, Some(detail)))
                 }
             };
-            let mut facts = facts;
             // The record says the usage the call was counted on.
-            facts.usage = counted.or(facts.usage);
+            let facts = match counted {
+                Some(usage) => Facts::new(CallFacts {
+                    usage: Some(usage),
+                    ..facts.into_inner()
+                }),
+                None => facts,
+            };
             return Authorization::Authorized(Authorized {
                 plan,
                 proposal,
@@ -485,11 +506,11 @@ impl ActionBoundary {
         facts: CallFacts,
         why: String,
     ) -> Box<DispatchOutcome> {
-        let denied = crate::plan::denied_for(proposal, crate::PlanReason::PolicyError, facts.clone());
+        let denied = crate::plan::denied_for(proposal, crate::PlanReason::PolicyError, facts);
         let detail = format!("the caller's usage could not be read: {why}");
         Box::new(
             DispatchOutcome::ended(denied.plan, ReceiptReason::PolicyError, Some(detail))
-                .decided_on(facts, Some(Vec::new())),
+                .decided_on(denied.facts, Some(Vec::new())),
         )
     }
 
@@ -662,7 +683,7 @@ pub(crate) struct Authorized {
     proposal: FrozenProposal,
     grant: Option<ClaimedGrant>,
     would_block: Option<WouldBlock>,
-    facts: CallFacts,
+    facts: Facts,
     replanned: Option<Vec<String>>,
 }
 
@@ -709,8 +730,7 @@ impl Authorized {
                 deadline_passed: false,
                 caller_gone: false,
                 would_block: None,
-                facts: CallFacts::default(),
-                replanned: None,
+                decided: None,
             },
             Ok(Err(e)) => {
                 DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(with_causes(&e)))

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use crate::proposal::{FrozenProposal, ProposalRefusal};
 use crate::reason::PlanReason;
+use crate::usage::Facts;
 use crate::{CallFacts, Decision, ObjectOnly, Policy, Sha256Digest};
 
 /// The plan protocol string.
@@ -137,7 +138,7 @@ pub struct Planned {
     pub(crate) refusal: Option<ProposalRefusal>,
     pub(crate) policies: Vec<String>,
     /// What the plan was decided on beside the proposal; the re-checks decide on the same.
-    pub(crate) facts: CallFacts,
+    pub(crate) facts: Facts,
 }
 
 impl Planned {
@@ -159,7 +160,7 @@ impl Planned {
     }
     /// The caller and usage the plan was decided on.
     pub fn facts(&self) -> &CallFacts {
-        &self.facts
+        self.facts.get()
     }
 }
 
@@ -177,7 +178,7 @@ pub(crate) fn refused(refusal: ProposalRefusal) -> Planned {
         proposal: None,
         refusal: Some(refusal),
         policies: Vec::new(),
-        facts: CallFacts::default(),
+        facts: Facts::default(),
     }
 }
 
@@ -193,7 +194,7 @@ pub(crate) fn denied_for(frozen: FrozenProposal, reason: PlanReason, facts: Call
         proposal: Some(frozen),
         refusal: None,
         policies: Vec::new(),
-        facts,
+        facts: Facts::new(facts),
     }
 }
 
@@ -214,7 +215,7 @@ pub fn plan_frozen_for(frozen: FrozenProposal, policy: &Policy, facts: CallFacts
         proposal: Some(frozen),
         refusal: None,
         policies: decided.policies,
-        facts,
+        facts: Facts::new(facts),
     }
 }
 

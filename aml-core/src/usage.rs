@@ -22,15 +22,21 @@ pub const MAX_CALLER_BYTES: usize = 256;
 /// assert!(Caller::new("a\u{0}b").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Caller(Arc<str>);
+pub struct Caller(Id);
+
+/// `local` needs no allocation: it is every stdio call's caller.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Id {
+    Local,
+    Named(Arc<str>),
+}
+
+const LOCAL: &str = "local";
 
 impl Caller {
     /// The host's own agent: the caller on stdio, and of every call that names none.
-    pub fn local() -> Self {
-        thread_local! {
-            static LOCAL: Caller = Caller(Arc::from("local"));
-        }
-        LOCAL.with(Caller::clone)
+    pub const fn local() -> Self {
+        Caller(Id::Local)
     }
 
     /// A caller named `id`: not blank, at most [`MAX_CALLER_BYTES`], no control characters.
@@ -44,17 +50,23 @@ impl Caller {
         if id.chars().any(char::is_control) {
             return Err("a caller id must not hold control characters".into());
         }
-        Ok(Caller(Arc::from(id)))
+        if id == LOCAL {
+            return Ok(Caller::local());
+        }
+        Ok(Caller(Id::Named(Arc::from(id))))
     }
 
     /// The id.
     pub fn id(&self) -> &str {
-        &self.0
+        match &self.0 {
+            Id::Local => LOCAL,
+            Id::Named(id) => id,
+        }
     }
 
     /// Whether this is [`Caller::local`].
     pub fn is_local(&self) -> bool {
-        &*self.0 == "local"
+        self.0 == Id::Local
     }
 }
 
@@ -66,7 +78,7 @@ impl Default for Caller {
 
 impl core::fmt::Display for Caller {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.id())
     }
 }
 
@@ -242,6 +254,45 @@ impl CallFacts {
     }
 }
 
+/// The facts of most calls: `local`, no usage.
+static PLAIN: CallFacts = CallFacts {
+    caller: Caller::local(),
+    usage: None,
+};
+
+/// [`CallFacts`] as plans and outcomes carry them: one word for the facts of most calls
+/// (`local`, no usage), boxed otherwise, so a call without callers or budgets moves no more
+/// than it did before they existed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Facts(Option<Box<CallFacts>>);
+
+impl Facts {
+    pub(crate) fn new(facts: CallFacts) -> Self {
+        if facts == PLAIN {
+            return Facts(None);
+        }
+        Facts(Some(Box::new(facts)))
+    }
+
+    pub(crate) fn get(&self) -> &CallFacts {
+        self.0.as_deref().unwrap_or(&PLAIN)
+    }
+
+    /// Whether these are the facts of most calls (`local`, no usage).
+    pub(crate) fn is_plain(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The facts of most calls (`local`, no usage).
+    pub(crate) fn plain() -> &'static CallFacts {
+        &PLAIN
+    }
+
+    pub(crate) fn into_inner(self) -> CallFacts {
+        self.0.map_or_else(CallFacts::default, |facts| *facts)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +324,11 @@ mod tests {
         assert!(Caller::new("  ").is_err());
         assert!(Caller::new("line\nbreak").is_err());
         assert!(Caller::local().is_local() && !Caller::new("alice").unwrap().is_local());
+        assert_eq!(
+            Caller::new("local").unwrap(),
+            Caller::local(),
+            "one spelling of local"
+        );
     }
 
     #[test]

@@ -182,15 +182,15 @@ impl InMemoryUsage {
 }
 
 /// The usage of `times` (oldest first) at `now`, after forgetting what left the last window.
+/// Each count is a binary search: a busy caller's call costs O(log n), not O(n).
 fn windowed(times: &mut VecDeque<Instant>, now: Instant) -> Usage {
     let within = |window: Duration| now.checked_sub(window);
     if let Some(cut) = within(USAGE_WINDOWS[2]) {
-        while times.front().is_some_and(|at| *at <= cut) {
-            times.pop_front();
-        }
+        let gone = times.partition_point(|at| *at <= cut);
+        times.drain(..gone);
     }
     let count = |window| match within(window) {
-        Some(cut) => times.iter().rev().take_while(|at| **at > cut).count() as u64,
+        Some(cut) => (times.len() - times.partition_point(|at| *at <= cut)) as u64,
         None => times.len() as u64,
     };
     Usage {

@@ -8,9 +8,11 @@ use aml_core::{async_trait, Caller, Counted, Usage, UsageError, UsageLedger};
 use super::{Failure, PostgresStore, ATTEMPTS};
 
 /// The windows, as the server reads them.
-const USAGE: &str = "SELECT count(*) FILTER (WHERE at > now() - interval '1 minute'),
-        count(*) FILTER (WHERE at > now() - interval '1 hour'), count(*)
- FROM aml_usage WHERE caller = $1 AND tool = $2 AND at > now() - interval '1 day'";
+/// Three index range counts: the minute's and the hour's read only their own rows.
+const USAGE: &str = "SELECT
+  (SELECT count(*) FROM aml_usage WHERE caller = $1 AND tool = $2 AND at > now() - interval '1 minute'),
+  (SELECT count(*) FROM aml_usage WHERE caller = $1 AND tool = $2 AND at > now() - interval '1 hour'),
+  (SELECT count(*) FROM aml_usage WHERE caller = $1 AND tool = $2 AND at > now() - interval '1 day')";
 
 fn usage_of(row: &tokio_postgres::Row) -> Result<Usage, tokio_postgres::Error> {
     let count = |i| row.try_get::<_, i64>(i).map(|n| n.max(0) as u64);

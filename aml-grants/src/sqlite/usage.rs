@@ -11,9 +11,11 @@ use crate::grant::StoreError;
 /// `caller`'s calls of `tool` in each window at `now_ms`.
 fn usage_at(conn: &Connection, caller: &str, tool: &str, now_ms: i64) -> rusqlite::Result<Usage> {
     let since = |window: std::time::Duration| now_ms.saturating_sub(window.as_millis() as i64);
+    // Three index range counts: the minute's and the hour's read only their own rows.
     conn.query_row(
-        "SELECT COALESCE(SUM(at > ?3), 0), COALESCE(SUM(at > ?4), 0), count(*)
-         FROM aml_usage WHERE caller = ?1 AND tool = ?2 AND at > ?5",
+        "SELECT (SELECT count(*) FROM aml_usage WHERE caller = ?1 AND tool = ?2 AND at > ?3),
+                (SELECT count(*) FROM aml_usage WHERE caller = ?1 AND tool = ?2 AND at > ?4),
+                (SELECT count(*) FROM aml_usage WHERE caller = ?1 AND tool = ?2 AND at > ?5)",
         params![
             caller,
             tool,

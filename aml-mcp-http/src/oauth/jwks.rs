@@ -166,7 +166,8 @@ async fn discover(issuer: &str) -> Result<String, Unavailable> {
                     )));
                 }
                 let Some(jwks) = doc["jwks_uri"].as_str() else {
-                    return Err(Unavailable(format!("{url}: no jwks_uri (give --auth-jwks)")));
+                    tried.push(format!("{url}: no jwks_uri"));
+                    continue;
                 };
                 check_http_url(jwks).map_err(|e| Unavailable(format!("{url}: jwks_uri {e}")))?;
                 return Ok(jwks.to_owned());

@@ -173,7 +173,11 @@ fn the_sdk_signs_in_through_the_gates_metadata_and_the_policy_sees_the_tokens_su
     let gate = Gate::start(&dir, &server.issuer, &["--auth-scopes", "mcp:tools"]);
     let arguments = json!({"to": TO, "body": "Build passed."}).to_string();
     let alice = run_client(&["oauth", &gate.url, "alice", "send_notice", &arguments]);
-    assert_eq!(outcome(&alice), pair("dispatched", "completed"), "{alice}");
+    assert_eq!(
+        outcome(&alice),
+        pair("dispatched", "host_dispatch_returned"),
+        "{alice}"
+    );
     let claims = &alice["token_claims"];
     assert_eq!(claims["sub"], "alice");
     assert_eq!(

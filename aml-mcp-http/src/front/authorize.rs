@@ -29,18 +29,17 @@ pub(super) async fn client_of(
     let token = presented.and_then(auth::bearer);
     let Some(verifier) = verifier else {
         tracing::warn!(target: "aml_mcp_http", %peer, token_sent = presented.is_some(), "refused: no valid bearer token");
-        return refused(Err(unauthorized(None, false)));
+        return Err(unauthorized(None, false));
     };
     let Some(token) = token.filter(|t| !t.is_empty()) else {
         tracing::warn!(target: "aml_mcp_http", %peer, token_sent = presented.is_some(), "refused: no bearer token (answered 401 with the resource metadata URL)");
-        return refused(Err(unauthorized(Some(verifier), false)));
+        return Err(unauthorized(Some(verifier), false));
     };
     let Ok(token) = std::str::from_utf8(token) else {
         tracing::warn!(target: "aml_mcp_http", %peer, "refused: the bearer token is not text");
-        return refused(Err(unauthorized(Some(verifier), true)));
+        return Err(unauthorized(Some(verifier), true));
     };
-    let verdict = verifier.verify(token).await;
-    refused(match verdict {
+    match verifier.verify(token).await {
         Verdict::Accepted(accepted) => Ok(Client::Subject(accepted.subject.into())),
         Verdict::Rejected(Rejection::Invalid(why)) => {
             tracing::warn!(target: "aml_mcp_http", %peer, "refused: bearer token: {why}");
@@ -62,18 +61,7 @@ pub(super) async fn client_of(
                 "the authorization server's keys cannot be fetched: try again later",
             ))
         }
-    })
-}
-
-/// A refusal leaves the request's body unread, so the connection cannot take another
-/// request: say so, or a client that reuses it finds it closed.
-fn refused(result: Result<Client, Reply>) -> Result<Client, Reply> {
-    result.map_err(|mut reply| {
-        reply
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        reply
-    })
+    }
 }
 
 /// `401`: with OAuth, naming the metadata (and `invalid_token` when a token was sent).

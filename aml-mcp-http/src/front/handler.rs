@@ -59,7 +59,14 @@ pub(crate) async fn handle(
     }
     let client = match super::authorize::client_of(&shared, peer, headers).await {
         Ok(client) => client,
-        Err(reply) => return Ok(reply),
+        Err(mut reply) => {
+            // The body is left unread, so the connection cannot take another request: say
+            // so, or a client that reuses it finds it closed.
+            reply
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Ok(reply);
+        }
     };
     // Checks passed: this connection is a client's, not one of a flood.
     connection.prove();

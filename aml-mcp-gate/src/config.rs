@@ -30,6 +30,12 @@
 //! every = 1000
 //! interval_seconds = 60
 //!
+//! [listen]                        # with --listen: OAuth access tokens (docs/GATE.md)
+//! auth_issuer = "http://127.0.0.1:9000"
+//! auth_audience = "http://127.0.0.1:8080/mcp"
+//! auth_jwks = "http://127.0.0.1:9000/jwks"   # default: from the issuer's metadata
+//! auth_scopes = ["mcp:tools"]
+//!
 //! [limits]
 //! upstream_timeout_seconds = 120
 //! handshake_timeout_seconds = 30
@@ -63,6 +69,18 @@ struct File {
     audit: Audit,
     #[serde(default)]
     limits: Limits,
+    #[serde(default)]
+    listen: Listen,
+}
+
+/// `[listen]`: the HTTP front's OAuth settings (`--listen` itself stays a flag).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Listen {
+    auth_issuer: Option<String>,
+    auth_audience: Option<String>,
+    auth_jwks: Option<String>,
+    auth_scopes: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -149,6 +167,13 @@ pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
     fill(&mut args.handshake_timeout, file.limits.handshake_timeout_seconds);
     fill(&mut args.max_message_bytes, file.limits.max_message_bytes);
     fill(&mut args.sampling, file.limits.sampling);
+    let listen = &mut args.listen;
+    fill(&mut listen.auth_issuer, file.listen.auth_issuer);
+    fill(&mut listen.auth_audience, file.listen.auth_audience);
+    fill(&mut listen.auth_jwks, file.listen.auth_jwks);
+    if listen.auth_scopes.is_empty() {
+        listen.auth_scopes = file.listen.auth_scopes.unwrap_or_default();
+    }
     fill(&mut args.elicitation, file.limits.elicitation);
     if args.command.is_empty() {
         if let Some(server) = file.server.filter(|s| !s.is_empty()) {

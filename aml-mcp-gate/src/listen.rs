@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use aml_mcp::relay::{self, RelayConfig, RelayEnd, RelayTools};
-use aml_mcp_http::{FrontConfig, HttpFront, Tokens};
+use aml_mcp_http::{FrontConfig, HttpFront, OAuth, Tokens};
 use tokio::task::JoinSet;
 
 use crate::upstream::Server;
@@ -23,8 +23,8 @@ pub(crate) struct ListenArgs {
     /// stdin/stdout; loopback addresses only unless --listen-public
     #[arg(long, value_name = "ADDR", value_parser = ListenAddr::parse)]
     pub(crate) listen: Option<ListenAddr>,
-    /// Allow --listen on an address other than loopback (requires --tokens)
-    #[arg(long, requires_all = ["listen", "tokens"])]
+    /// Allow --listen on an address other than loopback (requires --tokens or --auth-issuer)
+    #[arg(long, requires = "listen")]
     pub(crate) listen_public: bool,
     /// Bearer tokens clients must present, one per line (each at least 16 characters), as
     /// `TOKEN` or `NAME TOKEN`: the name is the caller the policy (Cedar principal
@@ -32,6 +32,29 @@ pub(crate) struct ListenArgs {
     /// request without a valid token gets 401 and reaches nothing
     #[arg(long, value_name = "FILE", requires = "listen")]
     pub(crate) tokens: Option<PathBuf>,
+    /// Accept OAuth 2.1 JWT access tokens issued by this authorization server (its issuer
+    /// identifier: a token's `iss` must equal it), besides any --tokens. The token's `sub` is
+    /// the caller: the Cedar principal Caller::"SUB", what budgets count per and `caller` in
+    /// receipts. Needs --auth-audience. A request without a valid token gets 401 naming
+    /// /.well-known/oauth-protected-resource, served without a token, where MCP clients
+    /// find the server
+    #[arg(long, value_name = "URL", requires = "listen")]
+    pub(crate) auth_issuer: Option<String>,
+    /// This gate's resource URI, as its clients reach it (e.g. https://gate.example.com/mcp):
+    /// a token's `aud` must contain it (RFC 8707), and the metadata names it as `resource`
+    #[arg(long, value_name = "URI", requires = "listen")]
+    pub(crate) auth_audience: Option<String>,
+    /// The issuer's JWK set, http:// only (an https one through a local TLS proxy) [default:
+    /// the `jwks_uri` of the issuer's /.well-known/oauth-authorization-server, else of its
+    /// /.well-known/openid-configuration]. Fetched with a 5 s limit and cached; a token
+    /// naming a key the set lacks refetches it at most once per 30 s. Keys that cannot be
+    /// had: 503, nothing forwarded
+    #[arg(long, value_name = "URL", requires = "listen")]
+    pub(crate) auth_jwks: Option<String>,
+    /// Scopes every JWT must carry in its `scope` claim, comma-separated (e.g.
+    /// mcp:tools,mcp:write); a valid token without one of them gets 403 insufficient_scope
+    #[arg(long, value_name = "A,B", value_delimiter = ',', requires = "listen")]
+    pub(crate) auth_scopes: Vec<String>,
     /// An Origin accepted besides the gate's own (repeatable, e.g. http://localhost:5173 for a
     /// browser client served there); any other Origin gets 403
     #[arg(long, value_name = "ORIGIN", requires = "listen")]
@@ -83,6 +106,10 @@ pub(crate) struct ListenArgs {
 impl ListenArgs {
     /// The front's settings; `Err` names what is wrong (exit 2).
     pub(crate) fn front_config(&self, addr: &ListenAddr) -> Result<FrontConfig, String> {
+        let oauth = self.oauth()?;
+        if self.listen_public && self.tokens.is_none() && oauth.is_none() {
+            return Err("--listen-public needs --tokens or --auth-issuer: a public gate without them would serve anyone".into());
+        }
         if let Some(public) = addr.addrs.iter().find(|a| !a.ip().is_loopback()) {
             if !self.listen_public {
                 let named = match addr.text == public.to_string() {
@@ -114,10 +141,44 @@ impl ListenArgs {
             config =
                 config.with_tokens(Tokens::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?);
         }
+        if let Some(oauth) = oauth {
+            config = config.with_oauth(oauth);
+        }
         for origin in &self.allow_origin {
             config = config.allow_origin(origin.clone());
         }
         Ok(config)
+    }
+
+    /// The `--auth-*` settings (flags or the file's `[listen]`), checked.
+    fn oauth(&self) -> Result<Option<OAuth>, String> {
+        let Some(issuer) = &self.auth_issuer else {
+            if self.auth_audience.is_some() || self.auth_jwks.is_some() || !self.auth_scopes.is_empty() {
+                return Err("--auth-audience, --auth-jwks and --auth-scopes need --auth-issuer".into());
+            }
+            return Ok(None);
+        };
+        let Some(audience) = &self.auth_audience else {
+            return Err("--auth-issuer needs --auth-audience: this gate's resource URI as clients reach it (e.g. http://127.0.0.1:8080/mcp), which tokens must be issued for".into());
+        };
+        let mut oauth =
+            OAuth::new(issuer, audience).map_err(|e| format!("--auth-issuer/--auth-audience: {e}"))?;
+        if let Some(jwks) = &self.auth_jwks {
+            oauth = oauth
+                .with_jwks_url(jwks)
+                .map_err(|e| format!("--auth-jwks: {e}"))?;
+        }
+        let scopes: Vec<String> = self
+            .auth_scopes
+            .iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+        oauth = oauth
+            .with_scopes(scopes)
+            .map_err(|e| format!("--auth-scopes: {e}"))?;
+        oauth.check_reachable().map_err(|e| format!("--auth-jwks: {e}"))?;
+        Ok(Some(oauth))
     }
 
     /// The connection cap: `--max-connections`, or the default, within what the open-file
@@ -356,5 +417,45 @@ mod tests {
             "{refused}"
         );
         assert!(refused.contains("--listen-public"), "{refused}");
+    }
+
+    #[test]
+    fn auth_flags_are_checked_together() {
+        let local = ListenAddr::parse("127.0.0.1:0").unwrap();
+        let err = |extra: &[&str]| flags(extra).front_config(&local).unwrap_err();
+        assert!(err(&["--auth-issuer", "http://127.0.0.1:9"]).contains("needs --auth-audience"));
+        assert!(err(&["--auth-audience", "http://127.0.0.1:8080/mcp"]).contains("need --auth-issuer"));
+        assert!(err(&["--listen-public"]).contains("--tokens or --auth-issuer"));
+        let issuer = ["--auth-issuer", "http://127.0.0.1:9", "--auth-audience"];
+        assert!(err(&[&issuer[..], &["mcp"]].concat()).contains("absolute"));
+        assert!(
+            err(&[&issuer[..], &["http://g/mcp", "--auth-jwks", "https://as/jwks"]].concat())
+                .contains("TLS proxy")
+        );
+        assert!(err(&[&issuer[..], &["http://g/mcp", "--auth-scopes", "a,b c"]].concat()).contains("scope"));
+        let https = [
+            "--auth-issuer",
+            "https://as.example",
+            "--auth-audience",
+            "https://g/mcp",
+        ];
+        assert!(err(&https).contains("give its key set URL"));
+        let ok = flags(
+            &[
+                &https[..],
+                &[
+                    "--auth-jwks",
+                    "http://127.0.0.1:9/jwks",
+                    "--auth-scopes",
+                    "mcp:tools, mcp:write",
+                ],
+            ]
+            .concat(),
+        )
+        .front_config(&local)
+        .unwrap();
+        let oauth = ok.oauth.unwrap();
+        assert_eq!(oauth.scopes, ["mcp:tools", "mcp:write"]);
+        assert_eq!(oauth.jwks_url.as_deref(), Some("http://127.0.0.1:9/jwks"));
     }
 }

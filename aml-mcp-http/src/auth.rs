@@ -126,24 +126,29 @@ impl Tokens {
     /// The token an `Authorization` header value carries as a bearer token, if it is one of
     /// them.
     pub(crate) fn identify_header(&self, header: Option<&[u8]>) -> Option<TokenId> {
-        let value = header?;
-        let scheme = value.get(..7)?;
-        if !scheme.eq_ignore_ascii_case(b"bearer ") {
-            return None;
-        }
-        self.find(value[7..].trim_ascii()).map(TokenId)
+        self.find(bearer(header?)?).map(TokenId)
     }
+}
+
+/// The token of an `Authorization: Bearer …` header value.
+pub(crate) fn bearer(value: &[u8]) -> Option<&[u8]> {
+    let scheme = value.get(..7)?;
+    scheme
+        .eq_ignore_ascii_case(b"bearer ")
+        .then(|| value[7..].trim_ascii())
 }
 
 /// Which accepted token a client presented: its place in the token file (never the token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TokenId(usize);
 
-/// Who a request is from, for session quotas and ownership: the token it presented, or,
-/// on a front without tokens, the address it came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who a request is from, for session quotas and ownership: the static token it presented,
+/// the subject of its JWT, or, on a front without either, the address it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Client {
     Token(TokenId),
+    /// A JWT's `sub`; kept apart from a static token of the same name (their sessions too).
+    Subject(std::sync::Arc<str>),
     Address(std::net::IpAddr),
 }
 
@@ -152,6 +157,7 @@ impl std::fmt::Display for Client {
         match self {
             // Numbered as a person counts the tokens in the file.
             Client::Token(TokenId(n)) => write!(f, "token #{}", n + 1),
+            Client::Subject(sub) => write!(f, "subject {sub:?}"),
             Client::Address(ip) => write!(f, "address {ip}"),
         }
     }

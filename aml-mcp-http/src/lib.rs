@@ -38,6 +38,7 @@ mod body;
 mod envelope;
 mod front;
 mod message;
+mod oauth;
 pub mod ops;
 mod sse;
 mod upstream;
@@ -46,6 +47,7 @@ use std::time::Duration;
 
 pub use auth::{Tokens, TokensError};
 pub use front::{HttpFront, SessionInfo};
+pub use oauth::{OAuth, OAuthError};
 pub use ops::{serve_ops, Ops, OpsReply, OpsServer};
 pub use upstream::{http_upstream, UpstreamConfig, UpstreamError};
 
@@ -71,9 +73,14 @@ pub const STATELESS_PROTOCOL_VERSIONS: &[&str] = &["2026-07-28"];
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct FrontConfig {
-    /// Bearer tokens a client must present (`Authorization: Bearer …`); `None` accepts every
-    /// request (for a loopback front only: the host decides).
+    /// Bearer tokens a client must present (`Authorization: Bearer …`); with neither these
+    /// nor [`oauth`](Self::oauth) every request is accepted (for a loopback front only: the
+    /// host decides).
     pub tokens: Option<Tokens>,
+    /// JWT access tokens of an OAuth authorization server, accepted besides [`tokens`](Self::tokens):
+    /// the token's `sub` is the caller. A request without a valid token gets `401` naming
+    /// this front's RFC 9728 metadata, which it serves without a token.
+    pub oauth: Option<OAuth>,
     /// `Origin` values accepted besides the front's own (`http://ADDR:PORT` of the address it
     /// listens on, and `http://localhost:PORT` when that is loopback); a request with any
     /// other `Origin` gets `403`, loopback pages on other ports included (any local program
@@ -99,8 +106,9 @@ pub struct FrontConfig {
     pub max_connections: usize,
     /// How many sessions may be open at once; an `initialize` beyond that gets `503`.
     pub max_sessions: usize,
-    /// How many sessions one client may have open at once (a client: the bearer token it
-    /// presents, or without [`tokens`](Self::tokens) its IP address); its `initialize`
+    /// How many sessions one client may have open at once (a client: the static bearer token
+    /// it presents, the subject of its JWT, or with neither [`tokens`](Self::tokens) nor
+    /// [`oauth`](Self::oauth) its IP address); its `initialize`
     /// beyond that gets `429`, so one client cannot take every session slot.
     pub max_sessions_per_client: usize,
     /// A session that had no request but its `initialize` for this long (or for
@@ -132,6 +140,7 @@ impl Default for FrontConfig {
     fn default() -> Self {
         FrontConfig {
             tokens: None,
+            oauth: None,
             allowed_origins: Vec::new(),
             max_body_bytes: 4 << 20,
             header_read_timeout: Duration::from_secs(10),
@@ -154,6 +163,11 @@ impl FrontConfig {
     /// Sets [`tokens`](Self::tokens).
     pub fn with_tokens(mut self, tokens: Tokens) -> Self {
         self.tokens = Some(tokens);
+        self
+    }
+    /// Sets [`oauth`](Self::oauth).
+    pub fn with_oauth(mut self, oauth: OAuth) -> Self {
+        self.oauth = Some(oauth);
         self
     }
     /// Adds one accepted `Origin` (scheme, host and port as a browser sends it).

@@ -20,6 +20,7 @@ mod http_cli;
 mod http_front;
 mod http_interop;
 mod http_lockouts;
+mod http_oauth;
 mod http_replicas;
 mod http_stateless;
 mod http_stateless_callers;

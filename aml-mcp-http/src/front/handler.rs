@@ -54,20 +54,18 @@ pub(crate) async fn handle(
     if let Some(ops) = ops.filter(|_| crate::ops::PUBLIC_OPS_PATHS.contains(&path)) {
         return Ok(crate::ops::answer(ops, &request).await);
     }
-    let client = match &shared.config.tokens {
-        None => Client::Address(peer.ip()),
-        Some(tokens) => {
-            let presented = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
-            let Some(token) = tokens.identify_header(presented) else {
-                tracing::warn!(target: "aml_mcp_http", %peer, token_sent = presented.is_some(), "refused: no valid bearer token");
-                let mut reply = refuse(StatusCode::UNAUTHORIZED, None, "a valid bearer token is required");
-                reply.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer realm=\"mcp\""),
-                );
-                return Ok(reply);
-            };
-            Client::Token(token)
+    if let Some(reply) = super::authorize::metadata(&shared, path, request.method()) {
+        return Ok(reply);
+    }
+    let client = match super::authorize::client_of(&shared, peer, headers).await {
+        Ok(client) => client,
+        Err(mut reply) => {
+            // The body is left unread, so the connection cannot take another request: say
+            // so, or a client that reuses it finds it closed.
+            reply
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Ok(reply);
         }
     };
     // Checks passed: this connection is a client's, not one of a flood.
@@ -107,9 +105,9 @@ pub(crate) async fn handle(
         return Ok(reply);
     }
     Ok(match *request.method() {
-        Method::POST => post(&shared, peer, client, request, stateless).await,
-        Method::GET => get(&shared, client, &request),
-        Method::DELETE => delete(&shared, client, &request),
+        Method::POST => post(&shared, peer, &client, request, stateless).await,
+        Method::GET => get(&shared, &client, &request),
+        Method::DELETE => delete(&shared, &client, &request),
         _ => {
             let mut reply = refuse(StatusCode::METHOD_NOT_ALLOWED, None, "use POST, GET or DELETE");
             reply
@@ -177,7 +175,7 @@ fn accepts(request: &Request<Incoming>, kind: &str) -> bool {
 /// holder learns nothing about other tokens' sessions, not even that one exists).
 fn session_of(
     shared: &Shared,
-    client: Client,
+    client: &Client,
     request: &Request<Incoming>,
 ) -> Result<Arc<Session>, Box<Reply>> {
     let Some(id) = request.headers().get(SESSION_HEADER) else {
@@ -199,13 +197,14 @@ fn session_of(
                 .cloned()
         })
         .filter(|s| !s.is_closed())
-        .filter(|s| match (s.client, client) {
-            (Client::Token(owner), Client::Token(presented)) if owner != presented => {
+        .filter(|s| match &s.client {
+            // Without tokens, addresses do not own sessions: one client may reach a
+            // loopback front over 127.0.0.1 and ::1 alike.
+            Client::Address(_) => true,
+            owner if owner != client => {
                 tracing::warn!(target: "aml_mcp_http", %client, "refused: {} belongs to {} (answered 404)", s.name, s.client);
                 false
             }
-            // Without tokens, addresses do not own sessions: one client may reach a
-            // loopback front over 127.0.0.1 and ::1 alike.
             _ => true,
         });
     found.ok_or_else(|| {
@@ -220,7 +219,7 @@ fn session_of(
 async fn post(
     shared: &Shared,
     peer: SocketAddr,
-    client: Client,
+    client: &Client,
     request: Request<Incoming>,
     stateless: bool,
 ) -> Reply {
@@ -425,19 +424,21 @@ fn handshake_failed(message: &[u8], init: &str) -> Option<bool> {
     Some(answer.get("error").is_some())
 }
 
-/// Starts a session for an `initialize`: `Err` is the reply when the front is full.
-/// The caller a client is: its token's name, or none on a front without tokens.
-fn caller_of(shared: &Shared, client: Client) -> Option<String> {
+/// The caller a client is: its static token's name, its JWT's subject, or none on a front
+/// without tokens.
+fn caller_of(shared: &Shared, client: &Client) -> Option<String> {
     match (client, &shared.config.tokens) {
-        (Client::Token(id), Some(tokens)) => Some(tokens.name(id).to_owned()),
+        (Client::Token(id), Some(tokens)) => Some(tokens.name(*id).to_owned()),
+        (Client::Subject(subject), _) => Some(subject.to_string()),
         _ => None,
     }
 }
 
+/// Starts a session for an `initialize`: `Err` is the reply when the front is full.
 async fn open_session(
     shared: &Shared,
     peer: SocketAddr,
-    client: Client,
+    client: &Client,
     id: Option<&str>,
 ) -> Result<Arc<Session>, Box<Reply>> {
     let mut token = [0u8; 16];
@@ -456,14 +457,14 @@ async fn open_session(
     let session = Arc::new(Session::new(
         session_id.clone(),
         name.clone(),
-        client,
+        client.clone(),
         to_relay,
         shared.config.replay_events,
     ));
     {
         let mut map = shared.sessions.lock().unwrap_or_else(|e| e.into_inner());
         let quota = shared.config.max_sessions_per_client;
-        let own = map.values().filter(|s| s.client == client).count();
+        let own = map.values().filter(|s| &s.client == client).count();
         if own >= quota {
             tracing::warn!(target: "aml_mcp_http", %peer, %client, "refused: {own} sessions open for this client (its quota)");
             return Err(Box::new(refuse(
@@ -531,7 +532,7 @@ async fn open_session(
     Ok(session)
 }
 
-fn get(shared: &Shared, client: Client, request: &Request<Incoming>) -> Reply {
+fn get(shared: &Shared, client: &Client, request: &Request<Incoming>) -> Reply {
     let session = match session_of(shared, client, request) {
         Ok(session) => session,
         Err(reply) => return *reply,
@@ -565,7 +566,7 @@ fn get(shared: &Shared, client: Client, request: &Request<Incoming>) -> Reply {
     reply
 }
 
-fn delete(shared: &Shared, client: Client, request: &Request<Incoming>) -> Reply {
+fn delete(shared: &Shared, client: &Client, request: &Request<Incoming>) -> Reply {
     let session = match session_of(shared, client, request) {
         Ok(session) => session,
         Err(reply) => return *reply,

@@ -1,6 +1,7 @@
 //! The HTTP front: accepts connections, checks each request (Origin, token, path, protocol
 //! version, size), and hands every new MCP session to the host as a relay [`Connection`].
 
+mod authorize;
 mod connections;
 mod handler;
 mod session;
@@ -38,9 +39,10 @@ pub struct SessionInfo {
     /// The connection for protocol 2026-07-28 requests (no session): every such request
     /// of one caller comes on it, until its relay ends; the next one then opens a new one.
     pub stateless: bool,
-    /// The caller whose session this is: the name of the bearer token that opened it
-    /// (`NAME TOKEN` in the token file, else `token-N`); `None` on a front without tokens.
-    /// Every later request on the session must present the same token.
+    /// The caller whose session this is: the name of the static bearer token that opened it
+    /// (`NAME TOKEN` in the token file, else `token-N`), or the `sub` of its JWT access
+    /// token; `None` on a front without tokens. Every later request on the session must
+    /// present the same static token, or a JWT of the same subject.
     pub caller: Option<String>,
 }
 
@@ -69,6 +71,8 @@ pub(crate) struct Shared {
     pub(crate) own_origins: Vec<String>,
     /// Sessions opened so far (for their [`SessionInfo::name`]).
     pub(crate) opened: std::sync::atomic::AtomicU64,
+    /// The JWT checks and the issuer's key cache, with [`FrontConfig::oauth`].
+    pub(crate) oauth: Option<Arc<crate::oauth::Verifier>>,
 }
 
 impl HttpFront {
@@ -109,7 +113,9 @@ impl HttpFront {
         let (tx, new_sessions) = mpsc::channel(16);
         let idle = (config.session_idle_timeout, config.unused_session_timeout);
         let stateless = Arc::new(stateless::Stateless::default());
+        let oauth = config.oauth.clone().map(crate::oauth::Verifier::new);
         let shared = Arc::new(Shared {
+            oauth,
             config,
             sessions: sessions.clone(),
             new_sessions: tx,

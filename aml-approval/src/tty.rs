@@ -8,7 +8,7 @@ use std::time::Duration;
 use aml_core::async_trait;
 use aml_grants::{Clock, SystemClock};
 
-use crate::display::{shown, ESCAPE_WARNING};
+use crate::display::{shown, Shown, ESCAPE_WARNING};
 use crate::hook::{ChannelError, DecisionChannel, PendingApproval};
 use crate::keys::ApproverKey;
 use crate::statement::{SignedStatement, Statement, StatementDecision, Validity};
@@ -170,18 +170,37 @@ fn withdrawn_notice(pending: &PendingApproval) -> String {
     )
 }
 
-/// The prompt: every field that came from the proposal passes through [`shown`].
+/// The prompt: every field that came from the proposal or the requester passes through
+/// [`shown`].
 fn prompt(pending: &PendingApproval) -> String {
     let p = &pending.proposal;
     let fields = crate::display::proposal_fields(p);
-    let warning = if fields.iter().any(|f| f.escaped) {
+    // Who asks, as far as the host knows: a client names itself as it likes, so its name is
+    // escaped like the proposal's fields.
+    let who: Vec<(&str, Shown)> = pending
+        .requester
+        .parts()
+        .into_iter()
+        .filter_map(|(label, part)| part.map(|text| (label, shown(&text))))
+        .collect();
+    let warning = if fields.iter().any(|f| f.escaped) || who.iter().any(|(_, s)| s.escaped()) {
         format!("{ESCAPE_WARNING}\n")
     } else {
         String::new()
     };
+    let asked_by = match who.is_empty() {
+        true => "Asked by: not known\n".to_owned(),
+        false => {
+            let parts: Vec<String> = who
+                .iter()
+                .map(|(label, s)| format!("{label} {}", s.text()))
+                .collect();
+            format!("Asked by: {}\n", parts.join(", "))
+        }
+    };
     let [tool, effect, resource, purpose, canonical] = fields.map(|f| f.text);
     format!(
-        "\nApproval requested: {tool} ({effect}) -> {resource}\nPurpose: {purpose}\nSHA-256: {}\n{canonical}\n{warning}Approve? [y/N] ",
+        "\nApproval requested: {tool} ({effect}) -> {resource}\nPurpose: {purpose}\n{asked_by}SHA-256: {}\n{canonical}\n{warning}Approve? [y/N] ",
         p.digest()
     )
 }

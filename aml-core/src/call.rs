@@ -18,7 +18,7 @@ use crate::hooks::{ClaimStatus, GrantRef, ToolExecutor};
 use crate::outcome::{CallOutcome, HostError, Unknown};
 use crate::runtime::{BoxedFuture, CallRuntime};
 use crate::unwind::{guarded, with_causes};
-use crate::{Caller, Deadline, Refusal, Sha256Digest};
+use crate::{CallFacts, Caller, Deadline, Refusal, Sha256Digest};
 
 /// The arguments of a call, as the adapter's wire delivered them.
 #[derive(Debug, Clone)]
@@ -180,7 +180,7 @@ impl ToolGate {
             call_id,
             caller,
         } = request;
-        let start = self.start(tool, &caller, arguments, deadline);
+        let start = self.start(tool, &CallFacts::of(caller), arguments, deadline);
         let gate = self.clone();
         let call_id = call_id.map(str::to_owned);
         async move {
@@ -212,7 +212,7 @@ impl ToolGate {
     fn start(
         &self,
         tool: &str,
-        caller: &Caller,
+        facts: &CallFacts,
         arguments: Arguments<'_>,
         deadline: Option<Instant>,
     ) -> Start {
@@ -228,8 +228,8 @@ impl ToolGate {
             return Start::Ended(self.refuse_request(tool, Refusal::DeadlinePassed, detail));
         }
         let prepared = match arguments {
-            Arguments::Bytes(bytes) => self.prepare_bytes(tool, caller, bytes),
-            Arguments::Value(value) => self.prepare_exact_value(tool, caller, value),
+            Arguments::Bytes(bytes) => self.prepare_bytes(tool, facts, bytes),
+            Arguments::Value(value) => self.prepare_exact_value(tool, facts, value),
         };
         let PreparedCall { stage, .. } = prepared;
         match stage {

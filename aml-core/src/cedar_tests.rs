@@ -322,13 +322,12 @@ fn the_documented_caller_and_budget_examples_decide_as_documented() {
         assert!(policy.error().is_none(), "{:?}", policy.error());
         policy
     };
-    let facts = |caller: &str, hour| CallFacts {
-        caller: Caller::new(caller).unwrap(),
-        usage: Some(Usage {
+    let facts = |caller: &str, hour| {
+        CallFacts::of(Caller::new(caller).unwrap()).with_usage(Usage {
             minute: 0,
             hour,
             day: hour,
-        }),
+        })
     };
     let reads = find("ci-reads");
     let read = frozen("read_text_file", Effect::Read, &["docs/a.txt"], json!({}));

@@ -447,10 +447,7 @@ impl ActionBoundary {
             };
             // The record says the usage the call was counted on.
             let facts = match counted {
-                Some(usage) => Facts::new(CallFacts {
-                    usage: Some(usage),
-                    ..facts.into_inner()
-                }),
+                Some(usage) => Facts::new(facts.into_inner().with_usage(usage)),
                 None => facts,
             };
             return Authorization::Authorized(Authorized {
@@ -542,10 +539,7 @@ impl ActionBoundary {
                     return Err(Recount::Blocked(ReceiptReason::PolicyError, detail));
                 }
             };
-            let again = CallFacts {
-                caller: facts.caller.clone(),
-                usage: Some(now),
-            };
+            let again = facts.clone().with_usage(now);
             let decided = self.policy.current().evaluate_for(proposal, &again);
             let same = (decided.decision, decided.reason) == (plan.decision(), plan.reason());
             tracing::debug!(target: "aml.dispatch", ?now, same, "usage changed before the call was counted");
@@ -586,6 +580,7 @@ impl ActionBoundary {
         let request = ApprovalRequest {
             proposal: proposal.clone(),
             plan: plan.clone(),
+            facts: facts.clone(),
         };
         progress.set(Stage::Approval);
         tracing::debug!(target: "aml.dispatch", "approval requested");

@@ -17,7 +17,7 @@ use crate::plan::Plan;
 use crate::policy::Policy;
 use crate::receipt::Receipt;
 use crate::runtime::CallRuntime;
-use crate::{Caller, ExecutionStatus, ReceiptReason, Refusal, ResultSummary};
+use crate::{CallFacts, ExecutionStatus, ReceiptReason, Refusal, ResultSummary};
 
 /// A catalog the host can replace while calls run (a reload): each call uses the catalog
 /// that was current when it arrived.
@@ -270,36 +270,41 @@ impl ToolGate {
     /// [`call`](Self::call) (ADR 019).
     #[doc(hidden)]
     pub fn prepare_value(&self, tool: &str, arguments: Value) -> PreparedCall {
-        self.prepare_value_for(tool, &Caller::local(), arguments)
+        self.prepare_value_for(tool, &CallFacts::default(), arguments)
     }
 
-    /// [`prepare_value`](Self::prepare_value) for a call by `caller`. The relay's; to be
-    /// retired with it (ADR 019).
+    /// [`prepare_value`](Self::prepare_value) for a call with `facts` (its caller and
+    /// client). The relay's; to be retired with it (ADR 019).
     #[doc(hidden)]
-    pub fn prepare_value_for(&self, tool: &str, caller: &Caller, arguments: Value) -> PreparedCall {
-        self.prepare_with(tool, caller, |registration, policy, tracker| {
-            check_and_prepare(registration, arguments, policy, caller, tracker)
+    pub fn prepare_value_for(&self, tool: &str, facts: &CallFacts, arguments: Value) -> PreparedCall {
+        self.prepare_with(tool, facts, |registration, policy, tracker| {
+            check_and_prepare(registration, arguments, policy, facts, tracker)
         })
     }
 
     /// [`prepare_value`](Self::prepare_value) after refusing every integer beyond ±2^53.
-    pub(crate) fn prepare_exact_value(&self, tool: &str, caller: &Caller, arguments: Value) -> PreparedCall {
-        self.prepare_with(tool, caller, |registration, policy, tracker| {
+    pub(crate) fn prepare_exact_value(
+        &self,
+        tool: &str,
+        facts: &CallFacts,
+        arguments: Value,
+    ) -> PreparedCall {
+        self.prepare_with(tool, facts, |registration, policy, tracker| {
             if has_integer_beyond_2_53(&arguments) {
                 return Err(Refused::Refusal(
                     Refusal::InexactNumber,
                     INEXACT_DETAIL.to_owned(),
                 ));
             }
-            check_and_prepare(registration, arguments, policy, caller, tracker)
+            check_and_prepare(registration, arguments, policy, facts, tracker)
         })
     }
 
     /// The agent's JSON text, parsed strictly ([`crate::strict`]): text the parser refuses
     /// skips the schema and is blocked with its `AML_JSON_*` code; a number no double keeps
     /// exactly is refused (`inexact_number`), from the bytes, before anything rounds it.
-    pub(crate) fn prepare_bytes(&self, tool: &str, caller: &Caller, arguments: &[u8]) -> PreparedCall {
-        self.prepare_with(tool, caller, |registration, policy, tracker| {
+    pub(crate) fn prepare_bytes(&self, tool: &str, facts: &CallFacts, arguments: &[u8]) -> PreparedCall {
+        self.prepare_with(tool, facts, |registration, policy, tracker| {
             let value = match crate::strict::parse_slice(arguments) {
                 Ok(value) => value,
                 Err(e) => return Ok(capture_refused(e.code(), e.to_string())),
@@ -308,18 +313,18 @@ impl ToolGate {
                 let detail = format!("{INEXACT_DETAIL} (the number at byte {})", inexact.offset());
                 return Err(Refused::Refusal(Refusal::InexactNumber, detail));
             }
-            check_and_prepare(registration, value, policy, caller, tracker)
+            check_and_prepare(registration, value, policy, facts, tracker)
         })
     }
 
     fn prepare_with(
         &self,
         tool: &str,
-        caller: &Caller,
+        facts: &CallFacts,
         prepare: impl FnOnce(&ToolRegistration, &Policy, &mut CallTracker) -> Result<Prepared, Refused>,
     ) -> PreparedCall {
         let mut tracker = CallTracker::start(&self.adapter, tool, self.boundary.sink());
-        tracker.called_by(caller);
+        tracker.called_by(&facts.caller);
         let catalog = self.catalog.current();
         let ended = |tracker, outcome| PreparedCall {
             tool: tool.to_owned(),
@@ -458,7 +463,7 @@ fn check_and_prepare(
     registration: &ToolRegistration,
     arguments: Value,
     policy: &Policy,
-    caller: &Caller,
+    facts: &CallFacts,
     tracker: &mut CallTracker,
 ) -> Result<Prepared, Refused> {
     registration
@@ -476,8 +481,7 @@ fn check_and_prepare(
         purpose: registration.purpose(),
         mapper: registration.mapper().as_ref(),
     };
-    let facts = crate::CallFacts::of(caller.clone());
-    prepare_call(&identity, arguments, policy, facts, tracker).map_err(|e| match e {
+    prepare_call(&identity, arguments, policy, facts.clone(), tracker).map_err(|e| match e {
         // A typed resource the arguments break is the caller's to fix, not a host error.
         GuardedToolError::Mapper(mapper) => match mapper.refusal() {
             Some(refusal) => Refused::Refusal(refusal, mapper.to_string()),

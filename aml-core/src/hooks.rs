@@ -66,6 +66,7 @@ hook_error! {
 pub struct ApprovalRequest {
     pub(crate) proposal: FrozenProposal,
     pub(crate) plan: Plan,
+    pub(crate) facts: crate::CallFacts,
 }
 
 impl ApprovalRequest {
@@ -76,6 +77,11 @@ impl ApprovalRequest {
     /// The plan that required approval.
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+    /// Who asks (the caller, and the client software as it named itself) and the usage the
+    /// plan was decided on: for the person asked, who should know who is asking.
+    pub fn facts(&self) -> &crate::CallFacts {
+        &self.facts
     }
 }
 

@@ -77,7 +77,8 @@ pub use record::{
 pub use runtime::TokioRuntime;
 pub use runtime::{BoxedFuture, CallRuntime};
 pub use usage::{
-    CallFacts, Caller, Counted, InMemoryUsage, Usage, UsageLedger, MAX_CALLER_BYTES, USAGE_WINDOWS,
+    CallFacts, Caller, ClientInfo, Counted, InMemoryUsage, Usage, UsageLedger, MAX_CALLER_BYTES,
+    USAGE_WINDOWS,
 };
 pub use wire::{Decision, Effect, ExecutionStatus, UnknownWireValue};
 

@@ -169,7 +169,7 @@ impl Policy {
     /// let arguments = serde_json::Map::new();
     /// let proposal = FrozenProposal::freeze(ProposalParts { tool: "send", effect: Effect::Send,
     ///     resource: "team", purpose: "Send", arguments: &arguments }).unwrap();
-    /// let ci = |hour| CallFacts { caller: Caller::new("ci").unwrap(), usage: Some(Usage { minute: 0, hour, day: hour }) };
+    /// let ci = |hour| CallFacts::of(Caller::new("ci").unwrap()).with_usage(Usage { minute: 0, hour, day: hour });
     /// assert_eq!(policy.evaluate_for(&proposal, &ci(19)).decision, Decision::Allow);
     /// assert_eq!(policy.evaluate_for(&proposal, &ci(20)).decision, Decision::RequiresApproval);
     /// // Another caller, or none: no permit.

@@ -230,34 +230,75 @@ impl UsageLedger for InMemoryUsage {
     }
 }
 
-/// What a policy decides on beside the proposal: who calls, and (for policies that read
-/// `context.usage`) how much they have called this tool.
+/// The client software as it named itself (MCP `initialize`: `clientInfo`): shown to the
+/// person asked to approve, never decided on (a client names itself as it likes).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClientInfo {
+    /// `clientInfo.name`.
+    pub name: String,
+    /// `clientInfo.version`.
+    pub version: String,
+}
+
+/// What a call is decided on beside the proposal: who calls, and (for policies that read
+/// `context.usage`) how much they have called this tool; and, for the approver's eyes only,
+/// the client software they call from.
 ///
 /// ```
-/// use aml_core::{CallFacts, Caller};
+/// use aml_core::{CallFacts, Caller, ClientInfo, Usage};
 /// let facts = CallFacts::default();
-/// assert!(facts.caller.is_local() && facts.usage.is_none());
+/// assert!(facts.caller.is_local() && facts.usage.is_none() && facts.client.is_none());
+/// let ci = CallFacts::of(Caller::new("ci").unwrap())
+///     .with_usage(Usage { minute: 1, hour: 2, day: 3 })
+///     .with_client(ClientInfo { name: "claude-code".into(), version: "2.1.0".into() });
+/// assert_eq!(ci.usage.map(|u| u.hour), Some(2));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CallFacts {
     /// The caller: the Cedar principal.
     pub caller: Caller,
     /// The caller's usage of the tool, when the policy reads it; `None` leaves
     /// `context.usage` out, so a policy that reads it fails to evaluate and denies.
     pub usage: Option<Usage>,
+    /// The client software, as it named itself; never part of a decision.
+    pub client: Option<Arc<ClientInfo>>,
 }
 
 impl CallFacts {
     /// The facts of a call by `caller`, usage not yet read.
     pub fn of(caller: Caller) -> Self {
-        CallFacts { caller, usage: None }
+        CallFacts {
+            caller,
+            usage: None,
+            client: None,
+        }
+    }
+
+    /// With the caller's usage.
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// With the usage, when one is given.
+    pub fn with_usage_if(mut self, usage: Option<Usage>) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// With the client software the call came from.
+    pub fn with_client(mut self, client: ClientInfo) -> Self {
+        self.client = Some(Arc::new(client));
+        self
     }
 }
 
-/// The facts of most calls: `local`, no usage.
+/// The facts of most calls: `local`, no usage, no client named.
 static PLAIN: CallFacts = CallFacts {
     caller: Caller::local(),
     usage: None,
+    client: None,
 };
 
 /// [`CallFacts`] as plans and outcomes carry them: one word for the facts of most calls

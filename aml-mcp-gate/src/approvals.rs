@@ -166,6 +166,16 @@ pub(crate) struct Setup<'a> {
     pub(crate) metrics: Option<Arc<crate::telemetry::Metrics>>,
 }
 
+/// Who asks for `request`, as the approver is shown it.
+fn requester(request: &aml_core::ApprovalRequest) -> aml_approval::Requester {
+    let facts = request.facts();
+    let who = aml_approval::Requester::unknown().with_caller(facts.caller.id());
+    match &facts.client {
+        Some(client) => who.with_client(client.name.as_str(), client.version.as_str()),
+        None => who,
+    }
+}
+
 /// Adds signed approvals to `boundary`.
 pub(crate) async fn with_approvals(
     boundary: ActionBoundaryBuilder,
@@ -221,9 +231,11 @@ pub(crate) async fn with_approvals(
         }
         Channel::Tty => Arc::new(TtyApprovals::new(key)),
     };
-    // Who asks stays "not known" on the page: the core's ApprovalRequest does not carry the
-    // caller yet (issue 33); `hook.with_requester` fills it once it does.
-    let mut hook = SignedApprovalHook::new(keyring, channel, setup.issuer).with_timeout(setup.timeout);
+    // Who asks: the caller (a token's name, a JWT's subject, `local` on stdio) and the client
+    // software as its `initialize` named itself, on the page, the prompt and in the history.
+    let mut hook = SignedApprovalHook::new(keyring, channel, setup.issuer)
+        .with_timeout(setup.timeout)
+        .with_requester(requester);
     if let Some(journal) = setup.decisions {
         hook = hook.with_journal(journal);
     }

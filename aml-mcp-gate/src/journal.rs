@@ -14,6 +14,7 @@ Examples:
   aml-mcp-gate journal reconcile 42 --note \"checked: the mail was sent once\"
   aml-mcp-gate journal receipts --since 1h         receipts of the last hour
   aml-mcp-gate journal receipts --shadow           calls shadow mode let through against the policy
+  aml-mcp-gate journal receipts --caller NAME      one caller's calls
   aml-mcp-gate journal verify --key audit.pub.json --checkpoints receipts.jsonl
   aml-mcp-gate journal export > chain.jsonl        links and checkpoints for an auditor
 
@@ -82,6 +83,10 @@ enum What {
         /// sent for approval (records with `would_block`)
         #[arg(long)]
         shadow: bool,
+        /// Only the calls of this caller (a token's name, a JWT's subject, or `local` for
+        /// stdio and calls naming no caller)
+        #[arg(long, value_name = "CALLER")]
+        caller: Option<String>,
     },
 }
 
@@ -201,13 +206,22 @@ async fn run(location: &Location, what: What) -> Result<(), String> {
             }
             eprintln!("aml-mcp-gate journal: intent {id} reconciled");
         }
-        What::Receipts { since, shadow } => {
+        What::Receipts {
+            since,
+            shadow,
+            caller,
+        } => {
             for stored in receipts
                 .records_since(since.unwrap_or(0))
                 .await
                 .map_err(|e| e.to_string())?
             {
-                if !shadow || would_block(&stored.record) {
+                let record = serde_json::from_str::<serde_json::Value>(&stored.record).ok();
+                let shown = (!shadow || record.as_ref().is_some_and(would_block))
+                    && caller
+                        .as_deref()
+                        .is_none_or(|c| record.as_ref().is_some_and(|r| called_by(r, c)));
+                if shown {
                     println!("{}", stored.record);
                 }
             }
@@ -217,8 +231,13 @@ async fn run(location: &Location, what: What) -> Result<(), String> {
 }
 
 /// Whether a stored record is a call shadow mode let through against its policy.
-fn would_block(record: &str) -> bool {
-    serde_json::from_str::<serde_json::Value>(record).is_ok_and(|r| r.get("would_block").is_some())
+fn would_block(record: &serde_json::Value) -> bool {
+    record.get("would_block").is_some()
+}
+
+/// Whether a stored record is a call of `caller` (a record names no caller for `local`).
+fn called_by(record: &serde_json::Value, caller: &str) -> bool {
+    record["record"] == "aml-call-record/1" && record["caller"].as_str().unwrap_or("local") == caller
 }
 
 /// Who approved each grant, from the approval records among the receipts (only read when an

@@ -62,10 +62,7 @@ pub(crate) fn run(path: &Path) -> Result<ExitCode, Failure> {
             Ok(caller) => caller.unwrap_or_else(Caller::local),
             Err(e) => return Err(Failure::Usage(format!("case {:?}: caller: {e}", case.name))),
         };
-        let facts = CallFacts {
-            caller,
-            usage: case.usage,
-        };
+        let facts = CallFacts::of(caller).with_usage_if(case.usage);
         let got = explain_call(&tools, &case.tool, case.arguments.clone(), &facts)?;
         let decision = got["decision"].as_str().unwrap_or_default();
         let reason = got["reason"].as_str().unwrap_or_default();

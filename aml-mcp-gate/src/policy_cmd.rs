@@ -337,7 +337,12 @@ fn explain(args: &ExplainArgs) -> Result<(), Failure> {
             Refusal::InexactNumber,
             format!("arguments: {inexact}; send it as a string"),
         ),
-        None => explain_call(&tools, &args.tool, arguments, &CallFacts { caller, usage })?,
+        None => explain_call(
+            &tools,
+            &args.tool,
+            arguments,
+            &CallFacts::of(caller).with_usage_if(usage),
+        )?,
     };
     let mut out = serde_json::to_string_pretty(&explained).unwrap_or_default();
     out.push('\n');
@@ -386,7 +391,11 @@ pub(crate) fn explain_call(
 ) -> Result<Value, Failure> {
     let gate = tools.gate().gate();
     let caller = &facts.caller;
-    let prepared = gate.prepare_value_for(tool, caller, Value::Object(arguments.clone()));
+    let prepared = gate.prepare_value_for(
+        tool,
+        &CallFacts::of(caller.clone()),
+        Value::Object(arguments.clone()),
+    );
     let plan = prepared.plan().cloned();
     // Ends the call without running it; a call that ended while prepared says why.
     let ended = gate.refuse(
@@ -431,10 +440,7 @@ pub(crate) fn explain_call(
     let mut plan = plan;
     let (policies, proposal, detail) = match &frozen {
         Ok(frozen) => {
-            let facts = CallFacts {
-                caller: caller.clone(),
-                usage,
-            };
+            let facts = CallFacts::of(caller.clone()).with_usage_if(usage);
             if usage.is_some() {
                 // The boundary's own step once it has read the caller's usage.
                 plan = plan_frozen_for(frozen.clone(), &policy, facts.clone())

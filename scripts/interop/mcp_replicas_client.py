@@ -5,13 +5,15 @@ report: {"results": [{"target": INDEX, "is_error": bool, "verdict": the gate's v
 
 Usage: mcp_replicas_client.py URLS_JSON N TOOL ARGUMENTS_JSON
 URLS_JSON: a list of "http://..." or {"url": "http://...", "token": "..."} (a bearer token).
+AML_CLIENT_NAME and AML_CLIENT_VERSION, when set, are the clientInfo its initialize sends.
 """
 import asyncio
 import json
+import os
 import sys
 from contextlib import AsyncExitStack
 
-from mcp import ClientSession
+from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -34,7 +36,12 @@ async def main():
             read, write, *_ = await stack.enter_async_context(
                 streamable_http_client(target["url"], http_client=http)
             )
-            session = await stack.enter_async_context(ClientSession(read, write))
+            info = None
+            if os.environ.get("AML_CLIENT_NAME"):
+                info = types.Implementation(
+                    name=os.environ["AML_CLIENT_NAME"], version=os.environ.get("AML_CLIENT_VERSION", "")
+                )
+            session = await stack.enter_async_context(ClientSession(read, write, client_info=info))
             await session.initialize()
             sessions.append(session)
 

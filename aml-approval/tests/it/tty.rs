@@ -250,3 +250,38 @@ async fn withdrawn_question_says_so() {
     assert_eq!(statement.proposal_sha256(), second_digest);
     assert_eq!(statement.decision(), StatementDecision::Deny);
 }
+
+/// The prompt says who asks (caller and client), escaping what a client named itself, and
+/// says so when nobody is known.
+#[tokio::test]
+async fn the_prompt_says_who_asks() {
+    let dir = aml_test_support::scratch_dir("tty", "who-asks");
+    let ask = |pending: PendingApproval| {
+        let (input, output) = (dir.join("in"), dir.join("out"));
+        std::fs::write(&input, "n\n").unwrap();
+        std::fs::write(&output, "").unwrap();
+        let key = ApproverKey::generate("erin").unwrap();
+        let channel = TtyApprovals::on_pair(key, &input, &output);
+        async move {
+            channel.decide(pending).await.unwrap();
+            std::fs::read_to_string(&output).unwrap()
+        }
+    };
+    let known = aml_approval::Requester::unknown()
+        .with_caller("ci-bot")
+        .with_client("claude-code", "2.1.0");
+    let shown = ask(pending().with_requester(known)).await;
+    assert!(
+        shown.contains("Asked by: Caller ci-bot, Client claude-code 2.1.0\n"),
+        "{shown}"
+    );
+    assert!(!shown.contains("Warning"), "{shown}");
+    let sly = aml_approval::Requester::unknown()
+        .with_caller("local")
+        .with_client("trusted\u{1b}[2Jclient", "1");
+    let shown = ask(pending().with_requester(sly)).await;
+    assert!(shown.contains("Client trusted\\u{001B}[2Jclient 1"), "{shown}");
+    assert!(shown.contains("Warning"), "an escaped client name warns: {shown}");
+    let shown = ask(pending()).await;
+    assert!(shown.contains("Asked by: not known\n"), "{shown}");
+}

@@ -294,10 +294,11 @@ fn prepare(relay: &Relay, request: &mut CallRequest) -> (bool, PreparedCall) {
     } else {
         (relay.tools.gate(), Value::Object(arguments))
     };
+    let mut facts = aml_core::CallFacts::of(relay.config.caller.clone());
+    facts.client = relay.state().client.clone();
     (
         retry,
-        gate.gate()
-            .prepare_value_for(&request.name, &relay.config.caller, arguments),
+        gate.gate().prepare_value_for(&request.name, &facts, arguments),
     )
 }
 

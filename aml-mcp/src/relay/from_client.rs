@@ -123,6 +123,9 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
                     .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
                     .await;
             }
+            if method == "initialize" {
+                relay.state().client = client_info(&message);
+            }
             let limit = match method {
                 "initialize" | "server/discover" => Some(relay.config.handshake_timeout),
                 // The server answers it when the subscription ends, not before (2026-07-28).
@@ -145,6 +148,24 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
             let _ = relay.to_upstream.send(bytes.clone()).await;
         }
     }
+}
+
+/// Longest client name or version kept for the approver's eyes.
+const MAX_CLIENT_TEXT: usize = 256;
+
+/// `params.clientInfo` of an `initialize`, as the client named itself (cut to
+/// [`MAX_CLIENT_TEXT`] characters each: it is only shown, never decided on).
+fn client_info(message: &serde_json::Map<String, Value>) -> Option<std::sync::Arc<aml_core::ClientInfo>> {
+    let info = message.get("params")?.get("clientInfo")?;
+    let text = |key: &str| {
+        info.get(key)
+            .and_then(Value::as_str)
+            .map(|s| s.chars().take(MAX_CLIENT_TEXT).collect::<String>())
+    };
+    Some(std::sync::Arc::new(aml_core::ClientInfo {
+        name: text("name")?,
+        version: text("version").unwrap_or_default(),
+    }))
 }
 
 /// MCP has no batches: each request in one gets its own `-32600`.

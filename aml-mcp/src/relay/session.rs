@@ -157,6 +157,8 @@ pub(crate) struct State {
     /// registered tools last found missing from one (see `advertised`).
     pub(crate) listing: std::collections::BTreeSet<String>,
     pub(crate) missing_warned: std::collections::BTreeSet<String>,
+    /// The client software as its `initialize` named itself: shown to the approver.
+    pub(crate) client: Option<std::sync::Arc<aml_core::ClientInfo>>,
 }
 
 impl State {

@@ -354,3 +354,20 @@ fn the_documented_caller_and_budget_examples_decide_as_documented() {
         (Decision::Deny, PlanReason::PolicyError)
     );
 }
+
+/// Every Cedar block of the README and docs/POLICY.md loads without an error.
+#[test]
+fn every_documented_cedar_block_loads() {
+    for page in [include_str!("../../README.md"), include_str!("../../docs/POLICY.md")] {
+        let blocks: Vec<&str> = page
+            .split("```cedar\n")
+            .skip(1)
+            .filter_map(|rest| rest.split("```").next())
+            .collect();
+        assert!(!blocks.is_empty());
+        for block in blocks {
+            let policy = Policy::from_cedar(block, None);
+            assert!(policy.error().is_none(), "{block}: {:?}", policy.error());
+        }
+    }
+}

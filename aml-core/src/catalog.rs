@@ -111,6 +111,7 @@ pub struct ToolRegistration {
     executor: Option<Arc<dyn ToolExecutor>>,
     pin: Option<Sha256Digest>,
     rule: Option<ResourceRule>,
+    scopes: Arc<[String]>,
 }
 
 impl core::fmt::Debug for ToolRegistration {
@@ -198,6 +199,7 @@ impl ToolRegistration {
             validator: Arc::new(validator),
             executor: None,
             pin: None,
+            scopes: Arc::from([]),
             rule: None,
         })
     }
@@ -250,6 +252,42 @@ impl ToolRegistration {
     /// The pinned digest of the server's definition, if the host pinned one.
     pub fn pin(&self) -> Option<&Sha256Digest> {
         self.pin.as_ref()
+    }
+
+    /// The OAuth scopes a caller's access token must hold to call this tool (an HTTP front
+    /// refuses a call without them with `403 insufficient_scope`, naming them, so the client
+    /// can ask for them). Each is an RFC 6749 scope token: printable ASCII without spaces,
+    /// `"` or `\`.
+    ///
+    /// ```
+    /// use aml_core::{Effect, ResourceRule, ToolRegistration};
+    /// let tool = ToolRegistration::new("delete_file", Effect::Delete, "Delete a file",
+    ///     ResourceRule::Argument("path".into()), serde_json::json!({"type": "object"})).unwrap()
+    ///     .with_scopes(vec!["files:delete".into()]).unwrap();
+    /// assert_eq!(tool.scopes(), ["files:delete"]);
+    /// let bad = ToolRegistration::new("t", Effect::Read, "p", ResourceRule::Fixed("r".into()),
+    ///     serde_json::json!({})).unwrap().with_scopes(vec!["two words".into()]);
+    /// assert!(bad.is_err());
+    /// ```
+    pub fn with_scopes(mut self, scopes: Vec<String>) -> Result<Self, CatalogError> {
+        let scope_token = |s: &String| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b))
+        };
+        if let Some(bad) = scopes.iter().find(|s| !scope_token(s)) {
+            return Err(CatalogError::Invalid {
+                tool: self.name.to_string(),
+                detail: format!("scope {bad:?} is not an OAuth scope token (printable ASCII, no spaces, quotes or backslashes)"),
+            });
+        }
+        self.scopes = Arc::from(scopes);
+        Ok(self)
+    }
+
+    /// The scopes a caller's access token must hold to call this tool (none by default).
+    pub fn scopes(&self) -> &[String] {
+        &self.scopes
     }
 
     /// The tool name.
@@ -318,6 +356,8 @@ struct ToolEntry {
     input_schema: Value,
     #[serde(default)]
     pin: Option<String>,
+    #[serde(default)]
+    scopes: Option<Vec<String>>,
 }
 
 /// The tools a host allows, by name.
@@ -360,7 +400,8 @@ impl ToolCatalog {
         Ok(self)
     }
 
-    /// Reads `{"tools": [{name, effect, purpose, description?, resource, input_schema, pin?}]}`,
+    /// Reads `{"tools": [{name, effect, purpose, description?, resource, input_schema, pin?,
+    /// scopes?}]}`,
     /// strictly (duplicate keys, unknown fields and duplicate tool names are errors). `pin`
     /// is `"sha256:<64 lower-case hex>"`, the [`definition_digest`] of the server's definition.
     pub fn from_json(text: &str) -> Result<Self, CatalogError> {
@@ -389,6 +430,9 @@ impl ToolCatalog {
             }
             if let Some(pin) = pin {
                 tool = tool.with_pin(pin);
+            }
+            if let Some(scopes) = entry.scopes {
+                tool = tool.with_scopes(scopes)?;
             }
             catalog.register(tool)?;
         }

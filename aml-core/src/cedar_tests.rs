@@ -358,7 +358,10 @@ fn the_documented_caller_and_budget_examples_decide_as_documented() {
 /// Every Cedar block of the README and docs/POLICY.md loads without an error.
 #[test]
 fn every_documented_cedar_block_loads() {
-    for page in [include_str!("../../README.md"), include_str!("../../docs/POLICY.md")] {
+    for page in [
+        include_str!("../../README.md"),
+        include_str!("../../docs/POLICY.md"),
+    ] {
         let blocks: Vec<&str> = page
             .split("```cedar\n")
             .skip(1)

@@ -299,6 +299,12 @@ pub(crate) async fn serve(
     server: Server,
     observed: Observed,
 ) -> Result<(), String> {
+    // Per-tool scopes come from the catalog in force (a reload applies at once).
+    let catalog = tools.clone();
+    let front = front.with_tool_scopes(aml_mcp_http::ToolScopes::new(move |tool| {
+        let catalog = catalog.gate().gate().catalog();
+        catalog.get(tool).map(|t| t.scopes().to_vec()).unwrap_or_default()
+    }));
     let mut front = HttpFront::bind_all(&addr.addrs, front)
         .await
         .map_err(|e| format!("cannot listen on {} ({:?}): {e}", addr.text, addr.addrs))?;

@@ -69,6 +69,38 @@ pub const PROTOCOL_VERSIONS: &[&str] = &[
 /// whose `MCP-Protocol-Version` names one goes to the front's stateless connection.
 pub const STATELESS_PROTOCOL_VERSIONS: &[&str] = &["2026-07-28"];
 
+/// The scopes a tool needs, by its name (the host's catalog; read per call, so a catalog
+/// reloaded while the front runs applies at once).
+///
+/// ```
+/// let scopes = aml_mcp_http::ToolScopes::new(|tool| match tool {
+///     "delete_file" => vec!["files:delete".to_owned()],
+///     _ => Vec::new(),
+/// });
+/// assert_eq!(scopes.of("delete_file"), ["files:delete"]);
+/// assert!(scopes.of("read_file").is_empty());
+/// ```
+#[derive(Clone)]
+pub struct ToolScopes(std::sync::Arc<dyn Fn(&str) -> Vec<String> + Send + Sync>);
+
+impl ToolScopes {
+    /// The scopes `of` gives for each tool name.
+    pub fn new(of: impl Fn(&str) -> Vec<String> + Send + Sync + 'static) -> Self {
+        ToolScopes(std::sync::Arc::new(of))
+    }
+
+    /// The scopes `tool` needs.
+    pub fn of(&self, tool: &str) -> Vec<String> {
+        (self.0)(tool)
+    }
+}
+
+impl core::fmt::Debug for ToolScopes {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("ToolScopes(..)")
+    }
+}
+
 /// The front's security settings and limits.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -81,6 +113,11 @@ pub struct FrontConfig {
     /// the token's `sub` is the caller. A request without a valid token gets `401` naming
     /// this front's RFC 9728 metadata, which it serves without a token.
     pub oauth: Option<OAuth>,
+    /// The scopes an OAuth client's token must hold to call each tool, besides
+    /// [`OAuth::scopes`]: a `tools/call` of a tool whose scopes the token lacks gets `403`
+    /// with `error="insufficient_scope"` naming them, and reaches nothing. Static
+    /// [`tokens`](Self::tokens) are the host's own and are not scoped.
+    pub tool_scopes: Option<ToolScopes>,
     /// `Origin` values accepted besides the front's own (`http://ADDR:PORT` of the address it
     /// listens on, and `http://localhost:PORT` when that is loopback); a request with any
     /// other `Origin` gets `403`, loopback pages on other ports included (any local program
@@ -141,6 +178,7 @@ impl Default for FrontConfig {
         FrontConfig {
             tokens: None,
             oauth: None,
+            tool_scopes: None,
             allowed_origins: Vec::new(),
             max_body_bytes: 4 << 20,
             header_read_timeout: Duration::from_secs(10),
@@ -168,6 +206,11 @@ impl FrontConfig {
     /// Sets [`oauth`](Self::oauth).
     pub fn with_oauth(mut self, oauth: OAuth) -> Self {
         self.oauth = Some(oauth);
+        self
+    }
+    /// Sets [`tool_scopes`](Self::tool_scopes).
+    pub fn with_tool_scopes(mut self, scopes: ToolScopes) -> Self {
+        self.tool_scopes = Some(scopes);
         self
     }
     /// Adds one accepted `Origin` (scheme, host and port as a browser sends it).

@@ -20,6 +20,8 @@ pub(crate) struct Peek {
     /// An `id` member that MCP does not allow (not a string or an integer: `null`, `true`,
     /// `1.5`, an object); `id` is then `None`.
     pub(crate) bad_id: bool,
+    /// `params.name` of a `tools/call`: the tool, for per-tool scopes.
+    pub(crate) tool: Option<String>,
 }
 
 /// A member that is present, `null` included (`Option<Value>` alone reads `null` as absent).
@@ -43,6 +45,8 @@ struct Shape {
 struct Params {
     #[serde(default, rename = "progressToken")]
     progress_token: Option<Value>,
+    #[serde(default)]
+    name: Option<Value>,
     #[serde(default, rename = "_meta")]
     meta: Option<Meta>,
 }
@@ -74,7 +78,13 @@ impl Peek {
             .or_else(|| params.and_then(|p| p.progress_token.as_ref()))
             .map(text);
         let valid = |v: &&Value| v.is_string() || v.is_i64() || v.is_u64();
+        let tool = params
+            .filter(|_| shape.method.as_deref() == Some("tools/call"))
+            .and_then(|p| p.name.as_ref())
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         Some(Peek {
+            tool,
             id: shape.id.as_ref().filter(valid).map(text),
             bad_id: shape.id.as_ref().is_some_and(|v| !valid(&v)),
             method: shape.method,

@@ -16,9 +16,9 @@ use serde_json::{json, Value};
 use session::*;
 
 /// The authorization server; ended when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    issuer: String,
+    pub(crate) issuer: String,
     log: Lines,
 }
 
@@ -29,7 +29,7 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn start(dir: &Path) -> Server {
+    pub(crate) fn start(dir: &Path) -> Server {
         let mut child = Child::spawn(
             "the authorization server",
             Command::new(python())
@@ -61,10 +61,10 @@ impl Server {
 }
 
 /// A gate on `127.0.0.1:port` whose resource URI is its own MCP URL; ended when dropped.
-struct Gate {
+pub(crate) struct Gate {
     child: Child,
-    url: String,
-    log: Lines,
+    pub(crate) url: String,
+    pub(crate) log: Lines,
 }
 
 impl Drop for Gate {
@@ -77,7 +77,7 @@ impl Drop for Gate {
 }
 
 impl Gate {
-    fn start(dir: &Path, issuer: &str, extra: &[&str]) -> Gate {
+    pub(crate) fn start(dir: &Path, issuer: &str, extra: &[&str]) -> Gate {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -109,7 +109,7 @@ impl Gate {
     }
 }
 
-fn setup(tag: &str, subject: &str) -> std::path::PathBuf {
+pub(crate) fn setup(tag: &str, subject: &str) -> std::path::PathBuf {
     let dir = work(tag);
     write_config(&dir, None);
     let policy = format!("permit(principal == Caller::\"{subject}\", action, resource);\n");
@@ -117,7 +117,7 @@ fn setup(tag: &str, subject: &str) -> std::path::PathBuf {
     dir
 }
 
-fn reached(dir: &Path) -> usize {
+pub(crate) fn reached(dir: &Path) -> usize {
     std::fs::read_to_string(dir.join("audit.jsonl")).map_or(0, |t| t.lines().count())
 }
 
@@ -135,7 +135,7 @@ fn run_client(args: &[&str]) -> Value {
 }
 
 /// Tokens from `oauth_forge.py`, by name.
-fn forge(dir: &Path, specs: Value) -> Value {
+pub(crate) fn forge(dir: &Path, specs: Value) -> Value {
     let (input, output) = (dir.join("specs.json"), dir.join("forged.json"));
     std::fs::write(&input, specs.to_string()).unwrap();
     let forger = Child::spawn(
@@ -150,7 +150,7 @@ fn forge(dir: &Path, specs: Value) -> Value {
 }
 
 /// One raw POST per probe; the gate's answers.
-fn probe(dir: &Path, url: &str, probes: Vec<Value>) -> Vec<Value> {
+pub(crate) fn probe(dir: &Path, url: &str, probes: Vec<Value>) -> Vec<Value> {
     let file = dir.join("probes.json");
     std::fs::write(&file, Value::Array(probes).to_string()).unwrap();
     let report = run_client(&["probe", url, &file.display().to_string()]);

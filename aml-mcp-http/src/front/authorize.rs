@@ -12,19 +12,23 @@ use super::Shared;
 use crate::auth::{self, Client};
 use crate::oauth::{Rejection, Verdict, Verifier};
 
-/// The request's client, or the answer that refuses it.
+/// The scopes an OAuth client's token holds (`None`: a static token or no authentication,
+/// which per-tool scopes do not apply to).
+pub(super) type Granted = Option<std::sync::Arc<[String]>>;
+
+/// The request's client and its token's scopes, or the answer that refuses it.
 pub(super) async fn client_of(
     shared: &Shared,
     peer: SocketAddr,
     headers: &HeaderMap,
-) -> Result<Client, Reply> {
+) -> Result<(Client, Granted), Reply> {
     let (tokens, verifier) = (&shared.config.tokens, shared.oauth.as_deref());
     if tokens.is_none() && verifier.is_none() {
-        return Ok(Client::Address(peer.ip()));
+        return Ok((Client::Address(peer.ip()), None));
     }
     let presented = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
     if let Some(id) = tokens.as_ref().and_then(|t| t.identify_header(presented)) {
-        return Ok(Client::Token(id));
+        return Ok((Client::Token(id), None));
     }
     let token = presented.and_then(auth::bearer);
     let Some(verifier) = verifier else {
@@ -40,7 +44,10 @@ pub(super) async fn client_of(
         return Err(unauthorized(Some(verifier), true));
     };
     match verifier.verify(token).await {
-        Verdict::Accepted(accepted) => Ok(Client::Subject(accepted.subject.into())),
+        Verdict::Accepted(accepted) => Ok((
+            Client::Subject(accepted.subject.into()),
+            Some(accepted.scopes.into()),
+        )),
         Verdict::Rejected(Rejection::Invalid(why)) => {
             tracing::warn!(target: "aml_mcp_http", %peer, "refused: bearer token: {why}");
             Err(unauthorized(Some(verifier), true))
@@ -51,7 +58,7 @@ pub(super) async fn client_of(
         }
         Verdict::Rejected(Rejection::InsufficientScope(missing)) => {
             tracing::warn!(target: "aml_mcp_http", %peer, "refused: bearer token lacks scope {}", missing.join(" "));
-            Err(forbidden(verifier))
+            Err(forbidden(verifier, &[]))
         }
         Verdict::Unavailable(why) => {
             tracing::error!(target: "aml_mcp_http", %peer, "refused: cannot check the bearer token: {why}");
@@ -86,20 +93,59 @@ fn unauthorized(verifier: Option<&Verifier>, token_sent: bool) -> Reply {
     reply
 }
 
-/// `403` for a valid token without the required scopes.
-fn forbidden(verifier: &Verifier) -> Reply {
+/// `403` for a valid token without the required scopes: those of every request, and `more`
+/// (a tool's), so the client can ask for all it needs.
+fn forbidden(verifier: &Verifier, more: &[String]) -> Reply {
     let mut reply = refuse(
         StatusCode::FORBIDDEN,
         None,
         "the bearer token lacks a required scope",
     );
+    let mut needed: Vec<&str> = verifier.oauth.scopes.iter().map(String::as_str).collect();
+    needed.extend(
+        more.iter()
+            .map(String::as_str)
+            .filter(|s| !verifier.oauth.scopes.iter().any(|g| g == s)),
+    );
     let challenge = format!(
         "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\"",
-        verifier.oauth.scopes.join(" "),
+        needed.join(" "),
         verifier.metadata_url
     );
     set_challenge(&mut reply, &challenge);
     reply
+}
+
+/// `403` when a body's `tools/call`s name a tool whose scopes (the host's catalog) the
+/// token lacks; `None` lets the request on (no per-tool scopes, a static token, or a body
+/// that is answered as malformed later).
+pub(super) fn tool_scopes_refusal(
+    shared: &Shared,
+    peer: SocketAddr,
+    granted: Option<&[String]>,
+    body: &[u8],
+) -> Option<Reply> {
+    let (Some(granted), Some(per_tool), Some(verifier)) =
+        (granted, &shared.config.tool_scopes, shared.oauth.as_deref())
+    else {
+        return None;
+    };
+    let mut missing: Vec<String> = Vec::new();
+    for message in crate::message::split(body).ok()? {
+        let Some(tool) = crate::message::Peek::of(&message).and_then(|p| p.tool) else {
+            continue;
+        };
+        for scope in per_tool.of(&tool) {
+            if !granted.contains(&scope) && !missing.contains(&scope) {
+                missing.push(scope);
+            }
+        }
+    }
+    if missing.is_empty() {
+        return None;
+    }
+    tracing::warn!(target: "aml_mcp_http", %peer, "refused: a tools/call needs scope {} the bearer token lacks", missing.join(" "));
+    Some(forbidden(verifier, &missing))
 }
 
 fn set_challenge(reply: &mut Reply, challenge: &str) {

@@ -57,8 +57,8 @@ pub(crate) async fn handle(
     if let Some(reply) = super::authorize::metadata(&shared, path, request.method()) {
         return Ok(reply);
     }
-    let client = match super::authorize::client_of(&shared, peer, headers).await {
-        Ok(client) => client,
+    let (client, granted) = match super::authorize::client_of(&shared, peer, headers).await {
+        Ok(found) => found,
         Err(mut reply) => {
             // The body is left unread, so the connection cannot take another request: say
             // so, or a client that reuses it finds it closed.
@@ -105,7 +105,7 @@ pub(crate) async fn handle(
         return Ok(reply);
     }
     Ok(match *request.method() {
-        Method::POST => post(&shared, peer, &client, request, stateless).await,
+        Method::POST => post(&shared, peer, (&client, granted.as_deref()), request, stateless).await,
         Method::GET => get(&shared, &client, &request),
         Method::DELETE => delete(&shared, &client, &request),
         _ => {
@@ -219,7 +219,7 @@ fn session_of(
 async fn post(
     shared: &Shared,
     peer: SocketAddr,
-    client: &Client,
+    (client, granted): (&Client, Option<&[String]>),
     request: Request<Incoming>,
     stateless: bool,
 ) -> Reply {
@@ -277,6 +277,9 @@ async fn post(
             )
         }
     };
+    if let Some(refused) = super::authorize::tool_scopes_refusal(shared, peer, granted, &body) {
+        return refused;
+    }
     if let Some(routing) = routing {
         let asked = (wants_sse, wants_json);
         let caller = caller_of(shared, client);

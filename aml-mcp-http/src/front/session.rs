@@ -420,6 +420,7 @@ mod tests {
             progress_token: token.map(str::to_owned),
             protocol_version: None,
             bad_id: false,
+            tool: None,
         }
     }
 

@@ -41,6 +41,8 @@ pub(crate) enum Rejection {
 pub(crate) struct Accepted {
     /// The `sub` claim: the caller.
     pub(crate) subject: String,
+    /// The `scope` claim's scopes: what per-tool scopes are checked against.
+    pub(crate) scopes: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -132,7 +134,12 @@ impl Checker {
         if !missing.is_empty() {
             return Err(Rejection::InsufficientScope(missing));
         }
-        Ok(Accepted { subject })
+        let scopes = granted
+            .iter()
+            .filter(|s| !s.is_empty())
+            .map(|s| (*s).to_owned())
+            .collect();
+        Ok(Accepted { subject, scopes })
     }
 }
 

@@ -158,6 +158,8 @@ impl Server {
             }
             return Ok(Server::Child(ServerCommand::new(command.to_vec(), dir)));
         };
+        // First: it says so when a static token is given too.
+        let credentials = args.client_credentials()?;
         let mut config = UpstreamConfig::default().with_max_message_bytes(max);
         for header in &args.upstream_header {
             let (name, value) = header
@@ -173,7 +175,7 @@ impl Server {
             }
             config = config.with_bearer_token(token.trim());
         }
-        if let Some(credentials) = args.client_credentials()? {
+        if let Some(credentials) = credentials {
             config = config
                 .with_client_credentials(credentials)
                 .map_err(|e| format!("--upstream-token-url: {e}"))?;

@@ -326,3 +326,33 @@ fn help_lists_the_http_flags() {
         assert!(help.contains(flag), "{flag} missing from --help");
     }
 }
+
+#[test]
+fn the_config_files_upstream_table_is_checked_like_the_flags() {
+    let policy = temp(
+        "upstream-policy.json",
+        r#"{"protocol": "aml-action-policy/1", "rules": []}"#,
+    );
+    let cases = [
+        (
+            "[upstream]\nurl = \"http://127.0.0.1:9/mcp\"\ntoken_url = \"http://127.0.0.1:9/token\"\n",
+            "need --upstream-token-url, --upstream-client-id and --upstream-client-secret-file",
+        ),
+        (
+            "server = [\"sh\"]\n[upstream]\nurl = \"http://127.0.0.1:9/mcp\"\n",
+            "name two servers",
+        ),
+        (
+            "[upstream]\nurl = \"http://127.0.0.1:9/mcp\"\ntoken = \"t\"\nclient_id = \"gate\"\n",
+            "two ways to authenticate",
+        ),
+        ("[upstream]\nclient_auth = \"form\"\n", "client_auth"),
+    ];
+    for (n, (text, why)) in cases.iter().enumerate() {
+        let config = temp(&format!("upstream-gate-{n}.toml"), text);
+        let out = gate(&["--config", &config, "--policy", &policy, "--state", "memory"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}: {stderr}");
+        assert!(stderr.contains(why), "{text}: wanted {why:?} in {stderr}");
+    }
+}

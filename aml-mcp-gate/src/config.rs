@@ -36,6 +36,17 @@
 //! auth_jwks = "http://127.0.0.1:9000/jwks"   # default: from the issuer's metadata
 //! auth_scopes = ["mcp:tools"]
 //!
+//! [upstream]                      # a remote server instead of `server` (docs/GATE.md)
+//! url = "http://127.0.0.1:3001/mcp"
+//! headers = ["X-Tenant: blue"]
+//! token = "server-token.txt"      # or the gate's own OAuth client credentials:
+//! token_url = "http://127.0.0.1:9000/token"
+//! client_id = "aml-gate"
+//! client_secret_file = "client-secret.txt"
+//! scopes = ["mcp:tools"]
+//! resource = "https://tools.example.com/mcp"
+//! client_auth = "basic"           # or "post"
+//!
 //! [limits]
 //! upstream_timeout_seconds = 120
 //! handshake_timeout_seconds = 30
@@ -71,6 +82,23 @@ struct File {
     limits: Limits,
     #[serde(default)]
     listen: Listen,
+    #[serde(default)]
+    upstream: Upstream,
+}
+
+/// `[upstream]`: a remote server and how the gate authenticates to it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Upstream {
+    url: Option<String>,
+    headers: Option<Vec<String>>,
+    token: Option<PathBuf>,
+    token_url: Option<String>,
+    client_id: Option<String>,
+    client_secret_file: Option<PathBuf>,
+    scopes: Option<Vec<String>>,
+    resource: Option<String>,
+    client_auth: Option<crate::upstream::ClientAuthArg>,
 }
 
 /// `[listen]`: the HTTP front's OAuth settings (`--listen` itself stays a flag).
@@ -175,8 +203,34 @@ pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
         listen.auth_scopes = file.listen.auth_scopes.unwrap_or_default();
     }
     fill(&mut args.elicitation, file.limits.elicitation);
+    let up = &mut args.upstream;
+    let (server, url) = (file.server.filter(|s| !s.is_empty()), file.upstream.url);
+    if server.is_some() && url.is_some() {
+        return Err(format!(
+            "{}: `server` and `[upstream] url` name two servers: keep one",
+            path.display()
+        ));
+    }
     if args.command.is_empty() {
-        if let Some(server) = file.server.filter(|s| !s.is_empty()) {
+        fill(&mut up.upstream, url);
+    }
+    if up.upstream_header.is_empty() {
+        up.upstream_header = file.upstream.headers.unwrap_or_default();
+    }
+    fill(&mut up.upstream_token, file.upstream.token.map(relative));
+    fill(&mut up.upstream_token_url, file.upstream.token_url);
+    fill(&mut up.upstream_client_id, file.upstream.client_id);
+    fill(
+        &mut up.upstream_client_secret_file,
+        file.upstream.client_secret_file.map(relative),
+    );
+    if up.upstream_scopes.is_empty() {
+        up.upstream_scopes = file.upstream.scopes.unwrap_or_default();
+    }
+    fill(&mut up.upstream_resource, file.upstream.resource);
+    fill(&mut up.upstream_client_auth, file.upstream.client_auth);
+    if args.command.is_empty() && args.upstream.upstream.is_none() {
+        if let Some(server) = server {
             let folder = std::path::absolute(base)
                 .map_err(|e| format!("{}: cannot resolve its folder: {e}", path.display()))?;
             args.command = server_command(&folder, server);

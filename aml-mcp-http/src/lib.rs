@@ -47,7 +47,7 @@ use std::time::Duration;
 
 pub use auth::{Tokens, TokensError};
 pub use front::{HttpFront, SessionInfo};
-pub use oauth::{OAuth, OAuthError};
+pub use oauth::{ClientAuth, ClientCredentials, CredentialsError, OAuth, OAuthError};
 pub use ops::{serve_ops, Ops, OpsReply, OpsServer};
 pub use upstream::{http_upstream, UpstreamConfig, UpstreamError};
 

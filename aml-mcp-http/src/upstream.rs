@@ -18,6 +18,7 @@ use tokio::task::AbortHandle;
 
 use crate::envelope::{encode_header_value, ClientMessage};
 use crate::message::{self, Peek};
+use crate::oauth::{ClientCredentials, CredentialsError, TokenSource};
 use crate::sse::Decoder;
 
 /// Idle connections kept for reuse.
@@ -44,6 +45,9 @@ pub struct UpstreamConfig {
     /// [`RelayTools::with_outbound_traces`](aml_mcp::relay::RelayTools::with_outbound_traces)),
     /// sent as each request's `traceparent` and `tracestate` headers.
     pub outbound_traces: Option<OutboundTraces>,
+    /// The gate's own access token by the client credentials grant, shared by every
+    /// upstream made from this configuration (and its clones).
+    tokens: Option<Arc<TokenSource>>,
 }
 
 impl Default for UpstreamConfig {
@@ -53,6 +57,7 @@ impl Default for UpstreamConfig {
             max_message_bytes: 16 << 20,
             connect_timeout: Duration::from_secs(10),
             outbound_traces: None,
+            tokens: None,
         }
     }
 }
@@ -72,6 +77,22 @@ impl UpstreamConfig {
     pub fn with_outbound_traces(mut self, traces: OutboundTraces) -> Self {
         self.outbound_traces = Some(traces);
         self
+    }
+    /// Sends `Authorization: Bearer …` with every request, the token got from an OAuth token
+    /// endpoint by the client credentials grant: cached, fetched again before it expires
+    /// (one fetch at a time for all upstreams made from this configuration), and once more
+    /// when the server answers 401. A request without a token is answered in the server's
+    /// place with an error and not sent.
+    pub fn with_client_credentials(
+        mut self,
+        credentials: ClientCredentials,
+    ) -> Result<Self, CredentialsError> {
+        self.tokens = Some(Arc::new(TokenSource::new(credentials)?));
+        Ok(self)
+    }
+    /// The client credentials set with [`with_client_credentials`](Self::with_client_credentials).
+    pub fn client_credentials(&self) -> Option<&ClientCredentials> {
+        self.tokens.as_deref().map(TokenSource::credentials)
     }
     /// Sets [`max_message_bytes`](Self::max_message_bytes).
     pub fn with_max_message_bytes(mut self, max: usize) -> Self {
@@ -93,6 +114,9 @@ pub enum UpstreamError {
     /// A header that cannot be sent.
     #[error("the header {0:?} is not a valid HTTP header")]
     BadHeader(String),
+    /// An `Authorization` header beside client credentials: which one to send is unclear.
+    #[error("an Authorization header and client credentials: give one of the two")]
+    TwoAuthorizations,
 }
 
 /// Connects the relay to the MCP server at `url` (Streamable HTTP). Nothing is sent until
@@ -126,6 +150,9 @@ pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, Upst
         let name = HeaderName::try_from(name.as_str()).map_err(|_| UpstreamError::BadHeader(name.clone()))?;
         let value =
             HeaderValue::try_from(value.as_str()).map_err(|_| UpstreamError::BadHeader(name.to_string()))?;
+        if name == header::AUTHORIZATION && config.tokens.is_some() {
+            return Err(UpstreamError::TwoAuthorizations);
+        }
         headers.push((name, value));
     }
     let (to_relay, incoming) = mpsc::channel(1024);
@@ -291,6 +318,13 @@ impl Client {
             .await
         {
             Ok(response) => response,
+            // Nothing was sent: this request is refused, the server is not gone.
+            Err(SendError::NoToken(why)) => {
+                if !peek.is_request() {
+                    tracing::warn!(target: "aml_mcp_http", "a message to the upstream {} was not sent: {why}", self.uri);
+                }
+                return self.answer_error(&peek, &why).await;
+            }
             Err(e) => return self.fail(format!("POST failed: {e}")),
         };
         let status = response.status();
@@ -450,7 +484,7 @@ impl Client {
         body: Option<Bytes>,
         session: Option<HeaderValue>,
         last_event: Option<String>,
-    ) -> Result<Response<Incoming>, String> {
+    ) -> Result<Response<Incoming>, SendError> {
         self.send_with(method, body, session, last_event, &[], None).await
     }
 
@@ -467,7 +501,9 @@ impl Client {
     }
 
     /// [`send`](Self::send) with a 2026-07-28 request's own headers (its protocol version
-    /// replaces the session's) and the relay's trace context for it.
+    /// replaces the session's) and the relay's trace context for it. With client
+    /// credentials, the gate's token goes with it; a `401` drops that token and the request
+    /// goes once more with a new one (the server refused it unread, so it ran nothing).
     async fn send_with(
         &self,
         method: Method,
@@ -476,6 +512,47 @@ impl Client {
         last_event: Option<String>,
         stateless: &[(HeaderName, HeaderValue)],
         trace: Option<&TransportTrace>,
+    ) -> Result<Response<Incoming>, SendError> {
+        let mut retried = false;
+        loop {
+            let authorization = match &self.config.tokens {
+                Some(tokens) => Some(tokens.authorization().await.map_err(SendError::NoToken)?),
+                None => None,
+            };
+            let response = self
+                .send_once(
+                    method.clone(),
+                    body.clone(),
+                    session.clone(),
+                    last_event.clone(),
+                    stateless,
+                    trace,
+                    authorization.clone(),
+                )
+                .await
+                .map_err(SendError::Transport)?;
+            match (&self.config.tokens, authorization) {
+                (Some(tokens), Some(used)) if response.status() == StatusCode::UNAUTHORIZED && !retried => {
+                    tracing::info!(target: "aml_mcp_http", "the upstream {} refused the gate's access token (401): getting a new one", self.uri);
+                    tokens.refused(&used).await;
+                    retried = true;
+                }
+                _ => return Ok(response),
+            }
+        }
+    }
+
+    /// One attempt of [`send_with`](Self::send_with), with this `Authorization` if any.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_once(
+        &self,
+        method: Method,
+        body: Option<Bytes>,
+        session: Option<HeaderValue>,
+        last_event: Option<String>,
+        stateless: &[(HeaderName, HeaderValue)],
+        trace: Option<&TransportTrace>,
+        authorization: Option<HeaderValue>,
     ) -> Result<Response<Incoming>, String> {
         let path = self.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
         let mut request = Request::builder().method(method.clone()).uri(path).header(
@@ -504,6 +581,9 @@ impl Client {
         }
         for (name, value) in &self.headers {
             request = request.header(name, value);
+        }
+        if let Some(authorization) = authorization {
+            request = request.header(header::AUTHORIZATION, authorization);
         }
         if let Some(trace) = trace {
             // The observer's own values; one that is no header value is not sent.
@@ -614,6 +694,23 @@ impl Client {
         let mut pool = lock(&self.pool);
         if pool.len() < POOL {
             pool.push((sender, Instant::now()));
+        }
+    }
+}
+
+/// Why a request to the server got no answer.
+#[derive(Debug)]
+enum SendError {
+    /// No access token could be had: the request was not sent.
+    NoToken(String),
+    /// The request failed in transport.
+    Transport(String),
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::NoToken(why) | SendError::Transport(why) => f.write_str(why),
         }
     }
 }

@@ -1,14 +1,18 @@
 """The official Python MCP SDK client against an OAuth-protected gate, for the OAuth tests.
 
 Usage:
-  mcp_oauth_client.py oauth URL SUBJECT TOOL ARGUMENTS_JSON
+  mcp_oauth_client.py oauth URL SUBJECT TOOL ARGUMENTS_JSON [CALLS PAUSE_SECONDS]
       Connects with the SDK's own OAuth support (`mcp.client.auth.OAuthClientProvider`): the
       gate's 401 names its protected resource metadata, which names the authorization
       server; the SDK registers a client dynamically and runs authorization code + PKCE. The
       redirect handler plays the user's browser: it follows the authorization URL to the
       server's login form and signs in as SUBJECT; the callback handler hands the SDK the code
-      from the redirect. Then one tools/call. Prints {"verdict": …, "is_error": …,
-      "token_claims": the access token's claims (read unverified, for the test to compare)}.
+      from the redirect. Then one tools/call (or CALLS of them, PAUSE_SECONDS apart). Prints
+      {"verdict": …, "is_error": … (of the first call), "calls": [{"verdict", "is_error"}…],
+      "token_claims": the access token's claims (read unverified, for the test to compare),
+      "access_token": the token itself (for a test to look for it where it must not be)};
+      or, when the session fails (initialize or a call answered with an error),
+      {"error": what the SDK raised, "access_token": …}.
   mcp_oauth_client.py probe URL TOKENS_JSON
       Raw Streamable HTTP requests (httpx2, the SDK's HTTP client): for each {"name", "token",
       "body"?} of TOKENS_JSON one POST of a JSON-RPC message with that bearer token; prints
@@ -57,7 +61,12 @@ def claims_of(token):
     return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
 
 
-async def oauth(url, subject, tool, arguments):
+def call_report(result):
+    dumped = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return {"is_error": bool(dumped.get("isError", False)), "verdict": (dumped.get("_meta") or {}).get(VERDICT)}
+
+
+async def oauth(url, subject, tool, arguments, calls=1, pause=0.0):
     redirected = {}
 
     async def redirect_handler(authorization_url):
@@ -93,16 +102,26 @@ async def oauth(url, subject, tool, arguments):
         redirect_handler=redirect_handler,
         callback_handler=callback_handler,
     )
-    async with create_mcp_http_client(auth=auth) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write, *_):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                result = await session.call_tool(tool, arguments)
-    dumped = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+    reports = []
+    try:
+        async with create_mcp_http_client(auth=auth) as http:
+            async with streamable_http_client(url, http_client=http) as (read, write, *_):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    for n in range(calls):
+                        if n:
+                            await asyncio.sleep(pause)
+                        reports.append(call_report(await session.call_tool(tool, arguments)))
+    except Exception as e:  # noqa: BLE001 - the report says what the SDK raised
+        while isinstance(e, BaseExceptionGroup) and e.exceptions:
+            e = e.exceptions[0]
+        token = storage.tokens.access_token if storage.tokens else None
+        return {"error": f"{type(e).__name__}: {e}", "calls": reports, "access_token": token}
     return {
-        "is_error": bool(dumped.get("isError", False)),
-        "verdict": (dumped.get("_meta") or {}).get(VERDICT),
+        **reports[0],
+        "calls": reports,
         "token_claims": claims_of(storage.tokens.access_token),
+        "access_token": storage.tokens.access_token,
     }
 
 
@@ -137,7 +156,8 @@ async def probe(url, tokens):
 def main():
     mode = sys.argv[1]
     if mode == "oauth":
-        report = asyncio.run(oauth(sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5])))
+        calls, pause = (int(sys.argv[6]), float(sys.argv[7])) if len(sys.argv) > 7 else (1, 0.0)
+        report = asyncio.run(oauth(sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5]), calls, pause))
     elif mode == "probe":
         with open(sys.argv[3]) as f:
             report = asyncio.run(probe(sys.argv[2], json.load(f)))

@@ -14,6 +14,9 @@ fn http_usage_errors_exit_2_and_say_why() {
     );
     let tokens = temp("tokens", "a-token-long-enough-1234\n");
     let short = temp("short-tokens", "short\n");
+    let empty = temp("empty-secret", "\n");
+    const UP: &str = "http://127.0.0.1:9/mcp";
+    const TOKEN_URL: &str = "http://127.0.0.1:9/token";
     let p = policy.as_str();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
@@ -88,6 +91,119 @@ fn http_usage_errors_exit_2_and_say_why() {
         (
             vec!["--policy", p, "--upstream-token", &tokens, "--", "s"],
             "--upstream",
+        ),
+        // Client credentials toward the upstream: complete sets only, and never beside a
+        // static token (`--state memory`: these get as far as the state).
+        (
+            vec![
+                "--policy",
+                p,
+                "--state",
+                "memory",
+                "--upstream",
+                UP,
+                "--upstream-token-url",
+                TOKEN_URL,
+            ],
+            "need --upstream-token-url, --upstream-client-id and --upstream-client-secret-file",
+        ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--state",
+                "memory",
+                "--upstream",
+                UP,
+                "--upstream-client-id",
+                "gate",
+                "--upstream-client-secret-file",
+                &tokens,
+            ],
+            "need --upstream-token-url",
+        ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--upstream",
+                UP,
+                "--upstream-token",
+                &tokens,
+                "--upstream-token-url",
+                TOKEN_URL,
+            ],
+            "cannot be used with",
+        ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--state",
+                "memory",
+                "--upstream-client-id",
+                "gate",
+                "--",
+                "s",
+            ],
+            "need --upstream",
+        ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--state",
+                "memory",
+                "--upstream",
+                UP,
+                "--upstream-token-url",
+                "https://as.example.com/token",
+                "--upstream-client-id",
+                "gate",
+                "--upstream-client-secret-file",
+                &tokens,
+            ],
+            "https is not built in",
+        ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--state",
+                "memory",
+                "--upstream",
+                UP,
+                "--upstream-token-url",
+                TOKEN_URL,
+                "--upstream-client-id",
+                "gate",
+                "--upstream-client-secret-file",
+                &empty,
+            ],
+            "no client secret",
+        ),
+        (
+            vec![
+                "--policy",
+                p,
+                "--state",
+                "memory",
+                "--upstream",
+                UP,
+                "--upstream-token-url",
+                TOKEN_URL,
+                "--upstream-client-id",
+                "gate",
+                "--upstream-client-secret-file",
+                &tokens,
+                "--upstream-header",
+                "Authorization: Bearer x",
+            ],
+            "an Authorization header and client credentials",
+        ),
+        (
+            vec!["--policy", p, "--upstream", UP, "--upstream-client-auth", "form"],
+            "possible values: basic, post",
         ),
         (
             vec![
@@ -189,6 +305,12 @@ fn help_lists_the_http_flags() {
         "--upstream <URL>",
         "--upstream-header",
         "--upstream-token <FILE>",
+        "--upstream-token-url <URL>",
+        "--upstream-client-id <ID>",
+        "--upstream-client-secret-file <FILE>",
+        "--upstream-scopes <A,B>",
+        "--upstream-resource <URI>",
+        "--upstream-client-auth <METHOD>",
         "--max-body-bytes",
         "--max-sessions",
         "--session-idle-timeout",
@@ -202,5 +324,35 @@ fn help_lists_the_http_flags() {
         "--unused-session-timeout",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
+    }
+}
+
+#[test]
+fn the_config_files_upstream_table_is_checked_like_the_flags() {
+    let policy = temp(
+        "upstream-policy.json",
+        r#"{"protocol": "aml-action-policy/1", "rules": []}"#,
+    );
+    let cases = [
+        (
+            "[upstream]\nurl = \"http://127.0.0.1:9/mcp\"\ntoken_url = \"http://127.0.0.1:9/token\"\n",
+            "need --upstream-token-url, --upstream-client-id and --upstream-client-secret-file",
+        ),
+        (
+            "server = [\"sh\"]\n[upstream]\nurl = \"http://127.0.0.1:9/mcp\"\n",
+            "name two servers",
+        ),
+        (
+            "[upstream]\nurl = \"http://127.0.0.1:9/mcp\"\ntoken = \"t\"\nclient_id = \"gate\"\n",
+            "two ways to authenticate",
+        ),
+        ("[upstream]\nclient_auth = \"form\"\n", "client_auth"),
+    ];
+    for (n, (text, why)) in cases.iter().enumerate() {
+        let config = temp(&format!("upstream-gate-{n}.toml"), text);
+        let out = gate(&["--config", &config, "--policy", &policy, "--state", "memory"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}: {stderr}");
+        assert!(stderr.contains(why), "{text}: wanted {why:?} in {stderr}");
     }
 }

@@ -27,6 +27,7 @@ mod http_requester;
 mod http_stateless;
 mod http_stateless_callers;
 mod http_stateless_wire;
+mod http_upstream_oauth;
 mod idless;
 mod init;
 mod orphan;

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper::{Request, StatusCode, Uri};
-use hyper_util::rt::TokioIo;
+use hyper::{Method, StatusCode};
 use jsonwebtoken::jwk::JwkSet;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
+
+use super::fetch::{self, check_http_url};
 
 /// The least time between two fetches for an unknown `kid`: a stream of tokens with made-up
 /// key ids costs the issuer one request per window, not one per token.
@@ -20,10 +20,6 @@ pub(crate) const REFETCH_EVERY: Duration = Duration::from_secs(30);
 const RETRY_FAILED_AFTER: Duration = Duration::from_secs(5);
 /// Cached keys are fetched again after this long (keys the issuer withdrew stop working).
 const MAX_AGE: Duration = Duration::from_secs(15 * 60);
-/// One fetch, connection to last byte.
-pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
-/// The largest metadata document or key set read.
-const MAX_DOCUMENT_BYTES: usize = 256 * 1024;
 
 /// Why no keys could be had: the request is refused (503) and this is logged.
 #[derive(Debug, Clone)]
@@ -202,60 +198,13 @@ pub(crate) fn metadata_urls(issuer: &str) -> Vec<String> {
     ]
 }
 
-/// `Ok` for an `http://` URL with a host; the reason otherwise.
-pub(crate) fn check_http_url(url: &str) -> Result<Uri, String> {
-    let uri: Uri = url.parse().map_err(|_| format!("{url:?} is not a URL"))?;
-    match uri.scheme_str() {
-        Some("http") if uri.authority().is_some() => Ok(uri),
-        Some("https") => Err(format!(
-            "{url:?}: https is not built in; reach it through a local TLS proxy (http://127.0.0.1:…)"
-        )),
-        _ => Err(format!("{url:?} is not an http:// URL")),
-    }
-}
-
-/// One GET, bounded by [`FETCH_TIMEOUT`] and [`MAX_DOCUMENT_BYTES`]; `200` only.
+/// One GET; `200` only.
 async fn get(url: &str) -> Result<Bytes, String> {
     let uri = check_http_url(url)?;
-    tokio::time::timeout(FETCH_TIMEOUT, get_uri(uri))
-        .await
-        .map_err(|_| format!("no answer within {FETCH_TIMEOUT:?}"))?
-}
-
-async fn get_uri(uri: Uri) -> Result<Bytes, String> {
-    let authority = uri.authority().cloned().ok_or("no host")?;
-    let address = format!(
-        "{}:{}",
-        authority.host().trim_matches(['[', ']']),
-        authority.port_u16().unwrap_or(80)
-    );
-    let stream = tokio::net::TcpStream::connect(&address)
-        .await
-        .map_err(|e| format!("cannot connect to {address}: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| e.to_string())?;
-    let driver = tokio::spawn(connection);
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    let request = Request::get(path)
-        .header(hyper::header::HOST, authority.as_str())
-        .header(hyper::header::ACCEPT, "application/json")
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let response = sender.send_request(request).await.map_err(|e| e.to_string());
-    let result = match response {
-        Ok(response) if response.status() == StatusCode::OK => {
-            Limited::new(response.into_body(), MAX_DOCUMENT_BYTES)
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .map_err(|e| format!("cannot read the body: {e}"))
-        }
-        Ok(response) => Err(format!("answered {}", response.status())),
-        Err(e) => Err(e),
-    };
-    driver.abort();
-    result
+    match fetch::exchange(Method::GET, &uri, &[], Bytes::new()).await? {
+        (StatusCode::OK, body) => Ok(body),
+        (status, _) => Err(format!("answered {status}")),
+    }
 }
 
 #[cfg(test)]

@@ -2,14 +2,19 @@
 //! issuer, bound to this gate by their audience (RFC 8707), checked against the issuer's
 //! JWKS; and the RFC 9728 metadata that tells a client where to get them. ADR 026.
 
+mod client;
+mod fetch;
 mod jwks;
 mod validate;
+mod wire;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use hyper::Uri;
 
+pub(crate) use client::TokenSource;
+pub use client::{ClientAuth, ClientCredentials, CredentialsError};
 pub(crate) use validate::{Accepted, Rejection, MAX_TOKEN_BYTES};
 
 /// Where RFC 9728 puts protected resource metadata.
@@ -80,7 +85,7 @@ impl OAuth {
     /// `https` key set through a local TLS proxy). Needed for an `https` issuer, whose
     /// metadata cannot be read either.
     pub fn with_jwks_url(mut self, url: &str) -> Result<OAuth, OAuthError> {
-        jwks::check_http_url(url).map_err(OAuthError::Jwks)?;
+        fetch::check_http_url(url).map_err(OAuthError::Jwks)?;
         self.jwks_url = Some(url.into());
         Ok(self)
     }
@@ -98,13 +103,7 @@ impl OAuth {
 
     /// Sets [`scopes`](Self::scopes).
     pub fn with_scopes(mut self, scopes: Vec<String>) -> Result<OAuth, OAuthError> {
-        // RFC 6749 §3.3 scope-token characters.
-        let token = |s: &String| {
-            !s.is_empty()
-                && s.bytes()
-                    .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
-        };
-        if let Some(bad) = scopes.iter().find(|s| !token(s)) {
+        if let Some(bad) = scopes.iter().find(|s| !is_scope_token(s)) {
             return Err(OAuthError::Scope(bad.clone()));
         }
         self.scopes = scopes;
@@ -143,6 +142,13 @@ impl OAuth {
         });
         Bytes::from(doc.to_string())
     }
+}
+
+/// RFC 6749 §3.3 scope-token characters, at least one.
+fn is_scope_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
 }
 
 /// `(scheme://authority, path)`, the path without a trailing `/` (empty for the root).
@@ -229,5 +235,7 @@ fn verdict(checked: Result<Accepted, Rejection>) -> Verdict {
     }
 }
 
+#[cfg(test)]
+mod client_tests;
 #[cfg(test)]
 mod tests;

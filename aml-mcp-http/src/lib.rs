@@ -81,7 +81,10 @@ pub const STATELESS_PROTOCOL_VERSIONS: &[&str] = &["2026-07-28"];
 /// assert!(scopes.of("read_file").is_empty());
 /// ```
 #[derive(Clone)]
-pub struct ToolScopes(std::sync::Arc<dyn Fn(&str) -> Vec<String> + Send + Sync>);
+pub struct ToolScopes(std::sync::Arc<ScopesOf>);
+
+/// What [`ToolScopes`] asks: a tool's scopes by its name.
+type ScopesOf = dyn Fn(&str) -> Vec<String> + Send + Sync;
 
 impl ToolScopes {
     /// The scopes `of` gives for each tool name.

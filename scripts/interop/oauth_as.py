@@ -247,9 +247,13 @@ async def main():
     public = jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key(), as_dict=True)
     public.update({"kid": KID, "use": "sig", "alg": "RS256"})
 
+    served = {"count": 0}
+
     async def jwks(request):
+        # The count rides on the answer, so a test can read it without racing the log.
+        served["count"] += 1
         print("oauth-as: jwks served", file=sys.stderr, flush=True)
-        return JSONResponse({"keys": [public]})
+        return JSONResponse({"keys": [public]}, headers={"x-jwks-served": str(served["count"])})
 
     async def login(request):
         if request.method == "GET":

@@ -202,7 +202,7 @@ async fn the_token_is_cached_fetched_once_for_concurrent_requests_and_refreshed(
     assert!(request.ends_with(
         "grant_type=client_credentials&client_id=gate+one&scope=mcp%3Atools+b&resource=http%3A%2F%2Fup.test%2Fmcp"
     ));
-    // Half of the 3 s lifetime later, a new one.
+    // Half of the 3 s lifetime later, a new one: the sleep is the token aging, not a wait.
     tokio::time::sleep(Duration::from_millis(1600)).await;
     assert_eq!(source.authorization().await.unwrap(), "Bearer t2");
     assert_eq!(source.authorization().await.unwrap(), "Bearer t2");

@@ -22,6 +22,10 @@ pub struct Rule {
     pub resource: String,
     /// Whether a digest-bound approval and a one-use claim are needed.
     pub requires_approval: bool,
+    /// The caller the rule is for (`None`: every caller). A rule for one caller and a rule
+    /// for every caller that both match a call are ambiguous, as two rules for everyone are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
 }
 
 /// Why a policy document is malformed. A malformed policy denies every proposal with
@@ -30,11 +34,9 @@ pub struct Rule {
 #[error("invalid policy: {0}")]
 pub struct PolicyError(String);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Slot {
-    One { requires_approval: bool },
-    Ambiguous,
-}
+/// The rules for one `(tool, resource, effect)`: whether each needs approval, and whom it
+/// is for (`None`: every caller).
+type Slot = Vec<(Option<String>, bool)>;
 
 /// A validated set of exact rules, indexed by `(tool, resource, effect)`; or, when the
 /// document was malformed, a policy that denies everything with `invalid_policy`.
@@ -78,25 +80,19 @@ pub struct PolicyDecision {
 #[derive(Debug, Clone, Default)]
 struct Index {
     rules: Vec<Rule>,
-    by_tool: HashMap<String, HashMap<String, [Option<Slot>; 5]>>,
+    by_tool: HashMap<String, HashMap<String, [Slot; 5]>>,
 }
 
 impl Index {
     fn build(rules: Vec<Rule>) -> Self {
-        let mut by_tool: HashMap<String, HashMap<String, [Option<Slot>; 5]>> = HashMap::new();
+        let mut by_tool: HashMap<String, HashMap<String, [Slot; 5]>> = HashMap::new();
         for rule in &rules {
             let slots = by_tool
                 .entry(rule.tool.clone())
                 .or_default()
                 .entry(rule.resource.clone())
                 .or_default();
-            let slot = &mut slots[effect_slot(rule.effect)];
-            *slot = Some(match slot {
-                None => Slot::One {
-                    requires_approval: rule.requires_approval,
-                },
-                Some(_) => Slot::Ambiguous,
-            });
+            slots[effect_slot(rule.effect)].push((rule.caller.clone(), rule.requires_approval));
         }
         Index { rules, by_tool }
     }
@@ -181,11 +177,9 @@ impl Policy {
         if let Some(cedar) = &self.cedar {
             return evaluate_cedar(cedar, proposal, facts);
         }
-        #[cfg(not(feature = "cedar"))]
-        let _ = facts;
         let mut strictest = (Decision::Allow, PlanReason::ExactRule);
         for resource in proposal.resources() {
-            let decided = self.decide(proposal.tool(), proposal.effect(), resource);
+            let decided = self.decide_for(proposal.tool(), proposal.effect(), resource, &facts.caller);
             match decided.0 {
                 Decision::Deny => {
                     strictest = decided;
@@ -389,6 +383,9 @@ impl Policy {
                     return Err(PolicyError(format!("rule {i}: {name} is blank")));
                 }
             }
+            if let Some(caller) = &rule.caller {
+                check_caller(caller).map_err(|e| PolicyError(format!("rule {i}: {e}")))?;
+            }
         }
         Ok(Policy {
             state: Ok(Index::build(rules)),
@@ -445,17 +442,37 @@ impl Policy {
         Some(json!({ "protocol": POLICY_PROTOCOL, "rules": index.rules }))
     }
 
-    /// Exact lookup of one `(tool, effect, resource)` tuple.
+    /// Exact lookup of one `(tool, effect, resource)` tuple, for the host's own agent
+    /// ([`Caller::local`](crate::Caller::local)).
     pub fn decide(&self, tool: &str, effect: Effect, resource: &str) -> (Decision, PlanReason) {
+        self.decide_for(tool, effect, resource, &crate::Caller::local())
+    }
+
+    /// Exact lookup of one `(tool, effect, resource)` tuple for a call by `caller`: the rules
+    /// for every caller and those for `caller` apply; none is `no_exact_rule`, more than one
+    /// `ambiguous_policy`.
+    ///
+    /// ```
+    /// use aml_core::{Caller, Decision, Effect, Policy, PlanReason};
+    /// let policy = Policy::from_value(&serde_json::json!({"protocol": "aml-action-policy/1", "rules": [
+    ///     {"tool": "deploy", "effect": "write", "resource": "prod", "requires_approval": false, "caller": "ci-bot"},
+    ///     {"tool": "deploy", "effect": "write", "resource": "staging", "requires_approval": true}]}));
+    /// let ci = Caller::new("ci-bot").unwrap();
+    /// assert_eq!(policy.decide_for("deploy", Effect::Write, "prod", &ci), (Decision::Allow, PlanReason::ExactRule));
+    /// assert_eq!(policy.decide("deploy", Effect::Write, "prod"), (Decision::Deny, PlanReason::NoExactRule));
+    /// assert_eq!(policy.decide("deploy", Effect::Write, "staging"), (Decision::RequiresApproval, PlanReason::ExactRule));
+    /// ```
+    pub fn decide_for(
+        &self,
+        tool: &str,
+        effect: Effect,
+        resource: &str,
+        caller: &crate::Caller,
+    ) -> (Decision, PlanReason) {
         #[cfg(feature = "cedar")]
         if let Some(cedar) = &self.cedar {
-            let decided = cedar.evaluate(
-                tool,
-                effect,
-                resource,
-                &serde_json::Map::new(),
-                &crate::CallFacts::default(),
-            );
+            let facts = crate::CallFacts::of(caller.clone());
+            let decided = cedar.evaluate(tool, effect, resource, &serde_json::Map::new(), &facts);
             return (decided.decision, decided.reason);
         }
         let index = match &self.state {
@@ -466,16 +483,16 @@ impl Policy {
             .by_tool
             .get(tool)
             .and_then(|by_resource| by_resource.get(resource))
-            .and_then(|slots| slots[effect_slot(effect)]);
-        match slot {
-            None => (Decision::Deny, PlanReason::NoExactRule),
-            Some(Slot::Ambiguous) => (Decision::Deny, PlanReason::AmbiguousPolicy),
-            Some(Slot::One {
-                requires_approval: true,
-            }) => (Decision::RequiresApproval, PlanReason::ExactRule),
-            Some(Slot::One {
-                requires_approval: false,
-            }) => (Decision::Allow, PlanReason::ExactRule),
+            .map(|slots| &slots[effect_slot(effect)]);
+        let mut applying = slot
+            .into_iter()
+            .flatten()
+            .filter(|(whom, _)| whom.as_deref().is_none_or(|w| w == caller.id()));
+        match (applying.next(), applying.next()) {
+            (None, _) => (Decision::Deny, PlanReason::NoExactRule),
+            (Some(_), Some(_)) => (Decision::Deny, PlanReason::AmbiguousPolicy),
+            (Some((_, true)), None) => (Decision::RequiresApproval, PlanReason::ExactRule),
+            (Some((_, false)), None) => (Decision::Allow, PlanReason::ExactRule),
         }
     }
 
@@ -553,8 +570,9 @@ fn parse_document(document: &Value) -> Result<Vec<Rule>, PolicyError> {
 
 fn parse_rule(rule: &Value) -> Result<Rule, String> {
     let obj = rule.as_object().ok_or("a rule must be a JSON object")?;
-    if obj.len() != 4 {
-        return Err("a rule has exactly tool, effect, resource and requires_approval".into());
+    let with_caller = obj.contains_key("caller");
+    if obj.len() != 4 + usize::from(with_caller) {
+        return Err("a rule has exactly tool, effect, resource and requires_approval, and may name a caller".into());
     }
     let text = |key: &str| match obj.get(key) {
         Some(Value::String(s)) if !crate::proposal::is_blank(s) => Ok(s.clone()),
@@ -567,12 +585,24 @@ fn parse_rule(rule: &Value) -> Result<Rule, String> {
         .get("requires_approval")
         .and_then(Value::as_bool)
         .ok_or("requires_approval must be a boolean")?;
+    let caller = match with_caller {
+        false => None,
+        true => Some(check_caller(&text("caller")?)?),
+    };
     Ok(Rule {
         tool,
         effect,
         resource,
         requires_approval,
+        caller,
     })
+}
+
+/// A rule's caller: a caller id ([`crate::Caller::new`]'s rules).
+fn check_caller(id: &str) -> Result<String, String> {
+    crate::Caller::new(id)
+        .map(|caller| caller.id().to_owned())
+        .map_err(|e| format!("caller: {e}"))
 }
 
 /// Where the boundary reads the host's current policy: at planning, again after approval,
@@ -620,7 +650,7 @@ impl PolicySource for Arc<dyn PolicySource> {
 /// use aml_core::{Effect, LivePolicy, Policy, PolicySource, Rule};
 /// let live = LivePolicy::new(Policy::from_rules([Rule {
 ///     tool: "send_message".into(), effect: Effect::Send,
-///     resource: "team@example.test".into(), requires_approval: true,
+///     resource: "team@example.test".into(), requires_approval: true, caller: None,
 /// }]).unwrap());
 /// assert!(live.revoke("send_message", Effect::Send, "team@example.test"));
 /// assert!(live.current().rules().is_empty());

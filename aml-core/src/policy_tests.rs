@@ -99,6 +99,7 @@ fn from_rules_refuses_blank_fields() {
         effect: Effect::Read,
         resource: "r".into(),
         requires_approval: false,
+        caller: None,
     };
     assert!(Policy::from_rules([blank]).is_err());
 }
@@ -171,4 +172,43 @@ fn a_policy_file_fails_closed_and_its_digest_ignores_formatting() {
             (Decision::Deny, PlanReason::InvalidPolicy)
         );
     }
+}
+
+#[test]
+fn an_exact_rule_may_name_its_caller() {
+    use crate::Caller;
+    let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "deploy", "effect": "write", "resource": "prod", "requires_approval": false, "caller": "ci-bot"},
+        {"tool": "deploy", "effect": "write", "resource": "prod", "requires_approval": true, "caller": "alice"},
+        {"tool": "deploy", "effect": "write", "resource": "staging", "requires_approval": false},
+        {"tool": "deploy", "effect": "write", "resource": "staging", "requires_approval": true, "caller": "alice"}]}));
+    assert!(policy.error().is_none(), "{:?}", policy.error());
+    let by = |caller: &str, resource| {
+        policy.decide_for("deploy", Effect::Write, resource, &Caller::new(caller).unwrap())
+    };
+    assert_eq!(by("ci-bot", "prod"), (Decision::Allow, PlanReason::ExactRule));
+    assert_eq!(by("alice", "prod"), (Decision::RequiresApproval, PlanReason::ExactRule));
+    assert_eq!(by("mallory", "prod"), (Decision::Deny, PlanReason::NoExactRule));
+    assert_eq!(by("local", "prod"), (Decision::Deny, PlanReason::NoExactRule));
+    assert_eq!(by("ci-bot", "staging"), (Decision::Allow, PlanReason::ExactRule));
+    // A rule for alice and one for everyone both match alice's call: ambiguous, denied.
+    assert_eq!(by("alice", "staging"), (Decision::Deny, PlanReason::AmbiguousPolicy));
+    // The caller is part of the document (and of its digest), and only when given.
+    let document = policy.to_value().unwrap();
+    assert_eq!(document["rules"][0]["caller"], "ci-bot");
+    assert!(document["rules"][2].get("caller").is_none());
+    let plain = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "deploy", "effect": "write", "resource": "prod", "requires_approval": false}]}));
+    let named = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "deploy", "effect": "write", "resource": "prod", "requires_approval": false, "caller": "ci-bot"}]}));
+    assert_ne!(plain.digest(), named.digest());
+    // A bad caller makes the document invalid, as any bad rule does.
+    for bad in [json!(""), json!("a\nb"), json!(7)] {
+        let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+            {"tool": "t", "effect": "read", "resource": "r", "requires_approval": false, "caller": bad}]}));
+        assert!(policy.error().is_some(), "{bad}");
+    }
+    let extra = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "t", "effect": "read", "resource": "r", "requires_approval": false, "callers": ["a"]}]}));
+    assert!(extra.error().is_some(), "an unknown member is refused");
 }

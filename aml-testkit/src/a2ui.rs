@@ -110,6 +110,7 @@ pub async fn run_case_in(text: &CaseText, form: WireForm) -> Result<Value, Harne
             effect: Effect::Send,
             resource: TEAM.to_owned(),
             requires_approval: true,
+            caller: None,
         }])
         .map_err(|e| HarnessError(e.to_string()))?,
     );

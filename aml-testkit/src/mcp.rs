@@ -227,6 +227,7 @@ async fn run_case(text: &CaseText, server: &Path) -> Result<Value, HarnessError>
             effect: Effect::Send,
             resource: TEAM.into(),
             requires_approval: true,
+            caller: None,
         }])
         .map_err(err)?,
     );

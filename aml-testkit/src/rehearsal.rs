@@ -88,6 +88,7 @@ fn host(id: &str) -> Host {
             effect: Effect::Send,
             resource: TEAM.to_owned(),
             requires_approval: !allow,
+            caller: None,
         }])
         .unwrap_or_else(|_| Policy::empty()),
     );

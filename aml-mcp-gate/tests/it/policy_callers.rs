@@ -111,3 +111,34 @@ fn test_cases_name_callers_and_usage() {
     let (_, stderr) = expect(&dir, &["policy", "test", "cases.json"], 2);
     assert!(stderr.contains("must not be blank"), "{stderr}");
 }
+
+#[test]
+fn an_exact_rule_naming_a_caller_decides_for_that_caller_only() {
+    let dir = work("callers-exact");
+    let rules = json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "delete_file", "effect": "delete", "resource": "tmp/x", "requires_approval": false,
+         "caller": "alice"}]});
+    std::fs::write(dir.join("rules.json"), rules.to_string()).unwrap();
+    let decide = |caller: &str| {
+        let args = [
+            "policy",
+            "explain",
+            "--policy",
+            "rules.json",
+            "--tools",
+            "tools.json",
+            "--tool",
+            "delete_file",
+            "--arguments",
+            r#"{"path": "tmp/x"}"#,
+            "--caller",
+            caller,
+        ];
+        let (stdout, _) = expect(&dir, &args, 0);
+        let got: Value = serde_json::from_str(&stdout).unwrap();
+        (got["decision"].as_str().unwrap().to_owned(), got["reason"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(decide("alice"), ("allow".to_owned(), "exact_rule".to_owned()));
+    assert_eq!(decide("bob"), ("deny".to_owned(), "no_exact_rule".to_owned()));
+    assert_eq!(decide("local"), ("deny".to_owned(), "no_exact_rule".to_owned()));
+}

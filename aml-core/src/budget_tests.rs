@@ -2,13 +2,11 @@
 //! usage is counted atomically with its check, and racing calls at a budget's edge over-run
 //! it by none.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde_json::json;
-use tokio::sync::Barrier;
 
-use crate::testing::CountingTool;
+use crate::testing::{CountingTool, LockstepUsage};
 use crate::{
     approval_fn, async_trait, ActionBoundary, Approval, CallOutcome, CallRequest, Caller, Counted, Effect,
     InMemoryUsage, MemorySink, Policy, Record, ResourceRule, TokioRuntime, ToolCatalog, ToolGate,
@@ -128,54 +126,20 @@ fn the_twenty_first_send_within_an_hour_asks_for_approval() {
     assert_eq!(calls[0].caller, None, "local is not named");
 }
 
-/// A ledger whose every `usage` read waits until `parties` reads are in: every racing
-/// call plans on the same usage, so only the atomic count can keep the budget.
-#[derive(Debug)]
-struct Lockstep {
-    inner: InMemoryUsage,
-    barrier: Barrier,
-    reads: AtomicUsize,
-    parties: usize,
-}
-
-#[async_trait]
-impl UsageLedger for Lockstep {
-    async fn usage(&self, caller: &Caller, tool: &str) -> Result<Usage, UsageError> {
-        let usage = self.inner.usage(caller, tool).await;
-        if self.reads.fetch_add(1, Ordering::SeqCst) < self.parties {
-            self.barrier.wait().await;
-        }
-        usage
-    }
-    async fn count_if(&self, caller: &Caller, tool: &str, seen: Usage) -> Result<Counted, UsageError> {
-        self.inner.count_if(caller, tool, seen).await
-    }
-}
-
 #[test]
 fn sixty_four_calls_racing_at_the_edge_of_a_budget_over_run_it_by_none() {
     let rt = runtime();
-    let ledger = Arc::new(Lockstep {
-        inner: InMemoryUsage::new(),
-        barrier: Barrier::new(64),
-        reads: AtomicUsize::new(0),
-        parties: 64,
-    });
+    let memory: Arc<dyn UsageLedger> = Arc::new(InMemoryUsage::new());
     rt.block_on(async {
         for _ in 0..19 {
-            let seen = ledger.inner.usage(&Caller::local(), "send").await.unwrap();
-            assert_eq!(
-                ledger
-                    .inner
-                    .count_if(&Caller::local(), "send", seen)
-                    .await
-                    .unwrap(),
-                Counted::Counted
-            );
+            let seen = memory.usage(&Caller::local(), "send").await.unwrap();
+            let counted = memory.count_if(&Caller::local(), "send", seen).await.unwrap();
+            assert_eq!(counted, Counted::Counted);
         }
     });
+    // Every racing call reads the usage before any is counted.
     let sink = MemorySink::new();
-    let gate = gate(Some(ledger.clone() as Arc<dyn UsageLedger>), false, &sink);
+    let gate = gate(Some(Arc::new(LockstepUsage::new(Arc::clone(&memory), 64))), false, &sink);
     let outcomes = rt.block_on(async {
         let calls: Vec<_> = (0..64).map(|n| tokio::spawn(send(&gate, n))).collect();
         let mut outcomes = Vec::new();
@@ -190,7 +154,7 @@ fn sixty_four_calls_racing_at_the_edge_of_a_budget_over_run_it_by_none() {
         .filter(|o| o.reason() == "approval_unavailable")
         .count();
     assert_eq!((dispatched, asked), (1, 63), "one send was left under the budget");
-    let usage = rt.block_on(ledger.inner.usage(&Caller::local(), "send")).unwrap();
+    let usage = rt.block_on(memory.usage(&Caller::local(), "send")).unwrap();
     assert_eq!(usage.hour, 20, "the budget was over-run by none");
 }
 

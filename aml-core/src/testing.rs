@@ -156,3 +156,69 @@ pub fn call_blocking(
         .expect("a current-thread runtime");
     runtime.block_on(gate.call(crate::CallRequest::value(name, arguments).executor(executor)))
 }
+
+/// A usage ledger that holds every [`usage`](crate::UsageLedger::usage) read until `parties`
+/// reads are in (then passes the rest through): racing calls all plan on one usage, so only
+/// the atomic [`count_if`](crate::UsageLedger::count_if) can keep a budget. Clones share the
+/// gate, so two replicas' ledgers can wait for each other's calls (feature `tokio`).
+///
+/// ```
+/// use std::sync::Arc;
+/// use aml_core::{testing::LockstepUsage, Caller, InMemoryUsage, UsageLedger};
+/// let ledger = LockstepUsage::new(Arc::new(InMemoryUsage::new()), 2);
+/// let other = ledger.sharing(Arc::new(InMemoryUsage::new()));
+/// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+/// let (a, b) = rt.block_on(async {
+///     tokio::join!(ledger.usage(&Caller::local(), "t"), other.usage(&Caller::local(), "t"))
+/// });
+/// assert_eq!(a.unwrap(), b.unwrap());
+/// ```
+#[cfg(feature = "tokio")]
+#[derive(Debug, Clone)]
+pub struct LockstepUsage {
+    inner: Arc<dyn crate::UsageLedger>,
+    gate: Arc<(tokio::sync::Barrier, AtomicUsize)>,
+    parties: usize,
+}
+
+#[cfg(feature = "tokio")]
+impl LockstepUsage {
+    /// Holds the first `parties` reads of `inner` until all of them are in.
+    pub fn new(inner: Arc<dyn crate::UsageLedger>, parties: usize) -> Self {
+        LockstepUsage {
+            inner,
+            gate: Arc::new((tokio::sync::Barrier::new(parties), AtomicUsize::new(0))),
+            parties,
+        }
+    }
+
+    /// Another ledger (a replica's) whose reads count toward this one's `parties`.
+    pub fn sharing(&self, inner: Arc<dyn crate::UsageLedger>) -> Self {
+        LockstepUsage {
+            inner,
+            gate: Arc::clone(&self.gate),
+            parties: self.parties,
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+#[async_trait]
+impl crate::UsageLedger for LockstepUsage {
+    async fn usage(&self, caller: &crate::Caller, tool: &str) -> Result<crate::Usage, crate::UsageError> {
+        let usage = self.inner.usage(caller, tool).await;
+        if self.gate.1.fetch_add(1, Ordering::SeqCst) < self.parties {
+            self.gate.0.wait().await;
+        }
+        usage
+    }
+
+    async fn count_if(
+        &self,
+        caller: &crate::Caller,
+        tool: &str,
+        seen: crate::Usage,
+    ) -> Result<crate::Counted, crate::UsageError> {
+        self.inner.count_if(caller, tool, seen).await
+    }
+}

@@ -3,16 +3,14 @@
 //! 21st send within an hour asks for approval whichever replica takes it, and 64 calls
 //! racing at a budget's edge over-run it by none.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use aml_core::testing::CountingTool;
+use aml_core::testing::{CountingTool, LockstepUsage};
 use aml_core::{
-    async_trait, ActionBoundary, CallOutcome, CallRequest, Caller, Counted, Effect, Policy, ResourceRule,
+    ActionBoundary, CallOutcome, CallRequest, Caller, Counted, Effect, Policy, ResourceRule,
     TokioRuntime, ToolCatalog, ToolGate, ToolRegistration, Usage, UsageError, UsageLedger,
 };
 use serde_json::json;
-use tokio::sync::Barrier;
 
 /// Twenty sends an hour without asking, then ask.
 const BUDGET: &str = r#"
@@ -85,29 +83,6 @@ pub(crate) async fn twenty_first_send_asks(replicas: [Arc<dyn UsageLedger>; 2], 
     assert_eq!(other.status(), "dispatched");
 }
 
-/// Holds every `usage` read until `parties` are in, so all racing calls plan on one usage.
-#[derive(Debug)]
-struct Lockstep {
-    inner: Arc<dyn UsageLedger>,
-    barrier: Arc<Barrier>,
-    reads: Arc<AtomicUsize>,
-    parties: usize,
-}
-
-#[async_trait]
-impl UsageLedger for Lockstep {
-    async fn usage(&self, caller: &Caller, tool: &str) -> Result<Usage, UsageError> {
-        let usage = self.inner.usage(caller, tool).await;
-        if self.reads.fetch_add(1, Ordering::SeqCst) < self.parties {
-            self.barrier.wait().await;
-        }
-        usage
-    }
-    async fn count_if(&self, caller: &Caller, tool: &str, seen: Usage) -> Result<Counted, UsageError> {
-        self.inner.count_if(caller, tool, seen).await
-    }
-}
-
 /// With 19 sends counted, 64 sends racing through two replicas: exactly one runs without
 /// asking, and the count ends at 20.
 pub(crate) async fn racing_calls_over_run_by_none(replicas: [Arc<dyn UsageLedger>; 2], tag: &str) {
@@ -119,16 +94,9 @@ pub(crate) async fn racing_calls_over_run_by_none(replicas: [Arc<dyn UsageLedger
             Counted::Counted
         );
     }
-    let barrier = Arc::new(Barrier::new(64));
-    let reads = Arc::new(AtomicUsize::new(0));
-    let gates = replicas.clone().map(|inner| {
-        gate(Arc::new(Lockstep {
-            inner,
-            barrier: Arc::clone(&barrier),
-            reads: Arc::clone(&reads),
-            parties: 64,
-        }))
-    });
+    // Every racing call, through either replica, reads the usage before any is counted.
+    let first = LockstepUsage::new(Arc::clone(&replicas[0]), 64);
+    let gates = [gate(Arc::new(first.clone())), gate(Arc::new(first.sharing(Arc::clone(&replicas[1]))))];
     let calls: Vec<_> = (0..64)
         .map(|n| tokio::spawn(send(&gates[n % 2], &caller, n)))
         .collect();

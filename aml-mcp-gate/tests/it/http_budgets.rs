@@ -42,18 +42,8 @@ fn replica(dir: &std::path::Path, name: &str, state: &str) -> Replica {
         .args(["--listen", "127.0.0.1:0", "--"])
         .arg(python())
         .arg(repo().join("scripts/interop/mcp_notice_server.py"))
-        .env("AML_NOTICE_AUDIT", dir.join("audit.jsonl"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = Child::spawn(&format!("replica {name}"), &mut command);
-    let url = child
-        .stdout_lines()
-        .next(WAIT)
-        .trim()
-        .strip_prefix("aml-mcp-gate: MCP at ")
-        .expect("an MCP URL")
-        .to_owned();
+        .env("AML_NOTICE_AUDIT", dir.join("audit.jsonl"));
+    let (child, url) = listening(&format!("replica {name}"), &mut command);
     Replica { child, url }
 }
 
@@ -127,17 +117,7 @@ when {{ context.usage.hour >= 20 }};
         "exactly the 20 sends under the budget reached the server"
     );
     drop((a, b));
-    let records: Vec<Value> = ["a", "b"]
-        .iter()
-        .flat_map(|n| {
-            std::fs::read_to_string(dir.join(format!("receipts-{n}.jsonl")))
-                .unwrap_or_default()
-                .lines()
-                .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                .collect::<Vec<_>>()
-        })
-        .filter(|r| r["record"] == "aml-call-record/1")
-        .collect();
+    let records = replica_records(&dir, &["a", "b"]);
     assert_eq!(records.len(), 66, "one record per call");
     let by = |caller: &str| records.iter().filter(|r| r["caller"] == caller).count();
     assert_eq!((by(&alice), by(&bob)), (65, 1));

@@ -102,16 +102,6 @@ fn two_http_replicas_on_one_postgres_database_dispatch_64_copies_of_an_approved_
     let reached = std::fs::read_to_string(dir.join("audit.jsonl")).map_or(0, |t| t.lines().count());
     assert_eq!(reached, 1, "exactly one copy reached the server");
     drop((a, b));
-    let stored: Vec<Value> = ["a", "b"]
-        .iter()
-        .flat_map(|n| {
-            std::fs::read_to_string(dir.join(format!("receipts-{n}.jsonl")))
-                .unwrap_or_default()
-                .lines()
-                .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                .collect::<Vec<_>>()
-        })
-        .filter(|r| r["record"] == "aml-call-record/1")
-        .collect();
+    let stored = replica_records(&dir, &["a", "b"]);
     assert_eq!(stored.len(), 64, "one receipt per copy, between the two replicas");
 }

@@ -29,17 +29,8 @@ fn the_approval_page_shows_the_callers_name_and_client_and_the_journal_filters_b
         .arg(python())
         .arg(repo().join("scripts/interop/mcp_notice_server.py"))
         .env("AML_NOTICE_AUDIT", dir.join("audit.jsonl"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut gate = Child::spawn("the HTTP gate", &mut command);
-    let url = gate
-        .stdout_lines()
-        .next(WAIT)
-        .trim()
-        .strip_prefix("aml-mcp-gate: MCP at ")
-        .expect("an MCP URL")
-        .to_owned();
+    let (mut gate, url) = listening("the HTTP gate", &mut command);
     let log = gate.stderr_lines();
     let line = log.wait_for(" at http://", WAIT);
     let page_url = line.split(" at http://").nth(1).unwrap().trim().to_owned();
@@ -63,20 +54,7 @@ fn the_approval_page_shows_the_callers_name_and_client_and_the_journal_filters_b
                "session": null, "server": null}),
         "{asked}"
     );
-    let form = format!(
-        "t={page_token}&grant_id={}&proposal_sha256={}&decision=deny",
-        asked["grant_id"].as_str().unwrap(),
-        asked["proposal_sha256"].as_str().unwrap()
-    );
-    let decided = http(
-        origin,
-        format!(
-            "POST /decide HTTP/1.1\r\nHost: {origin}\r\nOrigin: http://{origin}\r\n\
-             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
-            form.len()
-        ),
-    );
-    assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
+    decide(origin, page_token, &asked, "deny");
     let out = client.output(Duration::from_secs(120));
     assert!(out.status.success());
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -210,8 +210,13 @@ pub fn page(session: &Session) -> (String, String) {
 
 /// Approves `proposal` (an entry of the page's pending list) as the page's form does.
 pub fn approve(origin: &str, token: &str, proposal: &Value) {
+    decide(origin, token, proposal, "approve");
+}
+
+/// Decides `proposal` (`approve` or `deny`) as the page's form does.
+pub fn decide(origin: &str, token: &str, proposal: &Value, decision: &str) {
     let form = format!(
-        "t={token}&grant_id={}&proposal_sha256={}&decision=approve",
+        "t={token}&grant_id={}&proposal_sha256={}&decision={decision}",
         proposal["grant_id"].as_str().unwrap(),
         proposal["proposal_sha256"].as_str().unwrap()
     );
@@ -224,6 +229,36 @@ pub fn approve(origin: &str, token: &str, proposal: &Value) {
         ),
     );
     assert!(decided.starts_with("HTTP/1.1 200"), "{decided}");
+}
+
+/// Every call record of the gates whose receipts are `receipts-NAME.jsonl` in `dir`.
+pub fn replica_records(dir: &Path, names: &[&str]) -> Vec<Value> {
+    names
+        .iter()
+        .flat_map(|n| {
+            std::fs::read_to_string(dir.join(format!("receipts-{n}.jsonl")))
+                .unwrap_or_default()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .filter(|r| r["record"] == "aml-call-record/1")
+        .collect()
+}
+
+/// Starts a gate that listens (`command` has `--listen …`; its stderr is the caller's to
+/// set); the gate and the MCP URL the first line of its stdout names.
+pub fn listening(what: &str, command: &mut Command) -> (Child, String) {
+    command.stdin(Stdio::null()).stdout(Stdio::piped());
+    let mut child = Child::spawn(what, command);
+    let url = child
+        .stdout_lines()
+        .next(WAIT)
+        .trim()
+        .strip_prefix("aml-mcp-gate: MCP at ")
+        .expect("an MCP URL")
+        .to_owned();
+    (child, url)
 }
 
 /// `--state postgres://…` from the machine's server (AML_POSTGRES_URL, as scripts/test sets

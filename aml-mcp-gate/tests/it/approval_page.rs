@@ -319,11 +319,10 @@ fn live_notified_and_remembered(tag: &str, state: &str) {
     let arrived = stream.next("pending");
     let pending = &arrived["pending"];
     assert_eq!(pending["tool"], "send_notice");
-    assert_eq!(
-        pending["requester"]["caller"],
-        Value::Null,
-        "the gate does not know the caller yet"
-    );
+    // Who asks: the stdio caller, and the client as its initialize named itself (the exact
+    // name is http_requester.rs's to check).
+    assert_eq!(pending["requester"]["caller"], "local", "{pending}");
+    assert!(pending["requester"]["client_name"].is_string(), "{pending}");
     let (grant, digest) = (
         pending["grant_id"].as_str().unwrap().to_owned(),
         pending["proposal_sha256"].as_str().unwrap().to_owned(),

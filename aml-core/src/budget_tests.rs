@@ -139,7 +139,11 @@ fn sixty_four_calls_racing_at_the_edge_of_a_budget_over_run_it_by_none() {
     });
     // Every racing call reads the usage before any is counted.
     let sink = MemorySink::new();
-    let gate = gate(Some(Arc::new(LockstepUsage::new(Arc::clone(&memory), 64))), false, &sink);
+    let gate = gate(
+        Some(Arc::new(LockstepUsage::new(Arc::clone(&memory), 64))),
+        false,
+        &sink,
+    );
     let outcomes = rt.block_on(async {
         let calls: Vec<_> = (0..64).map(|n| tokio::spawn(send(&gate, n))).collect();
         let mut outcomes = Vec::new();

@@ -572,7 +572,9 @@ fn parse_rule(rule: &Value) -> Result<Rule, String> {
     let obj = rule.as_object().ok_or("a rule must be a JSON object")?;
     let with_caller = obj.contains_key("caller");
     if obj.len() != 4 + usize::from(with_caller) {
-        return Err("a rule has exactly tool, effect, resource and requires_approval, and may name a caller".into());
+        return Err(
+            "a rule has exactly tool, effect, resource and requires_approval, and may name a caller".into(),
+        );
     }
     let text = |key: &str| match obj.get(key) {
         Some(Value::String(s)) if !crate::proposal::is_blank(s) => Ok(s.clone()),

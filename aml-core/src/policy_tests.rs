@@ -187,12 +187,18 @@ fn an_exact_rule_may_name_its_caller() {
         policy.decide_for("deploy", Effect::Write, resource, &Caller::new(caller).unwrap())
     };
     assert_eq!(by("ci-bot", "prod"), (Decision::Allow, PlanReason::ExactRule));
-    assert_eq!(by("alice", "prod"), (Decision::RequiresApproval, PlanReason::ExactRule));
+    assert_eq!(
+        by("alice", "prod"),
+        (Decision::RequiresApproval, PlanReason::ExactRule)
+    );
     assert_eq!(by("mallory", "prod"), (Decision::Deny, PlanReason::NoExactRule));
     assert_eq!(by("local", "prod"), (Decision::Deny, PlanReason::NoExactRule));
     assert_eq!(by("ci-bot", "staging"), (Decision::Allow, PlanReason::ExactRule));
     // A rule for alice and one for everyone both match alice's call: ambiguous, denied.
-    assert_eq!(by("alice", "staging"), (Decision::Deny, PlanReason::AmbiguousPolicy));
+    assert_eq!(
+        by("alice", "staging"),
+        (Decision::Deny, PlanReason::AmbiguousPolicy)
+    );
     // The caller is part of the document (and of its digest), and only when given.
     let document = policy.to_value().unwrap();
     assert_eq!(document["rules"][0]["caller"], "ci-bot");

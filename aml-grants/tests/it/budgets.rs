@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use aml_core::testing::{CountingTool, LockstepUsage};
 use aml_core::{
-    ActionBoundary, CallOutcome, CallRequest, Caller, Counted, Effect, Policy, ResourceRule,
-    TokioRuntime, ToolCatalog, ToolGate, ToolRegistration, Usage, UsageError, UsageLedger,
+    ActionBoundary, CallOutcome, CallRequest, Caller, Counted, Effect, Policy, ResourceRule, TokioRuntime,
+    ToolCatalog, ToolGate, ToolRegistration, UsageLedger,
 };
 use serde_json::json;
 
@@ -96,7 +96,10 @@ pub(crate) async fn racing_calls_over_run_by_none(replicas: [Arc<dyn UsageLedger
     }
     // Every racing call, through either replica, reads the usage before any is counted.
     let first = LockstepUsage::new(Arc::clone(&replicas[0]), 64);
-    let gates = [gate(Arc::new(first.clone())), gate(Arc::new(first.sharing(Arc::clone(&replicas[1]))))];
+    let gates = [
+        gate(Arc::new(first.clone())),
+        gate(Arc::new(first.sharing(Arc::clone(&replicas[1])))),
+    ];
     let calls: Vec<_> = (0..64)
         .map(|n| tokio::spawn(send(&gates[n % 2], &caller, n)))
         .collect();

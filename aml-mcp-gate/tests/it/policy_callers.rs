@@ -136,7 +136,10 @@ fn an_exact_rule_naming_a_caller_decides_for_that_caller_only() {
         ];
         let (stdout, _) = expect(&dir, &args, 0);
         let got: Value = serde_json::from_str(&stdout).unwrap();
-        (got["decision"].as_str().unwrap().to_owned(), got["reason"].as_str().unwrap().to_owned())
+        (
+            got["decision"].as_str().unwrap().to_owned(),
+            got["reason"].as_str().unwrap().to_owned(),
+        )
     };
     assert_eq!(decide("alice"), ("allow".to_owned(), "exact_rule".to_owned()));
     assert_eq!(decide("bob"), ("deny".to_owned(), "no_exact_rule".to_owned()));

@@ -168,9 +168,9 @@ pub fn call_blocking(
 /// let ledger = LockstepUsage::new(Arc::new(InMemoryUsage::new()), 2);
 /// let other = ledger.sharing(Arc::new(InMemoryUsage::new()));
 /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
-/// let (a, b) = rt.block_on(async {
-///     tokio::join!(ledger.usage(&Caller::local(), "t"), other.usage(&Caller::local(), "t"))
-/// });
+/// let me = Caller::local();
+/// // Neither read returns until both are in.
+/// let (a, b) = rt.block_on(async { tokio::join!(ledger.usage(&me, "t"), other.usage(&me, "t")) });
 /// assert_eq!(a.unwrap(), b.unwrap());
 /// ```
 #[cfg(feature = "tokio")]

@@ -18,12 +18,13 @@ permit(principal == Caller::"alice", action == Action::"delete_file", resource)
 when { context.usage.hour >= 20 };
 "#;
 
-fn explain(dir: &std::path::Path, extra: &[&str]) -> Value {
+/// `policy explain` of `delete_file` on `tmp/x` against `policy`, with `extra` flags.
+fn explain_with(dir: &std::path::Path, policy: &str, extra: &[&str]) -> Value {
     let base = [
         "policy",
         "explain",
         "--policy",
-        "budget.cedar",
+        policy,
         "--tools",
         "tools.json",
         "--tool",
@@ -34,6 +35,10 @@ fn explain(dir: &std::path::Path, extra: &[&str]) -> Value {
     let args: Vec<&str> = base.iter().chain(extra).copied().collect();
     let (stdout, _) = expect(dir, &args, 0);
     serde_json::from_str(&stdout).unwrap()
+}
+
+fn explain(dir: &std::path::Path, extra: &[&str]) -> Value {
+    explain_with(dir, "budget.cedar", extra)
 }
 
 #[test]
@@ -120,22 +125,7 @@ fn an_exact_rule_naming_a_caller_decides_for_that_caller_only() {
          "caller": "alice"}]});
     std::fs::write(dir.join("rules.json"), rules.to_string()).unwrap();
     let decide = |caller: &str| {
-        let args = [
-            "policy",
-            "explain",
-            "--policy",
-            "rules.json",
-            "--tools",
-            "tools.json",
-            "--tool",
-            "delete_file",
-            "--arguments",
-            r#"{"path": "tmp/x"}"#,
-            "--caller",
-            caller,
-        ];
-        let (stdout, _) = expect(&dir, &args, 0);
-        let got: Value = serde_json::from_str(&stdout).unwrap();
+        let got = explain_with(&dir, "rules.json", &["--caller", caller]);
         (
             got["decision"].as_str().unwrap().to_owned(),
             got["reason"].as_str().unwrap().to_owned(),

@@ -47,6 +47,8 @@ pub(crate) struct Link {
 struct Waiting {
     closed: bool,
     by_id: HashMap<u64, Waiter>,
+    /// When a request last came: the idlest link gives way to a new caller's at the cap.
+    last_used: Option<std::time::Instant>,
 }
 
 /// A request waiting for its answer.
@@ -97,17 +99,48 @@ impl Drop for CancelGuard {
     }
 }
 
+/// A new link's relay connection and what the host learns of it.
+pub(crate) type Opened = (Connection, SessionInfo);
+
+/// Every caller's link is busy and there are `max` of them: a new caller's request waits
+/// for none of them (503).
+#[derive(Debug)]
+pub(crate) struct TooManyLinks;
+
 impl Stateless {
     /// The caller's current link, or a new one: then also the connection and info for the
-    /// host.
+    /// host. Each link has a relay and a server of its own, so at most `max` are open: at the
+    /// cap, the link idle longest (no request waiting) is closed for the new caller's, and
+    /// when none is idle the request is refused.
     pub(crate) fn link(
         self: &Arc<Self>,
         peer: SocketAddr,
         caller: &Option<String>,
-    ) -> (Arc<Link>, Option<(Connection, SessionInfo)>) {
+        max: usize,
+    ) -> Result<(Arc<Link>, Option<Opened>), TooManyLinks> {
         let mut links = self.links_by_caller.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(link) = links.get(caller).filter(|l| !l.lock().closed) {
-            return (link.clone(), None);
+            return Ok((link.clone(), None));
+        }
+        links.retain(|_, link| !link.lock().closed);
+        if links.len() >= max.max(1) {
+            let idlest = links
+                .iter()
+                .filter_map(|(who, link)| {
+                    let waiting = link.lock();
+                    waiting.by_id.is_empty().then(|| (waiting.last_used, who.clone()))
+                })
+                .min_by_key(|(used, _)| *used)
+                .map(|(_, who)| who);
+            let Some(who) = idlest else {
+                tracing::warn!(target: "aml_mcp_http", %peer, open = links.len(), "refused: every caller's 2026-07-28 relay is busy");
+                return Err(TooManyLinks);
+            };
+            if let Some(link) = links.remove(&who) {
+                tracing::info!(target: "aml_mcp_http", "an idle 2026-07-28 relay is closed for another caller's");
+                link.lock().closed = true;
+                link.to_relay.lock().unwrap_or_else(|e| e.into_inner()).take();
+            }
         }
         let (to_relay, incoming) = mpsc::channel(1024);
         let (outgoing, from_relay) = mpsc::channel::<Bytes>(1024);
@@ -128,7 +161,7 @@ impl Stateless {
             caller: caller.clone(),
         };
         tracing::info!(target: "aml_mcp_http", %peer, link = %info.id, "stateless (2026-07-28) relay connection opened");
-        (link, Some((Connection { incoming, outgoing }, info)))
+        Ok((link, Some((Connection { incoming, outgoing }, info))))
     }
 
     /// A fresh id for a request.
@@ -177,6 +210,7 @@ impl Link {
         if waiting.by_id.len() >= max {
             return Err(Refused::Full);
         }
+        waiting.last_used = Some(std::time::Instant::now());
         let (tx, rx) = mpsc::channel(if sse { STREAM_QUEUE } else { 1 });
         waiting.by_id.insert(
             id,
@@ -343,16 +377,54 @@ mod tests {
         std::str::from_utf8(bytes).unwrap()
     }
 
+    /// One link per caller, at most `max`: at the cap the idlest link gives way to a new
+    /// caller's (its relay sees its client leave); with every link busy, a new caller is
+    /// refused, and a known caller still gets its own link.
+    #[tokio::test]
+    async fn callers_get_links_of_their_own_up_to_the_cap() {
+        let home = Arc::new(Stateless::default());
+        let peer = "127.0.0.1:1".parse().unwrap();
+        let who = |name: &str| Some(name.to_owned());
+        let (alice, Some((_alice_relay, info))) = home.link(peer, &who("alice"), 2).unwrap() else {
+            panic!("a new link for alice")
+        };
+        assert_eq!(info.caller.as_deref(), Some("alice"));
+        let (bob, Some((mut bob_relay, _))) = home.link(peer, &who("bob"), 2).unwrap() else {
+            panic!("a new link for bob")
+        };
+        assert!(!Arc::ptr_eq(&alice, &bob), "each caller its own relay");
+        // Alice has a request waiting; bob is idle: carol's link replaces bob's.
+        let _waiting = alice.register(home.next_id(), b"1", None, false, 4).ok().unwrap();
+        let (carol, Some(_)) = home.link(peer, &who("carol"), 2).unwrap() else {
+            panic!("a new link for carol")
+        };
+        assert!(
+            bob_relay.incoming.recv().await.is_none(),
+            "bob's relay saw its client leave"
+        );
+        assert!(matches!(
+            bob.register(home.next_id(), b"2", None, false, 4),
+            Err(Refused::Closed)
+        ));
+        // Alice and carol both busy: dave is refused, alice keeps hers.
+        let _also = carol.register(home.next_id(), b"3", None, false, 4).ok().unwrap();
+        assert!(home.link(peer, &who("dave"), 2).is_err());
+        let (again, None) = home.link(peer, &who("alice"), 2).unwrap() else {
+            panic!("alice's own link")
+        };
+        assert!(Arc::ptr_eq(&again, &alice));
+    }
+
     #[tokio::test]
     async fn answers_and_progress_get_the_clients_ids_back_and_the_rest_has_nowhere_to_go() {
         let home = Arc::new(Stateless::default());
         let peer = "127.0.0.1:1".parse().unwrap();
-        let (link, Some((mut relay, info))) = home.link(peer, &None) else {
+        let (link, Some((mut relay, info))) = home.link(peer, &None, 64).unwrap() else {
             panic!("a new link")
         };
         assert!(info.stateless);
         // The same link for the next request.
-        assert!(home.link(peer, &None).1.is_none());
+        assert!(home.link(peer, &None, 64).unwrap().1.is_none());
         let (a, b) = (home.next_id(), home.next_id());
         let mut sse = link.register(a, b"\"x\"", Some(b"7"), true, 2).ok().unwrap();
         let mut json = link.register(b, b"\"x\"", Some(b"7"), false, 2).ok().unwrap();
@@ -412,14 +484,14 @@ mod tests {
         assert!(json.rx.recv().await.is_none());
         // The next request opens a new link.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(home.link(peer, &None).1.is_some());
+        assert!(home.link(peer, &None, 64).unwrap().1.is_some());
         drop((sse.guard, json.guard));
     }
 
     #[tokio::test]
     async fn a_subscriptions_notifications_reach_its_stream_with_the_clients_id() {
         let home = Arc::new(Stateless::default());
-        let (link, Some((relay, _))) = home.link("127.0.0.1:1".parse().unwrap(), &None) else {
+        let (link, Some((relay, _))) = home.link("127.0.0.1:1".parse().unwrap(), &None, 64).unwrap() else {
             panic!("a new link")
         };
         let (listen, plain) = (home.next_id(), home.next_id());
@@ -455,7 +527,8 @@ mod tests {
     #[tokio::test]
     async fn a_request_dropped_before_its_answer_is_cancelled_with_the_fronts_id() {
         let home = Arc::new(Stateless::default());
-        let (link, Some((mut relay, _))) = home.link("127.0.0.1:1".parse().unwrap(), &None) else {
+        let (link, Some((mut relay, _))) = home.link("127.0.0.1:1".parse().unwrap(), &None, 64).unwrap()
+        else {
             panic!("a new link")
         };
         let id = home.next_id();

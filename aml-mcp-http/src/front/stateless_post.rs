@@ -122,13 +122,15 @@ pub(super) async fn post(
         // acknowledged, as the specification allows, and not passed on. A request sent
         // without an id goes to the relay, which drops it too but logs and records it.
         if !aml_mcp::relay::is_notification_method(&method) {
-            let (link, announce) = shared.stateless.link(peer, &caller);
-            let announced = match announce {
-                Some(new) => shared.new_sessions.send(new).await.is_ok(),
-                None => true,
-            };
-            if announced {
-                link.send(crate::message::one_line(&body), trace.as_ref()).await;
+            // With every caller's relay busy, it is dropped here instead: nothing to answer.
+            if let Ok((link, announce)) = shared.stateless.link(peer, &caller, shared.config.max_sessions) {
+                let announced = match announce {
+                    Some(new) => shared.new_sessions.send(new).await.is_ok(),
+                    None => true,
+                };
+                if announced {
+                    link.send(crate::message::one_line(&body), trace.as_ref()).await;
+                }
             }
         }
         tracing::debug!(target: "aml_mcp_http", %peer, %method, "a stateless notification; acknowledged and dropped");
@@ -172,7 +174,13 @@ pub(super) async fn post(
             "Accept must list application/json or text/event-stream",
         );
     }
-    let (link, announce) = shared.stateless.link(peer, &caller);
+    let Ok((link, announce)) = shared.stateless.link(peer, &caller, shared.config.max_sessions) else {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(id),
+            "every caller's 2026-07-28 relay is busy (the gate's session limit): try again later",
+        );
+    };
     if let Some(new) = announce {
         if shared.new_sessions.send(new).await.is_err() {
             return refuse(

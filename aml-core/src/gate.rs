@@ -377,7 +377,21 @@ impl ToolGate {
     /// [`refuse_request`](Self::refuse_request).
     #[doc(hidden)]
     pub fn refused(&self, tool: &str, refusal: Refusal, detail: String) -> GateOutcome {
-        let tracker = CallTracker::start(&self.adapter, tool, self.boundary.sink());
+        self.refused_by(tool, &crate::Caller::local(), refusal, detail)
+    }
+
+    /// [`refused`](Self::refused) for a request of `caller`, whom the record names. The
+    /// relay's; to be retired with it (ADR 019).
+    #[doc(hidden)]
+    pub fn refused_by(
+        &self,
+        tool: &str,
+        caller: &crate::Caller,
+        refusal: Refusal,
+        detail: String,
+    ) -> GateOutcome {
+        let mut tracker = CallTracker::start(&self.adapter, tool, self.boundary.sink());
+        tracker.called_by(caller);
         finish_ended(tracker, refused_outcome(tool, refusal, detail))
     }
 

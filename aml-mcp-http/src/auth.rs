@@ -41,6 +41,9 @@ pub enum TokensError {
     /// Two tokens with one name.
     #[error("the name {1:?} on line {0} is already another token's")]
     DuplicateName(usize, String),
+    /// One token on two lines: it could name only one caller.
+    #[error("the token on line {0} is already on an earlier line (one token, one caller)")]
+    DuplicateToken(usize),
 }
 
 impl Tokens {
@@ -85,7 +88,11 @@ impl Tokens {
             if names.contains(&name) {
                 return Err(TokensError::DuplicateName(n + 1, name));
             }
-            digests.push(Sha256::digest(token.as_bytes()).into());
+            let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+            if digests.contains(&digest) {
+                return Err(TokensError::DuplicateToken(n + 1));
+            }
+            digests.push(digest);
             names.push(name);
         }
         if digests.is_empty() {
@@ -240,6 +247,11 @@ qrstuvwxyz012345
 x qrstuvwxyz012345"
         )
         .contains("line 2 is already"));
+        // One token under two names would let the file's order pick the caller: refused.
+        assert!(matches!(
+            Tokens::parse("bob abcdefghijklmnop\nalice abcdefghijklmnop"),
+            Err(TokensError::DuplicateToken(2))
+        ));
         // An unnamed token's default name is taken by a named one: refused, not merged.
         assert!(refused(
             "token-2 abcdefghijklmnop

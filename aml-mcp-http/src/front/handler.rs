@@ -476,12 +476,14 @@ async fn open_session(
                 &format!("this client ({client}) has {own} sessions open, its quota: end one (DELETE) or let one idle out"),
             )));
         }
-        if map.len() >= shared.config.max_sessions {
-            tracing::warn!(target: "aml_mcp_http", %peer, "refused: {} sessions open (the limit)", map.len());
+        // 2026-07-28 relays have a server each too: they count toward the same limit.
+        let open = map.len() + shared.stateless.open();
+        if open >= shared.config.max_sessions {
+            tracing::warn!(target: "aml_mcp_http", %peer, "refused: {open} sessions and 2026-07-28 relays open (the limit)");
             return Err(Box::new(refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 id,
-                &format!("{} sessions are open, the limit: try again later", map.len()),
+                &format!("{open} sessions are open, the limit: try again later"),
             )));
         }
         map.insert(session_id.clone(), session.clone());

@@ -123,7 +123,14 @@ impl Stateless {
             return Ok((link.clone(), None));
         }
         links.retain(|_, link| !link.lock().closed);
-        if links.len() >= max.max(1) {
+        let busy = |peer, open| {
+            tracing::warn!(target: "aml_mcp_http", %peer, open, "refused: every caller's 2026-07-28 relay is busy");
+            Err(TooManyLinks)
+        };
+        if max == 0 {
+            return busy(peer, links.len());
+        }
+        while links.len() >= max {
             let idlest = links
                 .iter()
                 .filter_map(|(who, link)| {
@@ -133,8 +140,7 @@ impl Stateless {
                 .min_by_key(|(used, _)| *used)
                 .map(|(_, who)| who);
             let Some(who) = idlest else {
-                tracing::warn!(target: "aml_mcp_http", %peer, open = links.len(), "refused: every caller's 2026-07-28 relay is busy");
-                return Err(TooManyLinks);
+                return busy(peer, links.len());
             };
             if let Some(link) = links.remove(&who) {
                 tracing::info!(target: "aml_mcp_http", "an idle 2026-07-28 relay is closed for another caller's");
@@ -162,6 +168,12 @@ impl Stateless {
         };
         tracing::info!(target: "aml_mcp_http", %peer, link = %info.id, "stateless (2026-07-28) relay connection opened");
         Ok((link, Some((Connection { incoming, outgoing }, info))))
+    }
+
+    /// How many links are open (each has a relay and a server of its own).
+    pub(crate) fn open(&self) -> usize {
+        let links = self.links_by_caller.lock().unwrap_or_else(|e| e.into_inner());
+        links.values().filter(|link| !link.lock().closed).count()
     }
 
     /// A fresh id for a request.

@@ -69,6 +69,12 @@ fn bad(id: Option<&str>, code: i64, why: &str) -> Reply {
     refuse_code(StatusCode::BAD_REQUEST, id, code, why)
 }
 
+/// How many 2026-07-28 relays may be open: the session limit, less the sessions open.
+fn links_allowed(shared: &Shared) -> usize {
+    let sessions = shared.sessions.lock().unwrap_or_else(|e| e.into_inner()).len();
+    shared.config.max_sessions.saturating_sub(sessions)
+}
+
 /// Serves one stateless POST whose body has been read (and fits the size limit).
 pub(super) async fn post(
     shared: &Shared,
@@ -123,7 +129,7 @@ pub(super) async fn post(
         // without an id goes to the relay, which drops it too but logs and records it.
         if !aml_mcp::relay::is_notification_method(&method) {
             // With every caller's relay busy, it is dropped here instead: nothing to answer.
-            if let Ok((link, announce)) = shared.stateless.link(peer, &caller, shared.config.max_sessions) {
+            if let Ok((link, announce)) = shared.stateless.link(peer, &caller, links_allowed(shared)) {
                 let announced = match announce {
                     Some(new) => shared.new_sessions.send(new).await.is_ok(),
                     None => true,
@@ -174,7 +180,7 @@ pub(super) async fn post(
             "Accept must list application/json or text/event-stream",
         );
     }
-    let Ok((link, announce)) = shared.stateless.link(peer, &caller, shared.config.max_sessions) else {
+    let Ok((link, announce)) = shared.stateless.link(peer, &caller, links_allowed(shared)) else {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             Some(id),

@@ -229,7 +229,8 @@ impl Relay {
     /// One record (through the gate, like every call) for a request the relay refused
     /// itself; nothing was sent.
     pub(crate) fn record_refusal(&self, tool: &str, refusal: Refusal, detail: String) -> GateOutcome {
-        self.tools.gate().gate().refused(tool, refusal, detail)
+        let caller = &self.config.caller;
+        self.tools.gate().gate().refused_by(tool, caller, refusal, detail)
     }
 }
 

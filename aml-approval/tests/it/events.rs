@@ -147,6 +147,14 @@ async fn open_streams_never_take_the_places_of_page_loads_and_decisions() {
         .request("GET", &format!("/?t={}", host.token()), &[], "")
         .await;
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    // The page load's connection gives its one place back as it closes, which the server
+    // sees a moment after the client has read the page: a browser would reuse it instead.
+    aml_test_support::wait_until_async(
+        "the page load's place given back",
+        Duration::from_secs(10),
+        || async { (host.page.open_connections() == 20).then_some(()) },
+    )
+    .await;
     let response = host.decide_from_page(&page, "approve").await;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert_eq!(call.await.unwrap(), ReceiptReason::HostDispatchReturned);

@@ -295,7 +295,7 @@ fn prepare(relay: &Relay, request: &mut CallRequest) -> (bool, PreparedCall) {
         (relay.tools.gate(), Value::Object(arguments))
     };
     let mut facts = aml_core::CallFacts::of(relay.config.caller.clone());
-    facts.client = relay.state().client.clone();
+    facts.client = relay.client.get().cloned();
     (
         retry,
         gate.gate().prepare_value_for(&request.name, &facts, arguments),

@@ -124,7 +124,9 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
                     .await;
             }
             if method == "initialize" {
-                relay.state().client = client_info(&message);
+                if let Some(client) = client_info(&message) {
+                    let _ = relay.client.set(client);
+                }
             }
             let limit = match method {
                 "initialize" | "server/discover" => Some(relay.config.handshake_timeout),

@@ -157,8 +157,6 @@ pub(crate) struct State {
     /// registered tools last found missing from one (see `advertised`).
     pub(crate) listing: std::collections::BTreeSet<String>,
     pub(crate) missing_warned: std::collections::BTreeSet<String>,
-    /// The client software as its `initialize` named itself: shown to the approver.
-    pub(crate) client: Option<std::sync::Arc<aml_core::ClientInfo>>,
 }
 
 impl State {
@@ -177,6 +175,9 @@ pub(crate) struct Relay {
     pub(crate) config: RelayConfig,
     pub(crate) to_client: mpsc::Sender<Bytes>,
     pub(crate) to_upstream: mpsc::Sender<Bytes>,
+    /// The client software as its first `initialize` named itself (shown to the approver):
+    /// read on every call without the state's lock.
+    pub(crate) client: std::sync::OnceLock<std::sync::Arc<aml_core::ClientInfo>>,
     state: Mutex<State>,
     /// Set once the client has gone (end of its input, or its output closed): calls not yet
     /// authorized are withdrawn (see [`Relay::client_left`]).
@@ -260,6 +261,7 @@ pub async fn run(
     let relay = Arc::new(Relay {
         fatal: Mutex::new(None),
         fatal_signal: tokio::sync::Notify::new(),
+        client: std::sync::OnceLock::new(),
         tools,
         config,
         to_client,

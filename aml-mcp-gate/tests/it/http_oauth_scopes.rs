@@ -1,7 +1,7 @@
 //! Per-tool scopes from outside: the tools file says `send_notice` needs `notices:send`; a
 //! JWT without it may open a session and list tools, but its `tools/call` of `send_notice`
 //! gets `403 insufficient_scope` naming every scope it needs (the gate's own and the tool's),
-//! and reaches nothing; with the scope the call runs. A static token is the host's own and
+//! and reaches nothing, in every shape (request, batch, id-less, 2026-07-28); with the scope the call runs. A static token is the host's own and
 //! is not scoped.
 
 use serde_json::{json, Value};
@@ -76,6 +76,33 @@ fn a_tools_scopes_are_asked_of_its_callers_token() {
         0,
         "a call without the tool's scope reached the server"
     );
+    // Every other shape the wire allows: a batch with another request, a tools/call without
+    // an id (a notification's shape) and a 2026-07-28 request (no session): each gets the
+    // same 403 and reaches nothing.
+    let mut idless = call(6);
+    idless.as_object_mut().unwrap().remove("id");
+    let mut modern = call(7);
+    modern["params"]["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let modern_headers = json!({"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
+                                "Mcp-Name": "send_notice"});
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
+    let shapes = probe(
+        &dir,
+        &gate.url,
+        vec![
+            on_session("batch", token("narrow"), json!([call(8), ping])),
+            on_session("id-less", token("narrow"), idless),
+            json!({"name": "2026-07-28", "token": token("narrow"), "body": modern, "headers": modern_headers}),
+        ],
+    );
+    for shape in &shapes {
+        assert_eq!(shape["status"], 403, "{shape}");
+        assert_eq!(shape["www_authenticate"], refused["www_authenticate"], "{shape}");
+    }
+    assert_eq!(reached(&dir), 0, "no shape of the call reached the server");
     let allowed = probe(
         &dir,
         &gate.url,

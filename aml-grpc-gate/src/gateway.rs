@@ -18,13 +18,13 @@ use tonic::body::Body;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::server::{Grpc, StreamingService, UnaryService};
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::codec::RawCodec;
 use crate::forward::{Answer, Forward};
 use crate::metadata::Allowed;
 use crate::methods::{GatedMethod, Route};
+use crate::upstream::Upstream;
 
 /// The adapter name in call records.
 pub const ADAPTER: &str = "grpc-gate";
@@ -50,7 +50,7 @@ impl Default for Limits {
 struct Inner {
     gate: ToolGate,
     routes: HashMap<String, Route>,
-    channel: Channel,
+    upstream: Arc<Upstream>,
     allowed: Arc<Allowed>,
     limits: Limits,
 }
@@ -68,19 +68,19 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    /// A gateway that gates `routes` with `gate` and forwards to `channel`, passing the
+    /// A gateway that gates `routes` with `gate` and forwards to `upstream`, passing the
     /// metadata `allowed` lets through.
     pub fn new(
         gate: ToolGate,
         routes: HashMap<String, Route>,
-        channel: Channel,
+        upstream: Upstream,
         allowed: Allowed,
         limits: Limits,
     ) -> Self {
         Gateway(Arc::new(Inner {
             gate: gate.for_adapter(ADAPTER).with_runtime(TokioRuntime),
             routes,
-            channel,
+            upstream: Arc::new(upstream),
             allowed: Arc::new(allowed),
             limits,
         }))
@@ -212,12 +212,12 @@ async fn gated(
         }
     };
     let forward = Arc::new(Forward {
-        channel: inner.channel.clone(),
-        path: PathAndQuery::try_from(method.path.as_str()).map_err(|e| Status::internal(e.to_string()))?,
+        upstream: Arc::clone(&inner.upstream),
         method: Arc::clone(&method),
         metadata: inner.allowed.filter(&metadata),
         deadline: budget.and_then(|b| arrived.checked_add(b)),
         allowed: Arc::clone(&inner.allowed),
+        max_response_bytes: inner.limits.max_response_bytes,
         answer: Mutex::new(None),
     });
     let mut call =
@@ -298,7 +298,7 @@ async fn relay(
         out.set_timeout(budget);
     }
     let path = PathAndQuery::try_from(&*path).map_err(|e| Status::internal(e.to_string()))?;
-    let mut grpc = tonic::client::Grpc::new(inner.channel.clone());
+    let mut grpc = tonic::client::Grpc::new(inner.upstream.channel());
     grpc.ready()
         .await
         .map_err(|e| Status::unavailable(format!("the upstream is not reachable: {e}")))?;

@@ -19,6 +19,8 @@ pub mod methods;
 pub mod serve;
 mod size;
 pub mod transcode;
+pub mod upstream;
 
 pub use gateway::{Gateway, Limits, ADAPTER};
 pub use methods::{Methods, Route};
+pub use upstream::Upstream;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use aml_core::{ActionBoundary, JsonLinesSink, Policy, ReceiptSink, ToolGate};
 use aml_grpc_gate::gateway::{Gateway, Limits};
 use aml_grpc_gate::metadata::Allowed;
-use aml_grpc_gate::{descriptors, serve, Methods};
+use aml_grpc_gate::{descriptors, serve, Methods, Upstream};
 use clap::Parser;
 use serde_json::{json, Value};
 use tracing_subscriber::filter::{EnvFilter, LevelFilter};
@@ -62,6 +62,10 @@ struct Args {
     /// Append call records here as JSON lines (default: stderr)
     #[arg(long, value_name = "FILE")]
     receipts: Option<PathBuf>,
+    /// Threads that serve calls, each accepting connections on the one listening socket and
+    /// holding its own connection to the upstream (1: the lowest added latency)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    workers: u16,
 }
 
 fn main() -> std::process::ExitCode {
@@ -77,7 +81,9 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // A call crosses no thread: each worker's runtime runs its connections, its calls and its
+    // upstream connection on one thread (ADR 029).
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return fail(&format!("cannot start the runtime: {e}")),
     };
@@ -101,13 +107,10 @@ fn print_line(line: &Value) {
 async fn run(args: Args) -> Result<(), String> {
     let policy =
         Policy::read_file(&args.policy).map_err(|e| format!("--policy {}: {e}", args.policy.display()))?;
-    let channel = tonic::transport::Endpoint::from_shared(args.upstream.clone())
-        .map_err(|e| format!("--upstream {}: {e}", args.upstream))?
-        .tcp_nodelay(true)
-        .connect_lazy();
+    let upstream = Upstream::lazy(&args.upstream).map_err(|e| e.to_string())?;
     let pool = match &args.descriptors {
         Some(path) => descriptors::from_file(path),
-        None => descriptors::from_reflection(channel.clone()).await,
+        None => descriptors::from_reflection(upstream.channel()).await,
     }
     .map_err(|e| e.to_string())?;
     let text = std::fs::read_to_string(&args.tools)
@@ -134,28 +137,93 @@ async fn run(args: Args) -> Result<(), String> {
         max_request_bytes: args.max_request_bytes,
         ..Limits::default()
     };
-    let gateway = Gateway::new(
-        gate,
-        methods.routes,
-        channel,
-        Allowed::new(args.forward_metadata),
-        limits,
-    );
-    let routes = serve::routes(gateway, &pool, &methods.services)
-        .await
-        .map_err(|e| e.to_string())?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
+    let allowed = Allowed::new(args.forward_metadata.clone());
+    let gateway = |upstream| {
+        Gateway::new(
+            gate.clone(),
+            methods.routes.clone(),
+            upstream,
+            allowed.clone(),
+            limits,
+        )
+    };
+    let listener = std::net::TcpListener::bind(args.listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
-    print_line(&json!({"listening": address.to_string()}));
-    tracing::info!(%address, upstream = %args.upstream, "serving");
-    let stop = async {
-        let _ = tokio::signal::ctrl_c().await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut workers = Vec::new();
+    for n in 1..args.workers {
+        let worker = Worker {
+            listener: listener
+                .try_clone()
+                .map_err(|e| format!("cannot share the listener: {e}"))?,
+            gateway: gateway(Upstream::lazy(&args.upstream).map_err(|e| e.to_string())?),
+            pool: pool.clone(),
+            services: methods.services.clone(),
+            stop: stop_rx.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("aml-grpc-gate-worker-{n}"))
+            .spawn(move || worker.run())
+            .map_err(|e| format!("cannot start worker {n}: {e}"))?;
+        workers.push(thread);
+    }
+    let first = Worker {
+        listener,
+        gateway: gateway(upstream),
+        pool,
+        services: methods.services,
+        stop: stop_rx,
     };
-    let served = serve::serve(listener, routes, stop).await;
+    print_line(&json!({"listening": address.to_string()}));
+    tracing::info!(%address, upstream = %args.upstream, workers = args.workers, "serving");
+    let stop = async move {
+        let _ = tokio::signal::ctrl_c().await;
+        let _ = stop_tx.send(true);
+    };
+    tokio::spawn(stop);
+    let mut served = first.serve().await;
+    for thread in workers {
+        let result = thread.join().unwrap_or_else(|_| Err("a worker panicked".into()));
+        served = served.and(result);
+    }
     if !sink.flush(Duration::from_secs(5)) {
         tracing::error!("call records may not all be written");
     }
     served.map_err(|e| e.to_string())
+}
+
+/// One serving thread: its own runtime, its own accept loop on the shared listening socket,
+/// its own upstream connection; the gate (policy, approvals, grants, records) is shared.
+struct Worker {
+    listener: std::net::TcpListener,
+    gateway: Gateway,
+    pool: prost_reflect::DescriptorPool,
+    services: std::collections::BTreeSet<String>,
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Worker {
+    fn run(self) -> Result<(), String> {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start a worker's runtime: {e}"))?
+            .block_on(self.serve())
+    }
+
+    async fn serve(self) -> Result<(), String> {
+        let listener = tokio::net::TcpListener::from_std(self.listener).map_err(|e| e.to_string())?;
+        let routes = serve::routes(self.gateway, &self.pool, &self.services)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut stop = self.stop;
+        let stopped = async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        };
+        serve::serve(listener, routes, stopped)
+            .await
+            .map_err(|e| e.to_string())
+    }
 }

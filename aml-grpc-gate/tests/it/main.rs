@@ -4,5 +4,6 @@ mod support;
 
 mod decode_property;
 mod hostile_frames;
+mod hostile_upstream;
 mod interop_python;
 mod methods;

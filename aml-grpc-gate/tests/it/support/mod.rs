@@ -37,6 +37,13 @@ pub fn descriptor_set(dir: &Path) -> PathBuf {
     path
 }
 
+/// The test API's descriptors, compiled with protox.
+pub fn descriptor_pool() -> prost_reflect::DescriptorPool {
+    let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/proto");
+    let set = protox::compile(["payments.proto"], [&proto]).expect("the test proto compiles");
+    prost_reflect::DescriptorPool::decode(set.encode_to_vec().as_slice()).unwrap()
+}
+
 /// A child process, killed when dropped, and its stdout as JSON lines.
 pub struct Running {
     pub child: Child,

@@ -211,7 +211,8 @@ async fn gateway_in_process(pool: DescriptorPool, upstream: String) -> String {
         Allowed::default(),
         Limits::default(),
     );
-    let routes = serve::routes(gateway, &pool, &methods.services).await.unwrap();
+    let health = tonic_health::server::HealthReporter::new();
+    let routes = serve::routes(gateway, &health, &pool, &methods.services).unwrap();
     listen(routes).await
 }
 

@@ -14,6 +14,7 @@ pub mod codec;
 pub mod descriptors;
 pub mod forward;
 pub mod gateway;
+pub mod health;
 pub mod metadata;
 pub mod methods;
 pub mod serve;

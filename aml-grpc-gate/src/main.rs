@@ -17,10 +17,12 @@ use std::time::Duration;
 
 use aml_core::{ActionBoundary, JsonLinesSink, Policy, ReceiptSink, ToolGate};
 use aml_grpc_gate::gateway::{Gateway, Limits};
+use aml_grpc_gate::health::HealthFollower;
 use aml_grpc_gate::metadata::Allowed;
 use aml_grpc_gate::{descriptors, serve, Methods, Upstream};
 use clap::Parser;
 use serde_json::{json, Value};
+use tonic_health::server::HealthReporter;
 use tracing_subscriber::filter::{EnvFilter, LevelFilter};
 
 mod approve;
@@ -66,6 +68,10 @@ struct Args {
     /// holding its own connection to the upstream (1: the lowest added latency)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: u16,
+    /// How often the gateway's health asks the upstream's (a service is SERVING only while
+    /// the upstream serves it)
+    #[arg(long, value_name = "SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    health_interval: u64,
 }
 
 fn main() -> std::process::ExitCode {
@@ -151,6 +157,17 @@ async fn run(args: Args) -> Result<(), String> {
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
+    // One health for every worker, following the upstream's; its first answer is in before
+    // the gateway says it is listening.
+    let health = HealthReporter::new();
+    let follower = HealthFollower::new(
+        health.clone(),
+        upstream.channel(),
+        methods.services.clone(),
+        Duration::from_secs(2),
+    );
+    follower.check_once().await;
+    tokio::spawn(follower.follow(Duration::from_secs(args.health_interval)));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut workers = Vec::new();
     for n in 1..args.workers {
@@ -159,6 +176,7 @@ async fn run(args: Args) -> Result<(), String> {
                 .try_clone()
                 .map_err(|e| format!("cannot share the listener: {e}"))?,
             gateway: gateway(Upstream::lazy(&args.upstream).map_err(|e| e.to_string())?),
+            health: health.clone(),
             pool: pool.clone(),
             services: methods.services.clone(),
             stop: stop_rx.clone(),
@@ -172,6 +190,7 @@ async fn run(args: Args) -> Result<(), String> {
     let first = Worker {
         listener,
         gateway: gateway(upstream),
+        health,
         pool,
         services: methods.services,
         stop: stop_rx,
@@ -199,6 +218,7 @@ async fn run(args: Args) -> Result<(), String> {
 struct Worker {
     listener: std::net::TcpListener,
     gateway: Gateway,
+    health: HealthReporter,
     pool: prost_reflect::DescriptorPool,
     services: std::collections::BTreeSet<String>,
     stop: tokio::sync::watch::Receiver<bool>,
@@ -215,8 +235,7 @@ impl Worker {
 
     async fn serve(self) -> Result<(), String> {
         let listener = tokio::net::TcpListener::from_std(self.listener).map_err(|e| e.to_string())?;
-        let routes = serve::routes(self.gateway, &self.pool, &self.services)
-            .await
+        let routes = serve::routes(self.gateway, &self.health, &self.pool, &self.services)
             .map_err(|e| e.to_string())?;
         let mut stop = self.stop;
         let stopped = async move {

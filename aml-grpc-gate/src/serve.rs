@@ -9,6 +9,8 @@ use tokio::net::TcpListener;
 use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
+use tonic_health::pb::health_server::HealthServer;
+use tonic_health::server::{HealthReporter, HealthService};
 
 use crate::gateway::Gateway;
 
@@ -27,22 +29,15 @@ fn fronted_files(pool: &DescriptorPool) -> FileDescriptorSet {
     }
 }
 
-/// The gateway's routes: health reports each of `services` `SERVING`, reflection lists
-/// them, and every other path goes to `gateway`.
-pub async fn routes(
+/// The gateway's routes: health answers from `health` (see [`crate::health`]), reflection
+/// lists `services`, and every other path goes to `gateway`.
+pub fn routes(
     gateway: Gateway,
+    health: &HealthReporter,
     pool: &DescriptorPool,
     services: &BTreeSet<String>,
 ) -> Result<Routes, ServeError> {
-    let (health, health_service) = tonic_health::server::health_reporter();
-    for service in services {
-        health
-            .set_service_status(service.as_str(), tonic_health::ServingStatus::Serving)
-            .await;
-    }
-    health
-        .set_service_status("", tonic_health::ServingStatus::Serving)
-        .await;
+    let health_service = HealthServer::new(HealthService::from_health_reporter(health.clone()));
     let files = fronted_files(pool);
     let reflection = || {
         let mut builder = tonic_reflection::server::Builder::configure()

@@ -3,6 +3,7 @@
 mod support;
 
 mod decode_property;
+mod health;
 mod hostile_frames;
 mod hostile_upstream;
 mod interop_python;

@@ -5,7 +5,7 @@
 
 use crate::support;
 
-use support::{descriptor_set, gateway};
+use support::gateway_on;
 use tonic_health::pb::health_check_response::ServingStatus as Wire;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -56,23 +56,14 @@ async fn the_gateways_health_follows_the_upstreams() {
             }),
     );
 
-    let dir = aml_test_support::scratch_dir("grpc-gate", "health");
-    let descriptors = descriptor_set(&dir);
-    std::fs::write(dir.join("tools.json"), TOOLS).unwrap();
-    std::fs::write(dir.join("policy.json"), POLICY).unwrap();
-    let files = |p: &str| dir.join(p).display().to_string();
-    let (mut gate, address, _) = gateway(&[
-        "--upstream",
-        &format!("http://{upstream}"),
-        "--tools",
-        &files("tools.json"),
-        "--policy",
-        &files("policy.json"),
-        "--descriptors",
-        &descriptors.display().to_string(),
-        "--health-interval",
-        "1",
-    ]);
+    let upstream_url = format!("http://{upstream}");
+    let (mut gate, address, _) = gateway_on(
+        "health",
+        TOOLS,
+        POLICY,
+        &upstream_url,
+        &["--health-interval", "1"],
+    );
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
         .unwrap()
         .connect()

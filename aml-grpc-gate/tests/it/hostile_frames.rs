@@ -7,7 +7,7 @@ use crate::support;
 
 use bytes::Bytes;
 use http::HeaderMap;
-use support::{descriptor_set, gateway};
+use support::gateway_on;
 
 const TOOLS: &str = r#"{"tools": [{"name": "lookup_order", "method": "payments.v1.Payments/Lookup",
   "effect": "read", "purpose": "Look up an order", "resource": {"argument": "order_id"}}]}"#;
@@ -56,24 +56,14 @@ fn status(headers: &HeaderMap) -> (i32, Option<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_frames_get_statuses_and_the_gateway_keeps_serving() {
-    let dir = aml_test_support::scratch_dir("grpc-gate", "hostile");
-    let descriptors = descriptor_set(&dir);
-    std::fs::write(dir.join("tools.json"), TOOLS).unwrap();
-    std::fs::write(dir.join("policy.json"), POLICY).unwrap();
-    let files = |p: &str| dir.join(p).display().to_string();
     // Nothing listens on port 9 (discard): any forward would fail, and none is attempted.
-    let (mut gate, address, _) = gateway(&[
-        "--upstream",
+    let (mut gate, address, _) = gateway_on(
+        "hostile",
+        TOOLS,
+        POLICY,
         "http://127.0.0.1:9",
-        "--tools",
-        &files("tools.json"),
-        "--policy",
-        &files("policy.json"),
-        "--descriptors",
-        &descriptors.display().to_string(),
-        "--max-request-bytes",
-        "65536",
-    ]);
+        &["--max-request-bytes", "65536"],
+    );
 
     // 100 MB declared, a few bytes sent: refused from the prefix, never read.
     let huge = send(&address, frame(0, 100 << 20, &[0; 64]), None).await;

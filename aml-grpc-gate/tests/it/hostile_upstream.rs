@@ -12,7 +12,7 @@ use crate::support;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 use prost::Message;
-use support::{descriptor_set, gateway};
+use support::gateway_on;
 use tokio::sync::mpsc;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::Code;
@@ -210,41 +210,6 @@ async fn scripted_upstream() -> (std::net::SocketAddr, mpsc::UnboundedReceiver<S
     (upstream, seen)
 }
 
-/// The gateway binary in front of `upstream` with `extra` arguments; returns it, its
-/// address and its receipts file.
-fn gateway_before(
-    upstream: std::net::SocketAddr,
-    tag: &str,
-    extra: &[&str],
-) -> (support::Running, String, std::path::PathBuf) {
-    let dir = aml_test_support::scratch_dir("grpc-gate", tag);
-    let descriptors = descriptor_set(&dir);
-    std::fs::write(dir.join("tools.json"), TOOLS).unwrap();
-    std::fs::write(dir.join("policy.json"), POLICY).unwrap();
-    let receipts = dir.join("receipts.jsonl");
-    let files = |p: &str| dir.join(p).display().to_string();
-    let upstream = format!("http://{upstream}");
-    let mut args = vec!["--upstream", &upstream, "--tools"];
-    let (tools, policy, descriptors, receipts_arg) = (
-        files("tools.json"),
-        files("policy.json"),
-        descriptors.display().to_string(),
-        receipts.display().to_string(),
-    );
-    args.extend([
-        tools.as_str(),
-        "--policy",
-        &policy,
-        "--descriptors",
-        &descriptors,
-        "--receipts",
-        &receipts_arg,
-    ]);
-    args.extend(extra);
-    let (gate, address, _) = gateway(&args);
-    (gate, address, receipts)
-}
-
 /// The `execution_status` of each record in `receipts`, once there are `count`.
 fn record_statuses(receipts: &std::path::Path, count: usize) -> Vec<String> {
     aml_test_support::wait_until("the records", support::WAIT, || {
@@ -265,7 +230,13 @@ fn record_statuses(receipts: &std::path::Path, count: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_upstream_leaves_calls_unknown_and_the_gateway_serving() {
     let (upstream, mut seen) = scripted_upstream().await;
-    let (mut gate, address, receipts) = gateway_before(upstream, "hostile-upstream", &[]);
+    let (mut gate, address, receipts) = gateway_on(
+        "hostile-upstream",
+        TOOLS,
+        POLICY,
+        &format!("http://{upstream}"),
+        &[],
+    );
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
         .unwrap()
         .connect()
@@ -369,7 +340,13 @@ async fn a_broken_upstream_leaves_calls_unknown_and_the_gateway_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_workers_share_the_listener_each_with_its_own_upstream_connection() {
     let (upstream, mut seen) = scripted_upstream().await;
-    let (mut gate, address, receipts) = gateway_before(upstream, "workers", &["--workers", "3"]);
+    let (mut gate, address, receipts) = gateway_on(
+        "workers",
+        TOOLS,
+        POLICY,
+        &format!("http://{upstream}"),
+        &["--workers", "3"],
+    );
     let calls = (0..12).map(|_| {
         let address = address.clone();
         tokio::spawn(async move {

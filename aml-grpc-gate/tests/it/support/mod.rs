@@ -140,6 +140,30 @@ pub fn gateway(args: &[&str]) -> (Running, String, Option<String>) {
     (running, address, page)
 }
 
+/// A gateway started in a scratch folder of its own (`tag`) with `tools` and `policy`, the
+/// test API's descriptor set, `--receipts` in that folder, and `extra` arguments, in front of
+/// `upstream_url`; returns it, its address and its receipts file.
+pub fn gateway_on(
+    tag: &str,
+    tools: &str,
+    policy: &str,
+    upstream_url: &str,
+    extra: &[&str],
+) -> (Running, String, PathBuf) {
+    let dir = aml_test_support::scratch_dir("grpc-gate", tag);
+    let descriptors = descriptor_set(&dir).display().to_string();
+    std::fs::write(dir.join("tools.json"), tools).unwrap();
+    std::fs::write(dir.join("policy.json"), policy).unwrap();
+    let receipts = dir.join("receipts.jsonl");
+    let files = |p: &str| dir.join(p).display().to_string();
+    let (tools, policy, receipts_arg) = (files("tools.json"), files("policy.json"), files("receipts.jsonl"));
+    let mut args = vec!["--upstream", upstream_url, "--tools", &tools, "--policy", &policy];
+    args.extend(["--descriptors", &descriptors, "--receipts", &receipts_arg]);
+    args.extend(extra);
+    let (gate, address, _) = gateway(&args);
+    (gate, address, receipts)
+}
+
 /// The lines of the upstream's request log.
 pub fn upstream_log(log: &Path) -> Vec<Value> {
     std::fs::read_to_string(log)

@@ -40,6 +40,7 @@ mod front;
 mod message;
 mod oauth;
 pub mod ops;
+mod param_headers;
 mod sse;
 mod upstream;
 

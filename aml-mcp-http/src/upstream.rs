@@ -1,7 +1,7 @@
 //! The HTTP upstream: the relay's server side as a Streamable HTTP client of a remote MCP
 //! server (plain `http://`; TLS is for a proxy in front, see the ADR).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ use tokio::task::AbortHandle;
 use crate::envelope::{encode_header_value, ClientMessage};
 use crate::message::{self, Peek};
 use crate::oauth::{ClientCredentials, CredentialsError, TokenSource};
+use crate::param_headers::{self, ToolHeaders};
 use crate::sse::Decoder;
 
 /// Idle connections kept for reuse.
@@ -166,6 +167,8 @@ pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, Upst
         version: Mutex::new(None),
         pool: Mutex::new(Vec::new()),
         stateless_calls: Mutex::new(HashMap::new()),
+        listings: Mutex::new(HashSet::new()),
+        param_headers: ToolHeaders::default(),
         to_relay,
         gone: Mutex::new(Some(gone)),
         config,
@@ -188,6 +191,11 @@ struct Client {
     /// 2026-07-28 requests waiting for their answer, by id (JSON text): cancelling one is
     /// closing its response stream.
     stateless_calls: Mutex<HashMap<String, AbortHandle>>,
+    /// 2026-07-28 `tools/list` requests waiting for their answer, by id (JSON text): each
+    /// answer teaches `param_headers` what the server's tools declare.
+    listings: Mutex<HashSet<String>>,
+    /// The `Mcp-Param-*` headers each tool of the server declares.
+    param_headers: ToolHeaders,
     to_relay: mpsc::Sender<Inbound>,
     gone: Mutex<Option<oneshot::Sender<String>>>,
     config: UpstreamConfig,
@@ -203,8 +211,11 @@ impl Client {
         while let Some(message) = from_relay.recv().await {
             let peek = Peek::of(&message).unwrap_or_default();
             if peek.is_request() && peek.method.as_deref() != Some("initialize") {
-                let headers = stateless_headers(&message);
+                let headers = stateless_headers(&message, &self.param_headers);
                 let id = peek.id.clone().unwrap_or_default();
+                if !headers.is_empty() && peek.method.as_deref() == Some("tools/list") {
+                    lock(&self.listings).insert(id.clone());
+                }
                 if headers.is_empty() {
                     tokio::spawn(self.clone().post(message, peek, headers));
                 } else {
@@ -240,6 +251,7 @@ impl Client {
     }
 
     async fn deliver(&self, message: &[u8]) {
+        self.learn_listing(message);
         let inbound = if message.len() > self.config.max_message_bytes {
             let prefix = Bytes::copy_from_slice(
                 &message[..aml_mcp::relay::frame::OVERSIZED_PREFIX.min(message.len())],
@@ -252,6 +264,20 @@ impl Client {
             Inbound::Message(message::one_line(message))
         };
         let _ = self.to_relay.send(inbound).await;
+    }
+
+    /// If `message` answers a 2026-07-28 `tools/list` of ours, learns its tools' `Mcp-Param-*`
+    /// declarations.
+    fn learn_listing(&self, message: &[u8]) {
+        if lock(&self.listings).is_empty() {
+            return;
+        }
+        let Some(id) = Peek::of(message).filter(Peek::is_response).and_then(|p| p.id) else {
+            return;
+        };
+        if lock(&self.listings).remove(&id) {
+            self.param_headers.learn(message);
+        }
     }
 
     /// Answers a request in the server's place (an HTTP error the server gave instead).
@@ -716,9 +742,10 @@ impl std::fmt::Display for SendError {
 }
 
 /// The headers 2026-07-28 puts on a request (`MCP-Protocol-Version` from its `_meta`,
-/// `Mcp-Method`, and `Mcp-Name` for the methods that name something); none for a request
-/// of the handshake era (no version in `_meta`).
-fn stateless_headers(message: &[u8]) -> Vec<(HeaderName, HeaderValue)> {
+/// `Mcp-Method`, `Mcp-Name` for the methods that name something, and for a `tools/call` the
+/// `Mcp-Param-*` headers its tool declares, from its arguments); none for a request of the
+/// handshake era (no version in `_meta`).
+fn stateless_headers(message: &[u8], param_headers: &ToolHeaders) -> Vec<(HeaderName, HeaderValue)> {
     let Some(read) = std::str::from_utf8(message)
         .ok()
         .and_then(|m| ClientMessage::read(m).ok())
@@ -743,6 +770,15 @@ fn stateless_headers(message: &[u8]) -> Vec<(HeaderName, HeaderValue)> {
     }
     if let Some(name) = &read.name {
         add("mcp-name", &encode_header_value(name));
+    }
+    let declared = (read.method.as_deref() == Some("tools/call"))
+        .then(|| read.name.as_deref().and_then(|tool| param_headers.of(tool)))
+        .flatten();
+    if let Some(declared) = declared {
+        headers.extend(param_headers::mirror(
+            &declared,
+            &param_headers::arguments_of(message),
+        ));
     }
     headers
 }

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use super::SessionInfo;
 use crate::envelope::{splice, ServerMessage};
+use crate::param_headers::ToolHeaders;
 use crate::{message, sse};
 
 /// SSE chunks queued for one POST before its progress notifications are dropped.
@@ -32,6 +33,8 @@ pub(crate) struct Stateless {
     links_by_caller: Mutex<HashMap<Option<String>, Arc<Link>>>,
     next_id: AtomicU64,
     links: AtomicU64,
+    /// What each tool declares as `Mcp-Param-*` headers, from the listings the links carry.
+    pub(crate) param_headers: ToolHeaders,
 }
 
 /// One relay connection for stateless requests.
@@ -60,6 +63,8 @@ struct Waiter {
     client_token: Option<Bytes>,
     tx: mpsc::Sender<Bytes>,
     sse: bool,
+    /// A `tools/list`: its answer teaches [`Stateless::param_headers`].
+    lists_tools: bool,
 }
 
 /// Why a request could not be registered.
@@ -212,7 +217,7 @@ impl Link {
         id: u64,
         client_id: &[u8],
         client_token: Option<&[u8]>,
-        sse: bool,
+        (sse, lists_tools): (bool, bool),
         max: usize,
     ) -> Result<Registered, Refused> {
         let mut waiting = self.lock();
@@ -231,6 +236,7 @@ impl Link {
                 client_token: client_token.map(Bytes::copy_from_slice),
                 tx,
                 sse,
+                lists_tools,
             },
         );
         Ok(Registered {
@@ -313,6 +319,11 @@ impl Link {
                     tracing::debug!(target: "aml_mcp_http", "an answer no stateless request waits for; dropped");
                     return;
                 };
+                if waiter.lists_tools {
+                    if let Some(home) = self.home.upgrade() {
+                        home.param_headers.learn(message);
+                    }
+                }
                 let restored = splice(message, &mut [(id, &waiter.client_id[..])]);
                 // Not awaited here: one slow reader must not hold up the others' answers.
                 tokio::spawn(answer_to(waiter, Bytes::from(restored)));
@@ -406,7 +417,10 @@ mod tests {
         };
         assert!(!Arc::ptr_eq(&alice, &bob), "each caller its own relay");
         // Alice has a request waiting; bob is idle: carol's link replaces bob's.
-        let _waiting = alice.register(home.next_id(), b"1", None, false, 4).ok().unwrap();
+        let _waiting = alice
+            .register(home.next_id(), b"1", None, (false, false), 4)
+            .ok()
+            .unwrap();
         let (carol, Some(_)) = home.link(peer, &who("carol"), 2).unwrap() else {
             panic!("a new link for carol")
         };
@@ -415,11 +429,14 @@ mod tests {
             "bob's relay saw its client leave"
         );
         assert!(matches!(
-            bob.register(home.next_id(), b"2", None, false, 4),
+            bob.register(home.next_id(), b"2", None, (false, false), 4),
             Err(Refused::Closed)
         ));
         // Alice and carol both busy: dave is refused, alice keeps hers.
-        let _also = carol.register(home.next_id(), b"3", None, false, 4).ok().unwrap();
+        let _also = carol
+            .register(home.next_id(), b"3", None, (false, false), 4)
+            .ok()
+            .unwrap();
         assert!(home.link(peer, &who("dave"), 2).is_err());
         let (again, None) = home.link(peer, &who("alice"), 2).unwrap() else {
             panic!("alice's own link")
@@ -438,10 +455,16 @@ mod tests {
         // The same link for the next request.
         assert!(home.link(peer, &None, 64).unwrap().1.is_none());
         let (a, b) = (home.next_id(), home.next_id());
-        let mut sse = link.register(a, b"\"x\"", Some(b"7"), true, 2).ok().unwrap();
-        let mut json = link.register(b, b"\"x\"", Some(b"7"), false, 2).ok().unwrap();
+        let mut sse = link
+            .register(a, b"\"x\"", Some(b"7"), (true, false), 2)
+            .ok()
+            .unwrap();
+        let mut json = link
+            .register(b, b"\"x\"", Some(b"7"), (false, false), 2)
+            .ok()
+            .unwrap();
         assert!(matches!(
-            link.register(99, b"1", None, false, 2),
+            link.register(99, b"1", None, (false, false), 2),
             Err(Refused::Full)
         ));
 
@@ -507,8 +530,11 @@ mod tests {
             panic!("a new link")
         };
         let (listen, plain) = (home.next_id(), home.next_id());
-        let mut stream = link.register(listen, b"\"sub\"", None, true, 4).ok().unwrap();
-        let mut json = link.register(plain, b"2", None, false, 4).ok().unwrap();
+        let mut stream = link
+            .register(listen, b"\"sub\"", None, (true, false), 4)
+            .ok()
+            .unwrap();
+        let mut json = link.register(plain, b"2", None, (false, false), 4).ok().unwrap();
         let note = |id: u64| {
             format!(
                 r#"{{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{{"_meta":{{"io.modelcontextprotocol/subscriptionId":{id}}}}}}}"#
@@ -544,7 +570,7 @@ mod tests {
             panic!("a new link")
         };
         let id = home.next_id();
-        let registered = link.register(id, b"5", None, true, 4).ok().unwrap();
+        let registered = link.register(id, b"5", None, (true, false), 4).ok().unwrap();
         drop(registered);
         let Some(Inbound::Message(note)) = relay.incoming.recv().await else {
             panic!("a cancellation")

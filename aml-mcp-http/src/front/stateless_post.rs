@@ -16,6 +16,7 @@ use super::stateless::{Link, Refused};
 use super::Shared;
 use crate::body::Body;
 use crate::envelope::{decode_header_value, splice, ClientMessage, META_PROTOCOL_VERSION};
+use crate::param_headers;
 
 /// JSON-RPC code for headers that disagree with the body (2026-07-28).
 pub(crate) const HEADER_MISMATCH: i64 = -32020;
@@ -32,6 +33,8 @@ pub(super) struct Routing {
     name: Option<String>,
     /// A routing header sent more than once (readers could take different copies).
     duplicated: Option<&'static str>,
+    /// The `Mcp-Param-*` headers sent.
+    params: HeaderMap,
 }
 
 impl Routing {
@@ -55,12 +58,19 @@ impl Routing {
         .into_iter()
         .find(|(_, twice)| *twice)
         .map(|(n, _)| n);
+        let mut params = HeaderMap::new();
+        for (key, value) in headers {
+            if key.as_str().starts_with("mcp-param-") {
+                params.append(key.clone(), value.clone());
+            }
+        }
         Routing {
             version: version.to_owned(),
             session: headers.contains_key("mcp-session-id"),
             method,
             name,
             duplicated,
+            params,
         }
     }
 }
@@ -157,6 +167,9 @@ pub(super) async fn post(
     if let Err(reply) = check_envelope(&routing, &read, &method, id) {
         return *reply;
     }
+    if let Err(why) = check_param_headers(shared, &routing, &read, &method, &body) {
+        return bad(Some(id), HEADER_MISMATCH, &why);
+    }
     if method == "initialize" {
         // The handshake would fix the shared server's era for every stateless client.
         return bad(
@@ -202,7 +215,7 @@ pub(super) async fn post(
         ours,
         id.as_bytes(),
         token.as_ref().map(|(_, t)| *t),
-        wants_sse,
+        (wants_sse, method == "tools/list"),
         shared.config.max_stateless_calls,
     ) {
         Ok(registered) => registered,
@@ -283,6 +296,29 @@ fn status_of(answer: &[u8]) -> StatusCode {
         Some(MISSING_CLIENT_CAPABILITY | UNSUPPORTED_PROTOCOL_VERSION) => StatusCode::BAD_REQUEST,
         _ => StatusCode::OK,
     }
+}
+
+/// A `tools/call`'s `Mcp-Param-*` headers against its arguments, for a tool whose listing
+/// (carried by this front) declares some; `Err` says how they disagree. A tool no listing has
+/// named is not checked: the front cannot know what it declares.
+fn check_param_headers(
+    shared: &Shared,
+    routing: &Routing,
+    read: &ClientMessage,
+    method: &str,
+    body: &[u8],
+) -> Result<(), String> {
+    if method != "tools/call" {
+        return Ok(());
+    }
+    let Some(declared) = read
+        .name
+        .as_deref()
+        .and_then(|tool| shared.stateless.param_headers.of(tool))
+    else {
+        return Ok(());
+    };
+    param_headers::check(&declared, &param_headers::arguments_of(body), &routing.params)
 }
 
 /// The per-request envelope and the headers that must repeat it; `Err` is the `400`.

@@ -22,6 +22,7 @@ mod http_interop;
 mod http_lockouts;
 mod http_oauth;
 mod http_oauth_scopes;
+mod http_param_headers;
 mod http_replicas;
 mod http_requester;
 mod http_stateless;

@@ -6,7 +6,8 @@ MODE: "auto" (probe server/discover, fall back to initialize) or "legacy" (initi
 the negotiated protocol version, tools/list, echo, countdown (its progress notifications),
 and secret (denied by the host). MODE "listen": a 2026-07-28 `subscriptions/listen` for tool
 list changes, then `announce`; reports what the subscription honoured and the event that
-came.
+came. MODE "regional": tools/list, then `regional` (the SDK sends `Mcp-Param-Region` for it
+when the listing declares it): the listed schema and the call.
 """
 import asyncio
 import json
@@ -47,6 +48,16 @@ async def main():
                     report["announce"] = call_report(await client.call_tool("announce", {}))
                     event = await asyncio.wait_for(sub.__anext__(), 20)
                     report["event"] = type(event).__name__
+            print(json.dumps(report))
+            return
+        if mode == "regional":
+            async with Client(transport, mode="auto", cache=None) as client:
+                listed = await client.list_tools()
+                schema = {t.name: t.input_schema for t in listed.tools}.get("regional")
+                report = {"protocol_version": client.protocol_version, "schema": schema}
+                report["regional"] = call_report(
+                    await client.call_tool("regional", {"region": "eu-west", "note": "hello"})
+                )
             print(json.dumps(report))
             return
         async with Client(transport, mode=mode, cache=None) as client:

@@ -154,11 +154,17 @@ pub struct HttpServer;
 
 impl HttpServer {
     pub fn start(audit: &Path) -> ListeningChild {
+        Self::start_with(audit, &[])
+    }
+
+    /// [`HttpServer::start`] with more environment (`AML_STATELESS_REGIONAL`).
+    pub fn start_with(audit: &Path, env: &[(&str, &str)]) -> ListeningChild {
         let port = free_port();
         let mut command = Command::new(python());
         command
             .arg(fixture("server.py"))
             .args(["http", &port.to_string()])
+            .envs(env.iter().copied())
             .env("AML_STATELESS_AUDIT", audit)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());

@@ -3,7 +3,10 @@
 era, for the gate's stateless HTTP tests.
 
 Tools: `echo(message)`; `slow_echo(message, seconds)` (answers after a pause);
-`countdown(steps)` (one progress notification per step, then "done"); `secret()` (the host
+`countdown(steps)` (one progress notification per step, then "done"); with
+AML_STATELESS_REGIONAL set, `regional(region, note)`, whose `region` the schema marks
+`x-mcp-header: Region` (2026-07-28 then requires a matching `Mcp-Param-Region` header);
+`secret()` (the host
 registers it but no rule allows it: a call must never arrive); `crash()` (the process exits
 without answering); `announce()` (tells 2026-07-28 subscribers that the tool list changed). Each call appends a JSON line
 `{"tool": …, "arguments": …}` to the file named by AML_STATELESS_AUDIT.
@@ -15,8 +18,10 @@ import asyncio
 import json
 import os
 import sys
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import Field
 
 app = MCPServer("aml-stateless-fixture")
 
@@ -48,6 +53,14 @@ async def countdown(steps: int, ctx: Context) -> str:
         await ctx.report_progress(step + 1, steps, f"step {step + 1}")
         await asyncio.sleep(0.05)
     return "done"
+
+
+if os.environ.get("AML_STATELESS_REGIONAL"):
+
+    @app.tool()
+    def regional(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})], note: str) -> str:
+        audit("regional", {"region": region, "note": note})
+        return f"{note} in {region}"
 
 
 @app.tool()

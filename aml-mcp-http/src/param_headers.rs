@@ -96,9 +96,11 @@ pub(crate) fn bindings(schema: &Value) -> Result<Vec<Binding>, String> {
         let integer = match kind.and_then(Value::as_str) {
             Some("integer") => true,
             Some("string" | "boolean") => false,
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "property {where_:?}: x-mcp-header is allowed on string, integer and boolean properties only"
-            )),
+            ))
+            }
         };
         let header = HeaderName::try_from(format!("{PREFIX}{}", token.to_ascii_lowercase()))
             .map_err(|_| format!("property {where_:?}: {token:?} makes no header name"))?;

@@ -349,7 +349,10 @@ async fn post(
             "Accept must list application/json or text/event-stream",
         );
     }
-    let stream = match session.open_post(&requests, !wants_sse, shared.config.max_calls_per_session) {
+    // An initialize is answered as JSON whenever the client takes it: the answer is then in
+    // hand before the headers, and a refused one names no session (ADR 015).
+    let as_json = !wants_sse || (initialize && wants_json);
+    let stream = match session.open_post(&requests, as_json, shared.config.max_calls_per_session) {
         Ok(stream) => stream,
         Err(Refused::Closed) => {
             return refuse(StatusCode::NOT_FOUND, first.as_deref(), "the session has ended")
@@ -375,7 +378,19 @@ async fn post(
     if !session.send(messages, trace.as_ref()).await {
         return refuse(StatusCode::NOT_FOUND, first.as_deref(), "the session has ended");
     }
-    let mut reply = if wants_sse {
+    if as_json {
+        let answer = collect(stream.rx, batch).await;
+        let refused =
+            initialize && first.as_deref().and_then(|init| handshake_failed(&answer, init)) == Some(true);
+        let mut reply = json_reply(StatusCode::OK, answer);
+        if initialize && !refused {
+            if let Ok(value) = HeaderValue::from_str(&session.id) {
+                reply.headers_mut().insert(SESSION_HEADER, value);
+            }
+        }
+        return reply;
+    }
+    let mut reply = {
         let mut reply = Response::new(Body::sse(stream.rx, shared.config.sse_keep_alive));
         reply.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -385,9 +400,8 @@ async fn post(
             .headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         reply
-    } else {
-        json_reply(StatusCode::OK, collect(stream.rx, batch).await)
     };
+    // An initialize whose client takes only SSE: the header goes before the answer is known.
     if initialize {
         if let Ok(value) = HeaderValue::from_str(&session.id) {
             reply.headers_mut().insert(SESSION_HEADER, value);

@@ -434,27 +434,35 @@ async fn raw_owned(addr: String, request: String) -> String {
 async fn an_initialize_the_server_refuses_opens_no_session_and_a_batch_cannot_hold_one() {
     let addr = front_addr().await;
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"refuse":true}}"#;
-    let reply = raw(&addr, post(&addr, None, "application/json", init)).await;
-    assert!(
-        reply.starts_with("HTTP/1.1 200") && reply.contains("-32602"),
-        "{reply}"
-    );
+    // Refused, whether the client takes JSON only or JSON and SSE: the answer carries the
+    // server's error and no session id.
+    for accept in ["application/json", "application/json, text/event-stream"] {
+        let reply = raw(&addr, post(&addr, None, accept, init)).await;
+        assert!(
+            reply.starts_with("HTTP/1.1 200") && reply.contains("-32602"),
+            "{accept}: {reply}"
+        );
+        assert!(
+            !reply.to_ascii_lowercase().contains("mcp-session-id"),
+            "{accept}: {reply}"
+        );
+    }
+    // An accepted one, with both, is answered as JSON with its session id.
+    let accepted = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+    let reply = raw(
+        &addr,
+        post(&addr, None, "application/json, text/event-stream", accepted),
+    )
+    .await;
+    assert!(reply.contains("content-type: application/json"), "{reply}");
     let session = reply
         .lines()
         .find_map(|l| l.strip_prefix("mcp-session-id: "))
-        .unwrap_or("none")
+        .unwrap_or_else(|| panic!("an accepted initialize names its session: {reply}"))
         .to_string();
     let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
-    let gone = aml_test_support::wait_until_async(
-        "the refused session to be gone (404)",
-        Duration::from_secs(10),
-        || async {
-            let gone = raw(&addr, post(&addr, Some(&session), "application/json", ping)).await;
-            gone.starts_with("HTTP/1.1 404").then_some(gone)
-        },
-    )
-    .await;
-    assert!(gone.starts_with("HTTP/1.1 404"), "{gone}");
+    let alive = raw(&addr, post(&addr, Some(&session), "application/json", ping)).await;
+    assert!(alive.starts_with("HTTP/1.1 200"), "{alive}");
     let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}]"#;
     let reply = raw(&addr, post(&addr, None, "application/json", batch)).await;
     assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");

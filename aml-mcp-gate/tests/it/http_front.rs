@@ -332,4 +332,29 @@ fn a_stream_that_broke_off_resumes_with_last_event_id() {
         resumed.body
     );
     assert!(resumed.body.contains("\"progress\":3"), "{}", resumed.body);
+
+    // A client that lost that stream too resumes again, from any event it saw: the same
+    // events come again (a finished stream is kept for resumption, ADR 015).
+    let resume = |last: &str| {
+        request(
+            gate.addr,
+            "GET",
+            &[
+                ("accept", "text/event-stream"),
+                ("mcp-session-id", &session),
+                ("last-event-id", last),
+            ],
+            "",
+        )
+    };
+    let again = resume(&first_id);
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.body, resumed.body);
+    let answer_id = format!("{stream_no}-{}", next + 2);
+    let after_progress = resume(&format!("{stream_no}-{next}"));
+    assert_eq!(after_progress.status, 200);
+    assert!(after_progress.body.contains(&format!("id: {answer_id}\n")), "{}", after_progress.body);
+    assert!(!after_progress.body.contains(&format!("id: {stream_no}-{next}\n")), "{}", after_progress.body);
+    // An event id no stream of this session has: 404.
+    assert_eq!(resume("999999-1").status, 404);
 }

@@ -234,10 +234,9 @@ impl Session {
                 }
                 if stream.is_get || stream.owed > 0 {
                     stream.tx = Some(tx);
-                } else {
-                    // Everything it owed was sent: the replay is all there is.
-                    state.streams.remove(&number);
                 }
+                // A finished stream: the replay is all there is, and the stream stays (among
+                // the last FINISHED_KEPT) for a client that loses this one too.
                 number
             }
             None => {

@@ -2,63 +2,16 @@
 //! are in the bytes, so the front can check the per-request envelope against the headers and
 //! put its own id and progress token in place of the client's (and back) by splicing bytes.
 
-use std::fmt;
 use std::ops::Range;
 
-use serde::de::{Deserializer, MapAccess, Visitor};
+pub(crate) use aml_mcp::relay::jsonrpc::splice;
+use aml_mcp::relay::jsonrpc::{range_in, Members};
 use serde_json::value::RawValue;
 
 /// `_meta` key of the protocol revision a 2026-07-28 request was sent under.
 pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 /// `_meta` key of the client's capabilities (required with the version).
 pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-
-/// The members of one JSON object, in order, each value as its own text within the message.
-struct Members<'a>(Vec<(String, &'a RawValue)>);
-
-impl<'de> serde::Deserialize<'de> for Members<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Collect;
-        impl<'de> Visitor<'de> for Collect {
-            type Value = Members<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut members: Vec<(String, &'de RawValue)> = Vec::new();
-                while let Some((key, value)) = map.next_entry::<String, &'de RawValue>()? {
-                    // Two readers could pick different copies of a duplicated member.
-                    if members.iter().any(|(k, _)| *k == key) {
-                        return Err(serde::de::Error::custom(format!("duplicate member {key:?}")));
-                    }
-                    members.push((key, value));
-                }
-                Ok(Members(members))
-            }
-        }
-        deserializer.deserialize_map(Collect)
-    }
-}
-
-impl<'a> Members<'a> {
-    /// The object `text` (a slice of the message), or `None` if it is not one.
-    fn of(text: &'a str) -> Result<Option<Members<'a>>, String> {
-        if text.trim_start().as_bytes().first() != Some(&b'{') {
-            return Ok(None);
-        }
-        serde_json::from_str(text).map(Some).map_err(|e| e.to_string())
-    }
-
-    fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
-    }
-}
-
-/// Where `value` (borrowed from `message`) sits in it.
-fn range_in(message: &str, value: &RawValue) -> Range<usize> {
-    let start = value.get().as_ptr() as usize - message.as_ptr() as usize;
-    start..start + value.get().len()
-}
 
 fn as_string(value: &RawValue) -> Option<String> {
     serde_json::from_str::<String>(value.get()).ok()
@@ -90,7 +43,7 @@ impl ClientMessage {
         let top = Members::of(message)?.ok_or("the body is not one JSON-RPC object")?;
         let mut read = ClientMessage {
             method: top.get("method").and_then(as_string),
-            id: top.get("id").map(|id| range_in(message, id)),
+            id: top.get("id").map(|id| range_in(message.as_bytes(), id)),
             ..ClientMessage::default()
         };
         let Some(params) = top.get("params") else {
@@ -111,7 +64,7 @@ impl ClientMessage {
         let Some(meta) = Members::of(meta.get())? else {
             return Ok(read);
         };
-        read.progress_token = meta.get("progressToken").map(|t| range_in(message, t));
+        read.progress_token = meta.get("progressToken").map(|t| range_in(message.as_bytes(), t));
         read.meta_version = meta.get(META_PROTOCOL_VERSION).map(as_string);
         read.has_capabilities = meta.get(META_CLIENT_CAPABILITIES).is_some();
         Ok(read)
@@ -148,10 +101,10 @@ impl ServerMessage {
         let id = top.get("id").filter(|id| id.get() != "null");
         match (top.get("method"), id) {
             (None, Some(id)) => ServerMessage::Answer {
-                id: range_in(message, id),
+                id: range_in(message.as_bytes(), id),
             },
             (Some(_), Some(id)) => ServerMessage::Request {
-                id: range_in(message, id),
+                id: range_in(message.as_bytes(), id),
             },
             (Some(_), None) => {
                 let Some(params) = top
@@ -166,33 +119,19 @@ impl ServerMessage {
                     .and_then(|m| m.get(SUBSCRIPTION_ID_META));
                 if let Some(id) = subscription {
                     return ServerMessage::Subscription {
-                        id: range_in(message, id),
+                        id: range_in(message.as_bytes(), id),
                     };
                 }
                 params
                     .get("progressToken")
                     .map(|t| ServerMessage::Progress {
-                        token: range_in(message, t),
+                        token: range_in(message.as_bytes(), t),
                     })
                     .unwrap_or(ServerMessage::Other)
             }
             (None, None) => ServerMessage::Other,
         }
     }
-}
-
-/// `message` with each range replaced (ranges must not overlap).
-pub(crate) fn splice(message: &[u8], replacements: &mut [(Range<usize>, &[u8])]) -> Vec<u8> {
-    replacements.sort_by_key(|(r, _)| r.start);
-    let mut out = Vec::with_capacity(message.len() + 32);
-    let mut at = 0;
-    for (range, with) in replacements.iter() {
-        out.extend_from_slice(&message[at..range.start]);
-        out.extend_from_slice(with);
-        at = range.end;
-    }
-    out.extend_from_slice(&message[at..]);
-    out
 }
 
 /// Decodes an `Mcp-Name` (or `Mcp-Param-*`) value: as sent, or the `=?base64?…?=` form.

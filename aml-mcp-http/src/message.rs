@@ -142,11 +142,7 @@ pub(crate) fn one_line(message: &[u8]) -> Bytes {
 
 /// A JSON-RPC error answer; `id` is JSON text (`null` when unknown).
 pub(crate) fn error(id: Option<&str>, code: i64, message: &str) -> Bytes {
-    let message = serde_json::to_string(message).unwrap_or_else(|_| "\"error\"".into());
-    Bytes::from(format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{{\"code\":{code},\"message\":{message}}}}}",
-        id.unwrap_or("null")
-    ))
+    aml_mcp::relay::jsonrpc::error_response(id.map(str::as_bytes), code, message, None)
 }
 
 #[cfg(test)]

@@ -99,13 +99,13 @@ pub(crate) fn is_valid_id(id: &RawValue) -> bool {
 }
 
 /// Where `inner` (a value parsed out of `outer`) lies in `outer`.
-pub(crate) fn range_in(outer: &[u8], inner: &RawValue) -> Range<usize> {
+pub fn range_in(outer: &[u8], inner: &RawValue) -> Range<usize> {
     let start = inner.get().as_ptr() as usize - outer.as_ptr() as usize;
     start..start + inner.get().len()
 }
 
-/// `message` with each range replaced (ranges in order, not overlapping).
-pub(crate) fn splice(message: &[u8], edits: &mut [(Range<usize>, &[u8])]) -> Vec<u8> {
+/// `message` with each range replaced (the ranges must not overlap; they are sorted here).
+pub fn splice(message: &[u8], edits: &mut [(Range<usize>, &[u8])]) -> Vec<u8> {
     edits.sort_by_key(|(range, _)| range.start);
     let extra: usize = edits.iter().map(|(_, with)| with.len()).sum();
     let mut out = Vec::with_capacity(message.len() + extra);
@@ -120,7 +120,7 @@ pub(crate) fn splice(message: &[u8], edits: &mut [(Range<usize>, &[u8])]) -> Vec
 }
 
 /// A JSON-RPC error answer. `id` is the raw id text (`null` when none could be read).
-pub(crate) fn error_response(id: Option<&[u8]>, code: i64, message: &str, data: Option<&Value>) -> Bytes {
+pub fn error_response(id: Option<&[u8]>, code: i64, message: &str, data: Option<&Value>) -> Bytes {
     let mut out = Vec::with_capacity(96 + message.len());
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(id.unwrap_or(b"null"));
@@ -153,17 +153,29 @@ pub(crate) fn json_string(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
 
-/// The members of a JSON object in their order, values as raw text; duplicate names are an
-/// error (two parsers could each read a different one).
+/// The members of a JSON object in their order, values as raw text borrowed from the
+/// message (so [`range_in`] finds them); duplicate names are an error (two parsers could each
+/// read a different one).
 #[derive(Debug)]
-pub(crate) struct Members<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);
+pub struct Members<'a>(pub(crate) Vec<(Cow<'a, str>, &'a RawValue)>);
 
 impl<'a> Members<'a> {
-    pub(crate) fn parse(object: &'a RawValue) -> serde_json::Result<Self> {
+    /// The members of `object`.
+    pub fn parse(object: &'a RawValue) -> serde_json::Result<Self> {
         serde_json::from_str(object.get())
     }
 
-    pub(crate) fn get(&self, name: &str) -> Option<&'a RawValue> {
+    /// The members of `text` if it is an object (`Ok(None)` if it is another JSON value);
+    /// `Err` says why it is not JSON, or names a duplicated member.
+    pub fn of(text: &'a str) -> Result<Option<Self>, String> {
+        if text.trim_start().as_bytes().first() != Some(&b'{') {
+            return Ok(None);
+        }
+        serde_json::from_str(text).map(Some).map_err(|e| e.to_string())
+    }
+
+    /// The value of member `name`.
+    pub fn get(&self, name: &str) -> Option<&'a RawValue> {
         self.0.iter().find(|(k, _)| k == name).map(|(_, v)| *v)
     }
 }

@@ -33,7 +33,7 @@ mod deferred;
 pub mod frame;
 mod from_client;
 mod from_upstream;
-mod jsonrpc;
+pub mod jsonrpc;
 mod kinds;
 mod pins;
 mod session;

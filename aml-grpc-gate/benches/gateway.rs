@@ -234,7 +234,11 @@ fn gateway_process(dir: &Path, pool: &DescriptorPool, upstream: &str) -> (Gatewa
         file: pool.file_descriptor_protos().cloned().collect(),
     };
     std::fs::write(dir.join("api.pb"), set.encode_to_vec()).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aml-grpc-gate"))
+    // AML_GRPC_GATE_BIN: another build of the binary, to compare it in the same run's terms.
+    let binary = std::env::var_os("AML_GRPC_GATE_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_aml-grpc-gate").into());
+    let mut child = std::process::Command::new(binary)
         .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
         .arg("--tools")
         .arg(dir.join("tools.json"))

@@ -203,6 +203,7 @@ fn settle(args: RunArgs) -> run::Settings {
         approval_port: args.approval_port.unwrap_or(0),
         approval_page,
         relay: aml_mcp::relay::RelayConfig::default()
+            .with_product("aml-mcp-gate")
             .with_upstream_timeout(seconds(args.upstream_timeout, 120, "--upstream-timeout"))
             .with_handshake_timeout(seconds(args.handshake_timeout, 30, "--handshake-timeout"))
             .with_sampling(args.sampling.unwrap_or(cli::Setting::Refuse).into())

@@ -144,7 +144,7 @@ fn check(client_id: Bytes, env: &Envelope<'_>, params: Option<Value>) -> Result<
     };
     if let Some(unknown) = params.keys().find(|k| !FORWARDED.contains(&k.as_str())) {
         return Err(Checked::BadParams(format!(
-            "aml-mcp-gate does not forward the tools/call member {unknown:?}: it would reach the server without being in the approved digest"
+            "the gate does not forward the tools/call member {unknown:?}: it would reach the server without being in the approved digest"
         )));
     }
     let name = match params.remove("name") {
@@ -559,7 +559,10 @@ impl Forward {
             Err(_) => {
                 self.relay.state().pending.insert(upstream_id, Pending::Cancelled);
                 self.relay
-                    .cancel_upstream(upstream_id, "aml-mcp-gate: no answer in time")
+                    .cancel_upstream(
+                        upstream_id,
+                        &format!("{}: no answer in time", self.relay.config.product),
+                    )
                     .await;
                 return Err(ForwardError::Timeout(limit));
             }

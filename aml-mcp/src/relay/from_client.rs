@@ -31,8 +31,8 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
         Inbound::Traced { message, trace } => (message, Some(trace)),
         Inbound::Oversized { prefix, len } => {
             let message = format!(
-                "invalid request: the message is {len} bytes, over aml-mcp-gate's limit of {} bytes",
-                relay.config.max_message_bytes
+                "invalid request: the message is {len} bytes, over {}'s limit of {} bytes",
+                relay.config.product, relay.config.max_message_bytes
             );
             let id = scan_id(&prefix);
             return relay
@@ -117,8 +117,10 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
                 return;
             }
             if let Some(reason) = gone {
-                let message =
-                    format!("aml-mcp-gate: the upstream server is gone ({reason}); nothing was sent");
+                let message = format!(
+                    "{}: the upstream server is gone ({reason}); nothing was sent",
+                    relay.config.product
+                );
                 return relay
                     .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
                     .await;
@@ -172,7 +174,10 @@ fn client_info(message: &serde_json::Map<String, Value>) -> Option<std::sync::Ar
 
 /// MCP has no batches: each request in one gets its own `-32600`.
 async fn answer_batch(relay: &Relay, items: &[Value]) {
-    let message = "invalid request: aml-mcp-gate does not take JSON-RPC batches (MCP removed them); send each message alone";
+    let message = format!(
+        "invalid request: {} does not take JSON-RPC batches (MCP removed them); send each message alone",
+        relay.config.product
+    );
     let ids: Vec<Bytes> = items
         .iter()
         .filter_map(|item| item.get("id"))
@@ -180,13 +185,18 @@ async fn answer_batch(relay: &Relay, items: &[Value]) {
         .map(|id| Bytes::from(id.to_string()))
         .collect();
     if ids.is_empty() {
-        return relay.answer_error(None, jsonrpc::INVALID_REQUEST, message).await;
+        return relay.answer_error(None, jsonrpc::INVALID_REQUEST, &message).await;
     }
     let answers: Vec<String> = ids
         .iter()
         .map(|id| {
-            String::from_utf8_lossy(&error_response(Some(id), jsonrpc::INVALID_REQUEST, message, None))
-                .into_owned()
+            String::from_utf8_lossy(&error_response(
+                Some(id),
+                jsonrpc::INVALID_REQUEST,
+                &message,
+                None,
+            ))
+            .into_owned()
         })
         .collect();
     relay
@@ -257,6 +267,7 @@ async fn expire(relay: Arc<Relay>, upstream_id: u64, method: String, limit: Dura
             }) => {
                 state.flights.remove(&flight);
                 state.pending.insert(upstream_id, Pending::Cancelled);
+                relay.room.notify_one();
                 client_id
             }
             Some(other) => {
@@ -266,12 +277,18 @@ async fn expire(relay: Arc<Relay>, upstream_id: u64, method: String, limit: Dura
             None => return,
         }
     };
-    let message = format!("aml-mcp-gate: the upstream server did not answer {method} within {limit:?}");
+    let message = format!(
+        "{}: the upstream server did not answer {method} within {limit:?}",
+        relay.config.product
+    );
     relay
         .answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message)
         .await;
     relay
-        .cancel_upstream(upstream_id, "aml-mcp-gate: no answer in time")
+        .cancel_upstream(
+            upstream_id,
+            &format!("{}: no answer in time", relay.config.product),
+        )
         .await;
     if matches!(method.as_str(), "initialize" | "server/discover") {
         relay.fail(format!(

@@ -73,8 +73,8 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
                 _ if expect_client_answer(relay, id.get().as_bytes()) => relay.answer(bytes.clone()).await,
                 _ => {
                     let message = format!(
-                        "aml-mcp-gate: {} requests of this server already wait for the client's answer (the limit); not relayed",
-                        relay.config.max_in_flight
+                        "{}: {} requests of this server already wait for the client's answer (the limit); not relayed",
+                        relay.config.product, relay.config.max_in_flight
                     );
                     let answer = error_response(
                         Some(id.get().as_bytes()),
@@ -135,7 +135,7 @@ async fn echoed(relay: &Relay, method: &str) {
         match waiting {
             Pending::Relayed { client_id, timer, .. } => {
                 timer.abort();
-                let message = format!("aml-mcp-gate: {why}");
+                let message = format!("{}: {why}", relay.config.product);
                 relay
                     .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
                     .await;
@@ -186,8 +186,8 @@ async fn reply(relay: &Relay, id: &str, answer: Reply) {
             match answer {
                 Some(answer) => relay.answer(Bytes::from(answer)).await,
                 None => {
-                    let text = "aml-mcp-gate: the server's answer could not be read";
-                    relay.answer_error(Some(&client_id), -32603, text).await
+                    let text = format!("{}: the server's answer could not be read", relay.config.product);
+                    relay.answer_error(Some(&client_id), -32603, &text).await
                 }
             }
         }
@@ -223,7 +223,10 @@ async fn unreadable(relay: &Relay, id: Option<Bytes>, why: String) {
     match waiting {
         Some(Pending::Relayed { client_id, timer, .. }) => {
             timer.abort();
-            let message = format!("aml-mcp-gate: the server's answer could not be read: {why}");
+            let message = format!(
+                "{}: the server's answer could not be read: {why}",
+                relay.config.product
+            );
             relay.answer_error(Some(&client_id), -32603, &message).await;
         }
         Some(Pending::Call { reply }) => {
@@ -235,7 +238,7 @@ async fn unreadable(relay: &Relay, id: Option<Bytes>, why: String) {
         None => {
             tracing::warn!(target: "aml_mcp::relay", "dropped a message from the server: {why}");
             if let Some(id) = id {
-                let message = format!("aml-mcp-gate could not read this message: {why}");
+                let message = format!("{} could not read this message: {why}", relay.config.product);
                 let answer = error_response(Some(&id), jsonrpc::INVALID_REQUEST, &message, None);
                 let _ = relay.to_upstream.send(answer).await;
             }
@@ -246,12 +249,13 @@ async fn unreadable(relay: &Relay, id: Option<Bytes>, why: String) {
 /// A server request the host does not relay: answered with an error, recorded.
 async fn refuse_server_request(relay: &Relay, id: &str, method: &str) {
     let setting = if method == "sampling/createMessage" {
-        "--sampling"
+        "sampling"
     } else {
-        "--elicitation"
+        "elicitation"
     };
     let message = format!(
-        "aml-mcp-gate: the host does not relay {method} from this server to the client ({setting} relay allows it)"
+        "{}: the host does not relay {method} from this server to the client (its {setting} setting `relay` allows it)",
+        relay.config.product
     );
     relay.record_refusal(method, Refusal::ServerRequestRefused, message.clone());
     let answer = error_response(Some(id.as_bytes()), jsonrpc::REFUSED_BY_HOST, &message, None);

@@ -100,6 +100,9 @@ pub struct RelayConfig {
     /// Who the client is (the Cedar principal, what budgets count per, named in records):
     /// [`Caller::local`](aml_core::Caller::local) on stdio, a bearer token's name over HTTP.
     pub caller: aml_core::Caller,
+    /// The name the relay's own messages give it (`aml-mcp` unless the host names its
+    /// product, as the `aml-mcp-gate` binary does), so an error says which program wrote it.
+    pub product: std::borrow::Cow<'static, str>,
 }
 
 impl Default for RelayConfig {
@@ -114,6 +117,7 @@ impl Default for RelayConfig {
             gone_grace: Duration::from_secs(3),
             max_in_flight: 1024,
             caller: aml_core::Caller::local(),
+            product: std::borrow::Cow::Borrowed("aml-mcp"),
         }
     }
 }
@@ -157,6 +161,11 @@ impl RelayConfig {
     /// Sets [`caller`](Self::caller).
     pub fn with_caller(mut self, caller: aml_core::Caller) -> Self {
         self.caller = caller;
+        self
+    }
+    /// Sets [`product`](Self::product).
+    pub fn with_product(mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.product = name.into();
         self
     }
     /// Sets [`max_in_flight`](Self::max_in_flight) (at least 1).

@@ -189,7 +189,9 @@ async fn request_page(relay: &Relay, cursor: Option<&str>) -> Result<super::sess
         Ok(Err(_)) => Err("the relay stopped".into()),
         Err(_) => {
             relay.state().pending.insert(id, Pending::Cancelled);
-            relay.cancel_upstream(id, "aml-mcp-gate: no answer in time").await;
+            relay
+                .cancel_upstream(id, &format!("{}: no answer in time", relay.config.product))
+                .await;
             Err(format!("the server did not answer tools/list within {limit:?}"))
         }
     }

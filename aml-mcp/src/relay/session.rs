@@ -20,10 +20,6 @@ use crate::ForwardError;
 
 const PROBE_ID: &str = "\"aml-mcp-gate:probe\"";
 
-/// How often a session at its in-flight limit looks again (a request that ran out of time
-/// makes room without a message to wake the session).
-const FULL_RECHECK: Duration = Duration::from_millis(20);
-
 /// How a relay session ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -171,6 +167,9 @@ pub(crate) struct Relay {
     /// Set when the session cannot go on (the upstream failed the handshake).
     fatal: Mutex<Option<String>>,
     fatal_signal: tokio::sync::Notify,
+    /// A request ran out of time and left room under the in-flight limit: wakes a session
+    /// that stopped reading its client at the limit (no message comes to wake it).
+    pub(crate) room: tokio::sync::Notify,
     pub(crate) tools: RelayTools,
     pub(crate) config: RelayConfig,
     pub(crate) to_client: mpsc::Sender<Bytes>,
@@ -261,6 +260,7 @@ pub async fn run(
     let relay = Arc::new(Relay {
         fatal: Mutex::new(None),
         fatal_signal: tokio::sync::Notify::new(),
+        room: tokio::sync::Notify::new(),
         client: std::sync::OnceLock::new(),
         tools,
         config,
@@ -311,7 +311,7 @@ pub async fn run(
                 }
             },
             Some(_) = calls.join_next(), if !calls.is_empty() => {}
-            _ = tokio::time::sleep(FULL_RECHECK), if full => {}
+            _ = relay.room.notified(), if full => {}
             _ = sleep_until(gone_at.map(|at| at + grace)), if gone_at.is_some() => break,
             _ = &mut fatal => {
                 // Calls in flight still answer their clients and leave their receipts.
@@ -403,7 +403,8 @@ async fn answer_unanswered(relay: &Relay) {
         .collect();
     let limit = relay.config.drain_timeout;
     let message = format!(
-        "aml-mcp-gate: the server did not answer within {limit:?} of the client closing its input; the gate is stopping"
+        "{}: the server did not answer within {limit:?} of the client closing its input; the gate is stopping",
+        relay.config.product
     );
     for client_id in waiting {
         relay
@@ -435,7 +436,7 @@ async fn upstream_gone(relay: &Relay, reason: String) {
         match waiting {
             Pending::Relayed { client_id, timer, .. } => {
                 timer.abort();
-                let message = format!("aml-mcp-gate: the upstream server is gone ({reason})");
+                let message = format!("{}: the upstream server is gone ({reason})", relay.config.product);
                 relay
                     .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
                     .await;

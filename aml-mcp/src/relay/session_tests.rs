@@ -424,6 +424,32 @@ async fn at_its_in_flight_limit_a_client_is_not_read_until_a_request_is_answered
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_request_that_runs_out_of_time_makes_room_at_the_in_flight_limit() {
+    let config = RelayConfig::default()
+        .with_max_in_flight(1)
+        .with_upstream_timeout(Duration::from_secs(30));
+    let mut ends = start(config);
+    for n in 0..2 {
+        let ping = json!({"jsonrpc": "2.0", "id": n, "method": "ping"});
+        ends.to_relay.send(message(ping)).await.unwrap();
+    }
+    parse(ends.server_out.recv().await.unwrap());
+    // The server never answers: at 30 s the first request gets its timeout error, and the
+    // second goes out (the request's own timer wakes the session at the limit).
+    let timed_out = parse(ends.from_relay.recv().await.unwrap());
+    assert_eq!(timed_out["id"], 0);
+    assert_eq!(timed_out["error"]["code"], crate::relay::UPSTREAM_TIMEOUT);
+    let cancel = parse(ends.server_out.recv().await.unwrap());
+    assert_eq!(cancel["method"], "notifications/cancelled");
+    let second = tokio::time::timeout(Duration::from_secs(60), ends.server_out.recv())
+        .await
+        .expect("the waiting request goes out once the first ran out of time")
+        .unwrap();
+    assert_eq!(parse(second)["method"], "ping");
+    drop(ends.exit);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_server_request_the_relay_cannot_read_is_answered_not_left_waiting() {
     let mut ends = start(RelayConfig::default());
     for (id, text) in [

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use aml_core::{sink_fn, ActionBoundary, Policy, ReceiptSink, Record};
 use aml_mcp::relay::{
-    run, CallObserver, Connection, DeferredSink, ForwardWrapper, Inbound, OutboundTraces, RelayConfig,
+    run, CallObserver, Connection, DeferredSink, ForwardWrapper, Inbound, OutboundTraces, Peer, RelayConfig,
     RelayTools, Upstream,
 };
 use bytes::Bytes;
@@ -33,7 +33,7 @@ use criterion::{criterion_group, Criterion};
 use nix::time::{clock_gettime, ClockId};
 use serde_json::json;
 use tokio::runtime::Runtime;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// One relay in front of an in-process server, and the client's ends of it.
 struct Relay {
@@ -95,25 +95,16 @@ fn relay(rt: &Runtime, mode: Mode) -> Relay {
         tools = tools.with_outbound_traces(outbound.clone());
         traces = Some(tracer);
     }
-    let (to_relay, incoming) = mpsc::channel(16);
-    let (outgoing, from_relay) = mpsc::channel::<Bytes>(16);
-    let (server_in, up_incoming) = mpsc::channel(16);
-    let (up_outgoing, mut server_out) = mpsc::channel::<Bytes>(16);
-    let (exit, exited) = oneshot::channel::<String>();
-    let upstream = Upstream {
-        connection: Connection {
-            incoming: up_incoming,
-            outgoing: up_outgoing,
-        },
-        exited,
-    };
-    rt.spawn(run(
-        tools,
-        RelayConfig::default(),
-        Connection { incoming, outgoing },
+    let (client, Peer { to_relay, from_relay }) = Connection::in_memory(16);
+    let (
         upstream,
-        Vec::new(),
-    ));
+        Peer {
+            to_relay: server_in,
+            from_relay: mut server_out,
+        },
+        exit,
+    ) = Upstream::in_memory(16);
+    rt.spawn(run(tools, RelayConfig::default(), client, upstream, Vec::new()));
     rt.spawn(async move {
         let _exit = exit;
         while let Some(request) = server_out.recv().await {

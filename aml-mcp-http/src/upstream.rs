@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aml_mcp::relay::{Connection, Inbound, OutboundTraces, TransportTrace, Upstream};
+use aml_mcp::relay::{Inbound, OutboundTraces, Peer, TransportTrace, Upstream};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -156,9 +156,7 @@ pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, Upst
         }
         headers.push((name, value));
     }
-    let (to_relay, incoming) = mpsc::channel(1024);
-    let (outgoing, from_relay) = mpsc::channel(1024);
-    let (gone, exited) = oneshot::channel();
+    let (upstream, Peer { to_relay, from_relay }, gone) = Upstream::in_memory(1024);
     let client = Arc::new(Client {
         uri,
         address,
@@ -174,10 +172,7 @@ pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, Upst
         config,
     });
     tokio::spawn(client.run(from_relay));
-    Ok(Upstream {
-        connection: Connection { incoming, outgoing },
-        exited,
-    })
+    Ok(upstream)
 }
 
 struct Client {

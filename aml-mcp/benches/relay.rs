@@ -7,11 +7,10 @@
 use std::sync::Arc;
 
 use aml_core::{ActionBoundary, NoSink, Policy};
-use aml_mcp::relay::{run, Connection, Inbound, RelayConfig, RelayTools, Upstream};
+use aml_mcp::relay::{run, Connection, Inbound, Peer, RelayConfig, RelayTools, Upstream};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -27,25 +26,22 @@ fn bench(c: &mut Criterion) {
     let boundary = ActionBoundary::builder(Arc::new(policy)).sink(NoSink).build();
     let tools = RelayTools::from_json(&catalog.to_string(), boundary).unwrap();
 
-    let (to_relay, incoming) = mpsc::channel(16);
-    let (outgoing, mut from_relay) = mpsc::channel::<Bytes>(16);
-    let (server_in, up_incoming) = mpsc::channel(16);
-    let (up_outgoing, mut server_out) = mpsc::channel::<Bytes>(16);
-    let (_exit, exited) = oneshot::channel();
-    let upstream = Upstream {
-        connection: Connection {
-            incoming: up_incoming,
-            outgoing: up_outgoing,
+    let (
+        client,
+        Peer {
+            to_relay,
+            mut from_relay,
         },
-        exited,
-    };
-    rt.spawn(run(
-        tools,
-        RelayConfig::default(),
-        Connection { incoming, outgoing },
+    ) = Connection::in_memory(16);
+    let (
         upstream,
-        Vec::new(),
-    ));
+        Peer {
+            to_relay: server_in,
+            from_relay: mut server_out,
+        },
+        _exit,
+    ) = Upstream::in_memory(16);
+    rt.spawn(run(tools, RelayConfig::default(), client, upstream, Vec::new()));
     // The server: answers each request with the fixture's result.
     rt.spawn(async move {
         while let Some(request) = server_out.recv().await {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aml_core::{ActionBoundary, Policy};
 use aml_mcp::relay::{
-    frame::LineFramer, run, Connection, Inbound, RelayConfig, RelayEnd, RelayTools, Upstream,
+    frame::LineFramer, run, Connection, Inbound, Peer, RelayConfig, RelayEnd, RelayTools, Upstream,
 };
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -54,22 +54,13 @@ pub fn start() -> Ends {
         .with_upstream_timeout(UPSTREAM_TIMEOUT)
         .with_handshake_timeout(UPSTREAM_TIMEOUT)
         .with_max_message_bytes(MAX_MESSAGE);
-    let (to_relay, incoming) = mpsc::channel(64);
-    let (outgoing, from_relay) = mpsc::channel(1024);
-    let (server_in, up_incoming) = mpsc::channel(64);
-    let (up_outgoing, server_out) = mpsc::channel(1024);
-    let (exit, exited) = oneshot::channel();
-    let upstream = Upstream {
-        connection: Connection {
-            incoming: up_incoming,
-            outgoing: up_outgoing,
-        },
-        exited,
-    };
+    let (client, Peer { to_relay, from_relay }) = Connection::in_memory(1024);
+    let (upstream, Peer { to_relay: server_in, from_relay: server_out }, exit) =
+        Upstream::in_memory(1024);
     let relay = tokio::spawn(run(
         tools,
         config,
-        Connection { incoming, outgoing },
+        client,
         upstream,
         Vec::new(),
     ));

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use aml_mcp::relay::{Connection, INVALID_REQUEST, PARSE_ERROR};
+use aml_mcp::relay::{Connection, Peer, INVALID_REQUEST, PARSE_ERROR};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -467,8 +467,13 @@ async fn open_session(
         )));
     }
     let session_id: String = token.iter().map(|b| format!("{b:02x}")).collect();
-    let (to_relay, incoming) = mpsc::channel(1024);
-    let (outgoing, mut from_relay) = mpsc::channel::<Bytes>(1024);
+    let (
+        connection,
+        Peer {
+            to_relay,
+            mut from_relay,
+        },
+    ) = Connection::in_memory(1024);
     let number = shared.opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let name = format!("session {number}");
     let session = Arc::new(Session::new(
@@ -534,12 +539,7 @@ async fn open_session(
         stateless: false,
         caller: caller_of(shared, client),
     };
-    if shared
-        .new_sessions
-        .send((Connection { incoming, outgoing }, info))
-        .await
-        .is_err()
-    {
+    if shared.new_sessions.send((connection, info)).await.is_err() {
         return Err(Box::new(refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             id,

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use aml_mcp::relay::{Connection, Inbound, TransportTrace, UPSTREAM_GONE};
+use aml_mcp::relay::{Connection, Inbound, Peer, TransportTrace, UPSTREAM_GONE};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
@@ -153,8 +153,7 @@ impl Stateless {
                 link.to_relay.lock().unwrap_or_else(|e| e.into_inner()).take();
             }
         }
-        let (to_relay, incoming) = mpsc::channel(1024);
-        let (outgoing, from_relay) = mpsc::channel::<Bytes>(1024);
+        let (connection, Peer { to_relay, from_relay }) = Connection::in_memory(1024);
         let link = Arc::new(Link {
             to_relay: Mutex::new(Some(to_relay)),
             waiting: Mutex::new(Waiting::default()),
@@ -172,7 +171,7 @@ impl Stateless {
             caller: caller.clone(),
         };
         tracing::info!(target: "aml_mcp_http", %peer, link = %info.id, "stateless (2026-07-28) relay connection opened");
-        Ok((link, Some((Connection { incoming, outgoing }, info))))
+        Ok((link, Some((connection, info))))
     }
 
     /// How many links are open (each has a relay and a server of its own).

@@ -185,6 +185,37 @@ pub struct Connection {
     pub outgoing: mpsc::Sender<Bytes>,
 }
 
+impl Connection {
+    /// An in-memory connection and the peer's end of it, each direction holding up to
+    /// `capacity` messages (a transport, a test or a bench drives the peer's end).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use aml_mcp::relay::{Connection, Inbound};
+    ///
+    /// let (mut connection, mut peer) = Connection::in_memory(8);
+    /// peer.to_relay.send(Inbound::Message("{}".into())).await.unwrap();
+    /// assert!(matches!(connection.incoming.recv().await, Some(Inbound::Message(_))));
+    /// connection.outgoing.send("[]".into()).await.unwrap();
+    /// assert_eq!(&peer.from_relay.recv().await.unwrap()[..], b"[]");
+    /// # }
+    /// ```
+    pub fn in_memory(capacity: usize) -> (Connection, Peer) {
+        let (to_relay, incoming) = mpsc::channel(capacity);
+        let (outgoing, from_relay) = mpsc::channel(capacity);
+        (Connection { incoming, outgoing }, Peer { to_relay, from_relay })
+    }
+}
+
+/// The peer's end of an in-memory [`Connection`].
+#[derive(Debug)]
+pub struct Peer {
+    /// What the peer sends the relay.
+    pub to_relay: mpsc::Sender<Inbound>,
+    /// What the relay sends the peer; `None` once the relay has let go of the connection.
+    pub from_relay: mpsc::Receiver<Bytes>,
+}
+
 /// The server side: its messages, and a signal when the server process has ended (its exit
 /// status as text).
 #[derive(Debug)]
@@ -194,4 +225,15 @@ pub struct Upstream {
     /// Fires when the server has exited, with its exit status; never fires for a server that
     /// is not a process of ours.
     pub exited: tokio::sync::oneshot::Receiver<String>,
+}
+
+impl Upstream {
+    /// An in-memory server: the upstream for the relay, the server's end of it, and what
+    /// reports the server's exit. Keep the sender for as long as the server runs: dropping
+    /// it tells the relay the server has exited.
+    pub fn in_memory(capacity: usize) -> (Upstream, Peer, tokio::sync::oneshot::Sender<String>) {
+        let (connection, server) = Connection::in_memory(capacity);
+        let (exit, exited) = tokio::sync::oneshot::channel();
+        (Upstream { connection, exited }, server, exit)
+    }
 }

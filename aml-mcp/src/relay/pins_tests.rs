@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::relay::{run, Connection, Inbound, RelayConfig, RelayTools, Upstream};
+use crate::relay::{run, Connection, Inbound, Peer, RelayConfig, RelayTools, Upstream};
 
 const VERDICT: &str = "aml.action-boundary/verdict";
 
@@ -42,25 +42,16 @@ fn start(config: RelayConfig) -> Ends {
         .sink(sink.clone())
         .build();
     let tools = RelayTools::from_json(&catalog.to_string(), boundary).unwrap();
-    let (to_relay, incoming) = mpsc::channel(16);
-    let (outgoing, from_relay) = mpsc::channel(16);
-    let (server_in, up_incoming) = mpsc::channel(16);
-    let (up_outgoing, server_out) = mpsc::channel(16);
-    let (exit, exited) = oneshot::channel();
-    let upstream = Upstream {
-        connection: Connection {
-            incoming: up_incoming,
-            outgoing: up_outgoing,
-        },
-        exited,
-    };
-    tokio::spawn(run(
-        tools,
-        config,
-        Connection { incoming, outgoing },
+    let (client, Peer { to_relay, from_relay }) = Connection::in_memory(16);
+    let (
         upstream,
-        Vec::new(),
-    ));
+        Peer {
+            to_relay: server_in,
+            from_relay: server_out,
+        },
+        exit,
+    ) = Upstream::in_memory(16);
+    tokio::spawn(run(tools, config, client, upstream, Vec::new()));
     Ends {
         to_relay,
         from_relay,

@@ -9,6 +9,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::relay::Peer;
+
 use super::*;
 
 pub(super) struct Ends {
@@ -36,25 +38,16 @@ pub(super) fn start_with(config: RelayConfig, host: impl FnOnce(RelayTools) -> R
         .sink(sink.clone())
         .build();
     let tools = host(RelayTools::from_json(catalog, boundary).unwrap());
-    let (to_relay, incoming) = mpsc::channel(16);
-    let (outgoing, from_relay) = mpsc::channel(16);
-    let (server_in, up_incoming) = mpsc::channel(16);
-    let (up_outgoing, server_out) = mpsc::channel(16);
-    let (exit, exited) = oneshot::channel();
-    let upstream = Upstream {
-        connection: Connection {
-            incoming: up_incoming,
-            outgoing: up_outgoing,
-        },
-        exited,
-    };
-    let relay = tokio::spawn(run(
-        tools,
-        config,
-        Connection { incoming, outgoing },
+    let (client, Peer { to_relay, from_relay }) = Connection::in_memory(16);
+    let (
         upstream,
-        Vec::new(),
-    ));
+        Peer {
+            to_relay: server_in,
+            from_relay: server_out,
+        },
+        exit,
+    ) = Upstream::in_memory(16);
+    let relay = tokio::spawn(run(tools, config, client, upstream, Vec::new()));
     Ends {
         to_relay,
         from_relay,

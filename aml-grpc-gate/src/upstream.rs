@@ -129,82 +129,74 @@ impl Upstream {
         message: &[u8],
         max_response_bytes: usize,
     ) -> Result<UnaryAnswer, UpstreamError> {
-        let exchange = self.exchange(path, metadata, timeout, message, max_response_bytes);
+        let exchange = async {
+            let (uri, headers) = self.request(path, metadata, timeout)?;
+            let request = || {
+                let mut request = http::Request::new(());
+                *request.method_mut() = http::Method::POST;
+                *request.uri_mut() = uri.clone();
+                *request.headers_mut() = headers.clone();
+                request
+            };
+            let mut frame = BytesMut::with_capacity(5 + message.len());
+            frame.put_u8(0);
+            frame.put_u32(
+                u32::try_from(message.len())
+                    .map_err(|_| UpstreamError::Failed("message too large".into()))?,
+            );
+            frame.put_slice(message);
+            let (response, mut body) = self.open_stream(request).await?;
+            // Queued with the headers: both leave in the connection's next write.
+            body.send_data(frame.freeze(), true)
+                .map_err(|e| UpstreamError::Failed(e.to_string()))?;
+            let response = response.await.map_err(|e| UpstreamError::Failed(e.to_string()))?;
+            let (parts, mut received) = response.into_parts();
+            if parts.status != http::StatusCode::OK {
+                return Ok(UnaryAnswer::Status(Status::new(
+                    code_for_http(parts.status),
+                    format!("the upstream answered HTTP {}", parts.status),
+                )));
+            }
+            if received.is_end_stream() {
+                // Trailers-only: the status is in the headers.
+                return status_from(&parts.headers).map(UnaryAnswer::Status);
+            }
+            let mut data = BytesMut::new();
+            while let Some(chunk) = received.data().await {
+                let chunk = chunk.map_err(|e| UpstreamError::Failed(e.to_string()))?;
+                let _ = received.flow_control().release_capacity(chunk.len());
+                if data.len() + chunk.len() > max_response_bytes.saturating_add(5) {
+                    return Err(UpstreamError::Malformed(format!(
+                        "the response message is larger than {max_response_bytes} bytes"
+                    )));
+                }
+                data.extend_from_slice(&chunk);
+            }
+            let trailers = received
+                .trailers()
+                .await
+                .map_err(|e| UpstreamError::Failed(e.to_string()))?
+                .ok_or_else(|| UpstreamError::Malformed("no trailers (no grpc-status)".into()))?;
+            let status = status_from(&trailers)?;
+            if status.code() != Code::Ok {
+                return Ok(UnaryAnswer::Status(status));
+            }
+            let message = one_message(data.freeze())?;
+            let mut headers = parts.headers;
+            for (key, value) in status.metadata().as_ref() {
+                headers.append(key.clone(), value.clone());
+            }
+            Ok(UnaryAnswer::Message {
+                message,
+                metadata: MetadataMap::from_headers(headers),
+            })
+        };
         match timeout {
             None => exchange.await,
             Some(left) => tokio::time::timeout(left, exchange)
                 .await
                 .unwrap_or(Err(UpstreamError::DeadlinePassed)),
         }
-    }
-
-    async fn exchange(
-        &self,
-        path: &str,
-        metadata: MetadataMap,
-        timeout: Option<Duration>,
-        message: &[u8],
-        max_response_bytes: usize,
-    ) -> Result<UnaryAnswer, UpstreamError> {
-        let (uri, headers) = self.request(path, metadata, timeout)?;
-        let request = || {
-            let mut request = http::Request::new(());
-            *request.method_mut() = http::Method::POST;
-            *request.uri_mut() = uri.clone();
-            *request.headers_mut() = headers.clone();
-            request
-        };
-        let mut frame = BytesMut::with_capacity(5 + message.len());
-        frame.put_u8(0);
-        frame.put_u32(
-            u32::try_from(message.len()).map_err(|_| UpstreamError::Failed("message too large".into()))?,
-        );
-        frame.put_slice(message);
-        let (response, mut body) = self.open_stream(request).await?;
-        // Queued with the headers: both leave in the connection's next write.
-        body.send_data(frame.freeze(), true)
-            .map_err(|e| UpstreamError::Failed(e.to_string()))?;
-        let response = response.await.map_err(|e| UpstreamError::Failed(e.to_string()))?;
-        let (parts, mut received) = response.into_parts();
-        if parts.status != http::StatusCode::OK {
-            return Ok(UnaryAnswer::Status(Status::new(
-                code_for_http(parts.status),
-                format!("the upstream answered HTTP {}", parts.status),
-            )));
-        }
-        if received.is_end_stream() {
-            // Trailers-only: the status is in the headers.
-            return status_from(&parts.headers).map(UnaryAnswer::Status);
-        }
-        let mut data = BytesMut::new();
-        while let Some(chunk) = received.data().await {
-            let chunk = chunk.map_err(|e| UpstreamError::Failed(e.to_string()))?;
-            let _ = received.flow_control().release_capacity(chunk.len());
-            if data.len() + chunk.len() > max_response_bytes.saturating_add(5) {
-                return Err(UpstreamError::Malformed(format!(
-                    "the response message is larger than {max_response_bytes} bytes"
-                )));
-            }
-            data.extend_from_slice(&chunk);
-        }
-        let trailers = received
-            .trailers()
-            .await
-            .map_err(|e| UpstreamError::Failed(e.to_string()))?
-            .ok_or_else(|| UpstreamError::Malformed("no trailers (no grpc-status)".into()))?;
-        let status = status_from(&trailers)?;
-        if status.code() != Code::Ok {
-            return Ok(UnaryAnswer::Status(status));
-        }
-        let message = one_message(data.freeze())?;
-        let mut headers = parts.headers;
-        for (key, value) in status.metadata().as_ref() {
-            headers.append(key.clone(), value.clone());
-        }
-        Ok(UnaryAnswer::Message {
-            message,
-            metadata: MetadataMap::from_headers(headers),
-        })
     }
 
     /// The URI and headers of a call to `path`.

@@ -58,14 +58,7 @@ fn mcp_param_headers_are_sent_to_the_server_and_checked_at_the_front() {
     write_config(&dir);
     add_regional(&dir);
     let server = HttpServer::start_with(&dir.join("audit.jsonl"), &[("AML_STATELESS_REGIONAL", "1")]);
-    let mut args = gate_args(&dir);
-    args.extend([
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--upstream".into(),
-        server.url(),
-    ]);
-    let gate = Gate::start(&args);
+    let gate = gate_to(&dir, server.url());
 
     // The server does refuse a call without the header (so a call through the gate that runs
     // proves the gate sent it).
@@ -130,7 +123,63 @@ fn mcp_param_headers_are_sent_to_the_server_and_checked_at_the_front() {
         );
     }
 
-    // The server ran the SDK's call and the two that agreed; nothing refused reached it.
+    // Every other shape the wire allows, each with a header that disagrees with its body:
+    // answered at once, and none reaches the server as a call.
+    let mut wrong = call_headers("regional", JSON_ONLY);
+    wrong.push(("mcp-param-region", "us-east"));
+    // A notification: 202, dropped (2026-07-28 defines none from client to server).
+    let note = modern(
+        json!(null),
+        "notifications/progress",
+        json!({"progressToken": 1, "progress": 1}),
+    );
+    let note = note.replacen("\"id\":null,", "", 1);
+    assert_eq!(request(gate.addr, "POST", &wrong, &note).status, 202);
+    // A tools/call without an id: 202, and the relay drops it (and records it), never forwards it.
+    let idless = call(
+        json!(null),
+        "regional",
+        json!({"region": "eu-west", "note": "idless"}),
+        None,
+    )
+    .replacen("\"id\":null,", "", 1);
+    assert!(!idless.contains("\"id\""), "{idless}");
+    assert_eq!(request(gate.addr, "POST", &wrong, &idless).status, 202);
+    // A batch: 400, as every 2026-07-28 batch.
+    let batch = format!(
+        "[{}]",
+        call(
+            json!(6),
+            "regional",
+            json!({"region": "eu-west", "note": "batch"}),
+            None
+        )
+    );
+    let refused = request(gate.addr, "POST", &wrong, &batch);
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert_eq!(error_code(&refused), Some(-32600), "{}", refused.body);
+    // The handshake era has no Mcp-Param-* headers: one sent there is not read, and the call
+    // is gated, and runs, by its body (the server runs it with the body's region).
+    let session = open_session(gate.addr, &[]);
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "regional", "arguments": {"region": "eu-west", "note": "session"}}})
+    .to_string();
+    let headers = [
+        JSON_ONLY,
+        CONTENT_JSON,
+        ("mcp-session-id", session.as_str()),
+        ("mcp-param-region", "us-east"),
+    ];
+    let handshake = request(gate.addr, "POST", &headers, &body);
+    assert_eq!(handshake.status, 200, "{}", handshake.body);
+    assert!(
+        handshake.body.contains("session in eu-west"),
+        "{}",
+        handshake.body
+    );
+
+    // The server ran the SDK's call, the two that agreed and the session's; nothing refused
+    // or dropped reached it.
     let audit = read(&dir, "audit.jsonl");
     let regions: Vec<String> = audit
         .lines()
@@ -138,5 +187,12 @@ fn mcp_param_headers_are_sent_to_the_server_and_checked_at_the_front() {
         .filter(|l| l["tool"] == "regional")
         .map(|l| l["arguments"]["region"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(regions, ["eu-west", "eu-west", "Zürich"], "{audit}");
+    assert_eq!(regions, ["eu-west", "eu-west", "Zürich", "eu-west"], "{audit}");
+    let notes: Vec<String> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["tool"] == "regional")
+        .map(|l| l["arguments"]["note"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(notes, ["hello", "raw", "raw", "session"], "{audit}");
 }

@@ -116,14 +116,7 @@ fn http_to_http_the_gate_relays_2026_07_28_to_a_remote_server_without_a_session(
     let dir = work("stateless-http-http");
     write_config(&dir);
     let server = HttpServer::start(&dir.join("audit.jsonl"));
-    let mut args = gate_args(&dir);
-    args.extend([
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--upstream".into(),
-        server.url(),
-    ]);
-    let gate = Gate::start(&args);
+    let gate = gate_to(&dir, server.url());
     let gated = python_client(&gate.url, "", "auto");
     assert_eq!(gated["protocol_version"], MODERN, "{gated}");
     assert_eq!(

@@ -101,6 +101,14 @@ pub fn gate_with_policy(dir: &Path, policy: &str, extra: &[&str], tee: bool) -> 
     Gate::start(&args)
 }
 
+/// The gate serving HTTP (`--listen`) in front of the Streamable HTTP server at `url`, with
+/// `dir`'s tools and policy.
+pub fn gate_to(dir: &Path, url: String) -> Gate {
+    let mut args = gate_args(dir);
+    args.extend(["--listen".into(), "127.0.0.1:0".into(), "--upstream".into(), url]);
+    Gate::start(&args)
+}
+
 pub fn read(dir: &Path, file: &str) -> String {
     std::fs::read_to_string(dir.join(file)).unwrap_or_default()
 }

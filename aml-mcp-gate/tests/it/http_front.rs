@@ -370,6 +370,19 @@ fn a_stream_that_broke_off_resumes_with_last_event_id() {
         "{}",
         after_progress.body
     );
-    // An event id no stream of this session has: 404.
-    assert_eq!(resume("999999-1").status, 404);
+    // An event id no stream of this session has, or one that is not `STREAM-SEQ`: 404, at
+    // once, and the session goes on.
+    let long = "7".repeat(4000);
+    for hostile in [
+        "999999-1",
+        "abc",
+        "1-",
+        "-1",
+        "1-x",
+        "18446744073709551616-1",
+        long.as_str(),
+    ] {
+        assert_eq!(resume(hostile).status, 404, "{hostile:.40}");
+    }
+    assert_eq!(resume(&first_id).status, 200);
 }

@@ -1,7 +1,7 @@
 //! The HTTP upstream: the relay's server side as a Streamable HTTP client of a remote MCP
 //! server (plain `http://`; TLS is for a proxy in front, see the ADR).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -165,7 +165,6 @@ pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, Upst
         version: Mutex::new(None),
         pool: Mutex::new(Vec::new()),
         stateless_calls: Mutex::new(HashMap::new()),
-        listings: Mutex::new(HashSet::new()),
         param_headers: ToolHeaders::default(),
         to_relay,
         gone: Mutex::new(Some(gone)),
@@ -186,10 +185,8 @@ struct Client {
     /// 2026-07-28 requests waiting for their answer, by id (JSON text): cancelling one is
     /// closing its response stream.
     stateless_calls: Mutex<HashMap<String, AbortHandle>>,
-    /// 2026-07-28 `tools/list` requests waiting for their answer, by id (JSON text): each
-    /// answer teaches `param_headers` what the server's tools declare.
-    listings: Mutex<HashSet<String>>,
-    /// The `Mcp-Param-*` headers each tool of the server declares.
+    /// The `Mcp-Param-*` headers each tool of the server declares, learned from the answers
+    /// to the `tools/list` requests this client posts.
     param_headers: ToolHeaders,
     to_relay: mpsc::Sender<Inbound>,
     gone: Mutex<Option<oneshot::Sender<String>>>,
@@ -208,9 +205,6 @@ impl Client {
             if peek.is_request() && peek.method.as_deref() != Some("initialize") {
                 let headers = stateless_headers(&message, &self.param_headers);
                 let id = peek.id.clone().unwrap_or_default();
-                if !headers.is_empty() && peek.method.as_deref() == Some("tools/list") {
-                    lock(&self.listings).insert(id.clone());
-                }
                 if headers.is_empty() {
                     tokio::spawn(self.clone().post(message, peek, headers));
                 } else {
@@ -246,7 +240,6 @@ impl Client {
     }
 
     async fn deliver(&self, message: &[u8]) {
-        self.learn_listing(message);
         let inbound = if message.len() > self.config.max_message_bytes {
             let prefix = Bytes::copy_from_slice(
                 &message[..aml_mcp::relay::frame::OVERSIZED_PREFIX.min(message.len())],
@@ -261,16 +254,11 @@ impl Client {
         let _ = self.to_relay.send(inbound).await;
     }
 
-    /// If `message` answers a 2026-07-28 `tools/list` of ours, learns its tools' `Mcp-Param-*`
-    /// declarations.
-    fn learn_listing(&self, message: &[u8]) {
-        if lock(&self.listings).is_empty() {
-            return;
-        }
-        let Some(id) = Peek::of(message).filter(Peek::is_response).and_then(|p| p.id) else {
-            return;
-        };
-        if lock(&self.listings).remove(&id) {
+    /// Learns the tools' `Mcp-Param-*` declarations when `answer` (read as `peek`) answers
+    /// `request`, a `tools/list`: where the answer to a request of ours is already told apart.
+    fn learn_if_listing(&self, request: &Peek, answer: &Peek, message: &[u8]) {
+        if request.method.as_deref() == Some("tools/list") && answer.is_response() && answer.id == request.id
+        {
             self.param_headers.learn(message);
         }
     }
@@ -388,7 +376,9 @@ impl Client {
             Ok(body) => match message::split(&body) {
                 Ok(messages) => {
                     for m in &messages {
-                        self.note_version(m);
+                        let answer = Peek::of(m).unwrap_or_default();
+                        self.note_version(&answer);
+                        self.learn_if_listing(&peek, &answer, m);
                         self.deliver(m).await;
                     }
                 }
@@ -399,9 +389,9 @@ impl Client {
         }
     }
 
-    fn note_version(&self, message: &[u8]) {
-        if let Some(version) = Peek::of(message).and_then(|p| p.protocol_version) {
-            if let Ok(value) = HeaderValue::try_from(version) {
+    fn note_version(&self, message: &Peek) {
+        if let Some(version) = &message.protocol_version {
+            if let Ok(value) = HeaderValue::try_from(version.as_str()) {
                 *lock(&self.version) = Some(value);
             }
         }
@@ -438,7 +428,10 @@ impl Client {
                                 continue;
                             }
                             let peek = Peek::of(&event.data).unwrap_or_default();
-                            self.note_version(&event.data);
+                            if let Some(request) = &request {
+                                self.learn_if_listing(request, &peek, &event.data);
+                            }
+                            self.note_version(&peek);
                             answered |= request
                                 .as_ref()
                                 .is_some_and(|r| peek.is_response() && peek.id == r.id);

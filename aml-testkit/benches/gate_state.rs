@@ -16,16 +16,10 @@ mod support;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use aml_mcp::relay::Inbound;
-use aml_mcp_http::{http_upstream, UpstreamConfig};
-use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
-use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use support::peer::{self, median, ListeningGate, Peer, Setup};
 
 /// Sequential calls per path, interleaved.
 const SEQUENTIAL: usize = 2000;
@@ -36,115 +30,6 @@ const PIPELINED_RUNS: usize = 5;
 const SESSIONS: usize = 32;
 const SESSION_CALLS: usize = 50;
 const HTTP_RUNS: usize = 3;
-
-const CALL: &str = r#""method":"tools/call","params":{"name":"send_notice","arguments":{"to":"team@example.test","body":"Build passed."}}}"#;
-
-/// A process spoken to with newline-delimited JSON-RPC on its stdin and stdout.
-struct Peer {
-    name: &'static str,
-    child: Child,
-    input: BufWriter<ChildStdin>,
-    output: Lines<BufReader<ChildStdout>>,
-    next_id: u64,
-}
-
-impl Peer {
-    async fn start(name: &'static str, program: &Path, args: &[String], audit: &Path) -> Peer {
-        let mut child = Command::new(program)
-            .args(args)
-            .env("AML_NOTICE_AUDIT", audit)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let input = BufWriter::new(child.stdin.take().unwrap());
-        let output = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut peer = Peer {
-            name,
-            child,
-            input,
-            output,
-            next_id: 1,
-        };
-        peer.send(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"gate-state-bench","version":"1"}}}"#)
-            .await;
-        peer.answer(0).await;
-        peer.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-            .await;
-        peer
-    }
-
-    async fn send(&mut self, line: &str) {
-        self.input.write_all(line.as_bytes()).await.unwrap();
-        self.input.write_all(b"\n").await.unwrap();
-        self.input.flush().await.unwrap();
-    }
-
-    /// Reads until the answer to `id` (skipping notifications); checks it is a result.
-    async fn answer(&mut self, id: u64) {
-        loop {
-            let line = self
-                .output
-                .next_line()
-                .await
-                .unwrap()
-                .unwrap_or_else(|| panic!("{} closed", self.name));
-            let message: Value = serde_json::from_str(&line).unwrap();
-            if message["id"] == id {
-                assert!(message.get("result").is_some(), "{}: {message}", self.name);
-                assert_ne!(message["result"]["isError"], true, "{}: {message}", self.name);
-                return;
-            }
-        }
-    }
-
-    /// One `tools/call`, answered.
-    async fn call(&mut self) -> Duration {
-        let id = self.next_id;
-        self.next_id += 1;
-        let start = Instant::now();
-        self.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},{CALL}"#)).await;
-        self.answer(id).await;
-        start.elapsed()
-    }
-
-    /// `n` calls written at once while the answers are read; the time until the last answer.
-    async fn pipelined(&mut self, n: usize) -> Duration {
-        let first = self.next_id;
-        self.next_id += n as u64;
-        let mut requests = String::new();
-        for id in first..first + n as u64 {
-            requests.push_str(&format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},{CALL}\n"));
-        }
-        let Peer {
-            input, output, name, ..
-        } = self;
-        let start = Instant::now();
-        let write = async {
-            input.write_all(requests.as_bytes()).await.unwrap();
-            input.flush().await.unwrap();
-        };
-        let read = async {
-            let mut answered = 0;
-            while answered < n {
-                let line = output
-                    .next_line()
-                    .await
-                    .unwrap()
-                    .unwrap_or_else(|| panic!("{name} closed"));
-                let message: Value = serde_json::from_str(&line).unwrap();
-                if message.get("id").is_some() {
-                    assert!(message.get("result").is_some(), "{name}: {message}");
-                    answered += 1;
-                }
-            }
-        };
-        tokio::join!(write, read);
-        start.elapsed()
-    }
-}
 
 /// The disk's yardstick: `fdatasync(2)` of one rewritten 4 KiB block of a file beside the
 /// state file, sampled between the calls so that it sees the same load they do.
@@ -172,11 +57,6 @@ impl Fdatasync {
     }
 }
 
-fn schema() -> Value {
-    json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
-           "required": ["to", "body"], "additionalProperties": false})
-}
-
 /// `--state` for the PostgreSQL database of `AML_POSTGRES_URL` (either form).
 fn postgres_state() -> String {
     let url = std::env::var("AML_POSTGRES_URL")
@@ -199,149 +79,13 @@ fn postgres_state() -> String {
     )
 }
 
-struct Setup {
-    dir: PathBuf,
-    fixture: PathBuf,
-}
-
-impl Setup {
-    /// The gate's arguments as users give them: policy, tools and state, nothing else (with a
-    /// database the records go there; with `memory`, as JSON lines to stderr, here nowhere).
-    fn gate_args(&self, state: &str, extra: &[&str]) -> Vec<String> {
-        let mut args: Vec<String> = vec![
-            "--policy".into(),
-            self.dir.join("policy.json").display().to_string(),
-            "--tools".into(),
-            self.dir.join("tools.json").display().to_string(),
-            "--state".into(),
-            state.into(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args.extend([
-            "--".into(),
-            self.fixture.display().to_string(),
-            "serve-notice-fixture".into(),
-        ]);
-        args
-    }
-}
-
-/// One HTTP session of the gate: initialized, ready for calls.
-struct Session {
-    outgoing: tokio::sync::mpsc::Sender<Bytes>,
-    incoming: tokio::sync::mpsc::Receiver<Inbound>,
-}
-
-impl Session {
-    async fn open(url: &str) -> Session {
-        let upstream = http_upstream(url, UpstreamConfig::default()).unwrap();
-        let mut session = Session {
-            outgoing: upstream.connection.outgoing,
-            incoming: upstream.connection.incoming,
-        };
-        session
-            .exchange(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"gate-state-bench","version":"1"}}}"#.into())
-            .await;
-        session
-            .outgoing
-            .send(Bytes::from_static(
-                b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}",
-            ))
-            .await
-            .unwrap();
-        session
-    }
-
-    async fn exchange(&mut self, message: String) -> Value {
-        self.outgoing.send(Bytes::from(message)).await.unwrap();
-        loop {
-            let inbound = tokio::time::timeout(Duration::from_secs(30), self.incoming.recv())
-                .await
-                .expect("an answer within 30 s")
-                .expect("the session stays open");
-            if let Inbound::Message(bytes) = inbound {
-                let value: Value = serde_json::from_slice(&bytes).unwrap();
-                if value.get("id").is_some() {
-                    assert!(value.get("result").is_some(), "{value}");
-                    return value;
-                }
-            }
-        }
-    }
-
-    /// `n` calls one after another.
-    async fn calls(mut self, n: usize) -> Session {
-        for id in 1..=n {
-            self.exchange(format!(r#"{{"jsonrpc":"2.0","id":{id},{CALL}"#))
-                .await;
-        }
-        self
-    }
-}
-
 /// Calls per second with [`SESSIONS`] HTTP sessions calling at once through a gate on
 /// `state`: the median of [`HTTP_RUNS`] runs.
 async fn http_throughput(setup: &Setup, state: &str) -> f64 {
-    let args = setup.gate_args(
-        state,
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--max-sessions",
-            "64",
-            "--max-sessions-per-client",
-            "64",
-        ],
-    );
-    let mut gate = Command::new(support::gate_binary())
-        .args(&args)
-        .env("AML_NOTICE_AUDIT", setup.dir.join("http-audit.jsonl"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(gate.stdout.take().unwrap()).lines();
-    let line = out
-        .next_line()
-        .await
-        .unwrap()
-        .expect("the gate says where it listens");
-    let url = line
-        .trim()
-        .strip_prefix("aml-mcp-gate: MCP at ")
-        .unwrap_or_else(|| panic!("{line}"))
-        .to_owned();
-    let mut sessions = Vec::new();
-    for _ in 0..SESSIONS {
-        sessions.push(Session::open(&url).await);
-    }
-    let mut rates = Vec::new();
-    for _ in 0..HTTP_RUNS {
-        let start = Instant::now();
-        let running: Vec<_> = sessions
-            .drain(..)
-            .map(|s| tokio::spawn(s.calls(SESSION_CALLS)))
-            .collect();
-        for task in running {
-            sessions.push(task.await.unwrap());
-        }
-        rates.push((SESSIONS * SESSION_CALLS) as f64 / start.elapsed().as_secs_f64());
-    }
-    drop(sessions);
-    if let Some(pid) = gate.id() {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status();
-    }
-    let _ = tokio::time::timeout(Duration::from_secs(20), gate.wait()).await;
-    median(rates)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+    let gate = ListeningGate::start(setup, state, None).await;
+    let rate = peer::http_throughput(&gate, SESSIONS, SESSION_CALLS, HTTP_RUNS).await;
+    gate.stop().await;
+    rate
 }
 
 fn us(d: Duration) -> f64 {
@@ -354,32 +98,14 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gate-state-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("policy.json"),
-        json!({"protocol": "aml-action-policy/1", "rules": [
-            {"tool": "send_notice", "effect": "send", "resource": "team@example.test", "requires_approval": false}]})
-        .to_string(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("tools.json"),
-        json!({"tools": [{"name": "send_notice", "effect": "send", "purpose": "Send a local notice",
-                          "resource": {"argument": "to"}, "input_schema": schema()}]})
-        .to_string(),
-    )
-    .unwrap();
-    let setup = Setup {
-        fixture: PathBuf::from(env!("CARGO_BIN_EXE_aml-testkit")),
-        dir: dir.clone(),
-    };
+    let setup = Setup::new(dir.clone());
     let sqlite = dir.join("state.sqlite3").display().to_string();
     let postgres = postgres_state();
     let mut disk = Fdatasync::beside(&dir);
 
     let gate = support::gate_binary();
     let forwarder = support::build_forwarder(&dir);
-    let serve = vec!["serve-notice-fixture".to_owned()];
+    let serve = setup.serve();
     let audit = dir.join("audit.jsonl");
     let mut peers = rt.block_on(async {
         vec![
@@ -453,7 +179,7 @@ fn bench(c: &mut Criterion) {
     });
 
     let (direct_p50, direct_p99) = sequential[0];
-    println!("gate_state, one run (load average {}):", load_average());
+    println!("gate_state, one run (load average {}):", support::load_average());
     println!(
         "  fdatasync on the state's filesystem ({}), sampled between the sequential calls: p50 {:.1} µs, p99 {:.1} µs",
         dir.display(),
@@ -542,12 +268,6 @@ fn bench(c: &mut Criterion) {
     );
     support::summary::write_summary("gate_state", rows, goals);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 criterion_group!(benches, bench);

@@ -88,5 +88,15 @@ pub(crate) fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
     (samples[n / 2], samples[n * 99 / 100])
 }
 
+/// The machine's load average (1, 5, 15 minutes), as a bench prints it beside its figures.
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 #[path = "summary.rs"]
 pub(crate) mod summary;
+
+#[path = "peer.rs"]
+pub(crate) mod peer;

@@ -3,16 +3,16 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aml_mcp::relay::{Inbound, OutboundTraces, Peer, TransportTrace, Upstream};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
@@ -24,6 +24,8 @@ use crate::sse::Decoder;
 
 /// Idle connections kept for reuse.
 const POOL: usize = 32;
+/// The pooled HTTP/1 client the upstream sends through.
+type HttpClient = hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>;
 /// A pooled connection unused this long is closed instead of reused. Servers end idle
 /// kept-alive connections (this crate's front after its `header_read_timeout`, 10 s by
 /// default); a request written just as the server closes one is lost with it, and cannot be
@@ -140,12 +142,9 @@ pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, Upst
         Some("https") => return Err(UpstreamError::Https(url.into())),
         _ => return Err(UpstreamError::BadUrl(url.into())),
     }
-    let authority = uri.authority().ok_or_else(|| UpstreamError::BadUrl(url.into()))?;
-    let address = format!(
-        "{}:{}",
-        authority.host().trim_matches(['[', ']']),
-        authority.port_u16().unwrap_or(80)
-    );
+    if uri.authority().is_none() {
+        return Err(UpstreamError::BadUrl(url.into()));
+    }
     let mut headers = Vec::new();
     for (name, value) in &config.headers {
         let name = HeaderName::try_from(name.as_str()).map_err(|_| UpstreamError::BadHeader(name.clone()))?;
@@ -157,13 +156,25 @@ pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, Upst
         headers.push((name, value));
     }
     let (upstream, Peer { to_relay, from_relay }, gone) = Upstream::in_memory(1024);
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(config.connect_timeout));
+    // A request that a pooled connection closed before writing any of it goes once more on
+    // a new connection (`retry_canceled_requests`); one that was written never does (it may
+    // have reached the server). Idle connections are closed before the server's keep-alive
+    // limit would close them under a request.
+    let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(POOL_IDLE)
+        .pool_max_idle_per_host(POOL)
+        .pool_timer(TokioTimer::new())
+        .retry_canceled_requests(true)
+        .build(connector);
     let client = Arc::new(Client {
         uri,
-        address,
+        http,
         headers,
         session: Mutex::new(None),
         version: Mutex::new(None),
-        pool: Mutex::new(Vec::new()),
         stateless_calls: Mutex::new(HashMap::new()),
         param_headers: ToolHeaders::default(),
         to_relay,
@@ -176,12 +187,10 @@ pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, Upst
 
 struct Client {
     uri: Uri,
-    address: String,
+    http: HttpClient,
     headers: Vec<(HeaderName, HeaderValue)>,
     session: Mutex<Option<HeaderValue>>,
     version: Mutex<Option<HeaderValue>>,
-    /// Kept connections, each with when it was last handed back.
-    pool: Mutex<Vec<(SendRequest<Full<Bytes>>, Instant)>>,
     /// 2026-07-28 requests waiting for their answer, by id (JSON text): cancelling one is
     /// closing its response stream.
     stateless_calls: Mutex<HashMap<String, AbortHandle>>,
@@ -543,8 +552,7 @@ impl Client {
                     trace,
                     authorization.clone(),
                 )
-                .await
-                .map_err(SendError::Transport)?;
+                .await?;
             match (&self.config.tokens, authorization) {
                 (Some(tokens), Some(used)) if response.status() == StatusCode::UNAUTHORIZED && !retried => {
                     tracing::info!(target: "aml_mcp_http", "the upstream {} refused the gate's access token (401): getting a new one", self.uri);
@@ -567,12 +575,8 @@ impl Client {
         stateless: &[(HeaderName, HeaderValue)],
         trace: Option<&TransportTrace>,
         authorization: Option<HeaderValue>,
-    ) -> Result<Response<Incoming>, String> {
-        let path = self.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        let mut request = Request::builder().method(method.clone()).uri(path).header(
-            header::HOST,
-            self.uri.authority().map(|a| a.as_str()).unwrap_or(""),
-        );
+    ) -> Result<Response<Incoming>, SendError> {
+        let mut request = Request::builder().method(method.clone()).uri(self.uri.clone());
         request = match method {
             Method::GET => request.header(header::ACCEPT, "text/event-stream"),
             _ => request
@@ -609,124 +613,35 @@ impl Client {
                 }
             }
         }
-        let request = request
-            .body(Full::new(body.unwrap_or_default()))
-            .map_err(|e| e.to_string())?;
-        // A pooled connection the server closed while it was idle (its keep-alive limit) can
-        // fail a request before any of it is written: hyper hands the request back, and it
-        // goes once more on a new connection. A request that was written is never re-sent.
-        let request = match self.try_send(request, true).await? {
-            Ok(response) => return Ok(response),
-            Err(unsent) => unsent,
-        };
-        match self.try_send(request, false).await? {
-            Ok(response) => Ok(response),
-            Err(_) => Err("a new connection to the server closed before the request was sent".into()),
-        }
-    }
-
-    /// Sends `request` on a connection (`pooled`: a ready pooled one if there is one). `Ok(Err)`
-    /// hands back a request that was not sent because the connection had closed.
-    async fn try_send(
-        &self,
-        request: Request<Full<Bytes>>,
-        pooled: bool,
-    ) -> Result<Result<Response<Incoming>, Request<Full<Bytes>>>, String> {
-        let mut sender = self.connection(pooled).await?;
-        match sender.try_send_request(request).await {
-            Ok(response) => {
-                // Reused once hyper says it is ready again (after this response's body is
-                // read).
-                self.give_back(sender);
-                Ok(Ok(response))
-            }
-            Err(mut failed) => match failed.take_message() {
-                Some(unsent) => {
-                    tracing::debug!(target: "aml_mcp_http", "an upstream connection closed before the request was sent: {}", failed.error());
-                    Ok(Err(unsent))
-                }
-                None => Err(failed.into_error().to_string()),
-            },
-        }
-    }
-
-    /// A connection for one request: a ready pooled one when `pooled` allows it, else a new
-    /// one.
-    async fn connection(&self, pooled: bool) -> Result<SendRequest<Full<Bytes>>, String> {
-        if pooled {
-            if let Some(ready) = self.pooled().await {
-                return Ok(ready);
-            }
-        }
-        let connect = tokio::net::TcpStream::connect(&self.address);
-        let stream = tokio::time::timeout(self.config.connect_timeout, connect)
-            .await
-            .map_err(|_| format!("connecting to {} timed out", self.address))?
-            .map_err(|e| format!("cannot connect to {}: {e}", self.address))?;
-        let _ = stream.set_nodelay(true);
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(target: "aml_mcp_http", "upstream connection ended: {e}");
-            }
-        });
-        Ok(sender)
-    }
-
-    /// A pooled connection ready for a request, if there is one. A connection whose last
-    /// response was read a moment ago becomes ready once its own task has run, so a first
-    /// look that finds none ready lets the other tasks run and looks again; without that,
-    /// back-to-back requests each opened a new connection (and a gate's connection cap
-    /// filled with them).
-    async fn pooled(&self) -> Option<SendRequest<Full<Bytes>>> {
-        if let Some(ready) = self.ready_pooled() {
-            return Some(ready);
-        }
-        if lock(&self.pool).is_empty() {
-            return None;
-        }
-        tokio::task::yield_now().await;
-        self.ready_pooled()
-    }
-
-    /// The newest pooled connection that can take a request now (closed ones are dropped,
-    /// and so are idle ones unused for [`POOL_IDLE`]; one still streaming a response, such as
-    /// an SSE `GET`, stays pooled).
-    fn ready_pooled(&self) -> Option<SendRequest<Full<Bytes>>> {
-        let mut pool = lock(&self.pool);
-        pool.retain_mut(|(sender, since)| {
-            let stale = since.elapsed() >= POOL_IDLE && futures_ready(sender);
-            !sender.is_closed() && !stale
-        });
-        let ready = (0..pool.len()).rev().find(|&i| futures_ready(&mut pool[i].0))?;
-        Some(pool.remove(ready).0)
-    }
-
-    fn give_back(&self, sender: SendRequest<Full<Bytes>>) {
-        let mut pool = lock(&self.pool);
-        if pool.len() < POOL {
-            pool.push((sender, Instant::now()));
-        }
+        let request = request.body(Full::new(body.unwrap_or_default()))?;
+        Ok(self.http.request(request).await?)
     }
 }
 
 /// Why a request to the server got no answer.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 enum SendError {
     /// No access token could be had: the request was not sent.
+    #[error("{0}")]
     NoToken(String),
-    /// The request failed in transport.
-    Transport(String),
+    /// A header made the request unbuildable: it was not sent.
+    #[error("the request cannot be built: {0}")]
+    Request(#[from] hyper::http::Error),
+    /// The request failed in transport (connecting, writing or reading the answer's head).
+    #[error("{}", with_causes(.0))]
+    Transport(#[from] hyper_util::client::legacy::Error),
 }
 
-impl std::fmt::Display for SendError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SendError::NoToken(why) | SendError::Transport(why) => f.write_str(why),
-        }
+/// An error with what caused it, as one line (the client's own text names only its kind).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
     }
+    text
 }
 
 /// The headers 2026-07-28 puts on a request (`MCP-Protocol-Version` from its `_meta`,
@@ -769,11 +684,4 @@ fn stateless_headers(message: &[u8], param_headers: &ToolHeaders) -> Vec<(Header
         ));
     }
     headers
-}
-
-/// Whether a pooled connection can take a request now (without waiting).
-fn futures_ready(sender: &mut SendRequest<Full<Bytes>>) -> bool {
-    let waker = std::task::Waker::noop();
-    let mut cx = std::task::Context::from_waker(waker);
-    matches!(sender.poll_ready(&mut cx), std::task::Poll::Ready(Ok(())))
 }

@@ -15,7 +15,7 @@ use super::call::{refuse_call, start_call};
 use super::frame::Inbound;
 use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
 use super::kinds::{drop_client_request_without_id, is_notification_method, takes_client_answer};
-use super::session::{Flight, Pending, Relay, Timer};
+use super::session::{Flight, Pending, Relay};
 use crate::ForwardError;
 
 fn strict_limits(relay: &Relay) -> Limits {
@@ -235,9 +235,10 @@ async fn forward(
     let upstream_id = {
         let mut state = relay.state();
         let id = state.next_id();
-        let timer = Timer(limit.map(|limit| {
-            tokio::spawn(expire(Arc::clone(relay), id, method.to_owned(), limit)).abort_handle()
-        }));
+        let deadline = limit.map(|limit| (tokio::time::Instant::now() + limit, limit));
+        if let Some((at, _)) = deadline {
+            state.deadlines.insert((at, id));
+        }
         state.pending.insert(
             id,
             Pending::Relayed {
@@ -246,7 +247,8 @@ async fn forward(
                 tools_list: method == "tools/list",
                 handshake: matches!(method, "initialize" | "server/discover"),
                 subscription: method == SUBSCRIPTIONS_LISTEN,
-                timer,
+                deadline,
+                method: method.into(),
             },
         );
         state.flights.insert(key, Flight::Relayed(id));
@@ -256,19 +258,21 @@ async fn forward(
     let _ = relay.to_upstream.send(Bytes::from(relayed)).await;
 }
 
-/// A relayed request's time limit ran out.
-async fn expire(relay: Arc<Relay>, upstream_id: u64, method: String, limit: Duration) {
-    tokio::time::sleep(limit).await;
-    let client_id = {
+/// A relayed request's time limit ran out (the session's timer took it off).
+pub(crate) async fn expire(relay: &Relay, upstream_id: u64) {
+    let (client_id, method, limit) = {
         let mut state = relay.state();
         match state.pending.remove(&upstream_id) {
             Some(Pending::Relayed {
-                client_id, flight, ..
+                client_id,
+                flight,
+                method,
+                deadline: Some((_, limit)),
+                ..
             }) => {
                 state.flights.remove(&flight);
                 state.pending.insert(upstream_id, Pending::Cancelled);
-                relay.room.notify_one();
-                client_id
+                (client_id, method, limit)
             }
             Some(other) => {
                 state.pending.insert(upstream_id, other);
@@ -290,7 +294,7 @@ async fn expire(relay: Arc<Relay>, upstream_id: u64, method: String, limit: Dura
             &format!("{}: no answer in time", relay.config.product),
         )
         .await;
-    if matches!(method.as_str(), "initialize" | "server/discover") {
+    if matches!(&*method, "initialize" | "server/discover") {
         relay.fail(format!(
             "the server did not answer the client's {method} within {limit:?}"
         ));
@@ -309,9 +313,8 @@ async fn cancel(relay: &Relay, message: &[u8], env: &Envelope<'_>) {
         let mut state = relay.state();
         match state.flights.remove(&key) {
             Some(Flight::Relayed(id)) => {
-                if let Some(Pending::Relayed { timer, .. }) = state.pending.insert(id, Pending::Cancelled) {
-                    timer.abort();
-                }
+                state.take_pending(id);
+                state.pending.insert(id, Pending::Cancelled);
                 id
             }
             Some(Flight::Call {

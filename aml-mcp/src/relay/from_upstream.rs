@@ -130,11 +130,10 @@ async fn echoed(relay: &Relay, method: &str) {
     let why = format!(
         "the server sent the client's {method} back instead of answering it: it does not speak MCP (JSON-RPC) on stdio"
     );
-    let pending: Vec<Pending> = relay.state().pending.drain().map(|(_, p)| p).collect();
-    for waiting in pending {
+    let pending = relay.state().take_all_pending();
+    for (_, waiting) in pending {
         match waiting {
-            Pending::Relayed { client_id, timer, .. } => {
-                timer.abort();
+            Pending::Relayed { client_id, .. } => {
                 let message = format!("{}: {why}", relay.config.product);
                 relay
                     .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
@@ -159,7 +158,7 @@ async fn reply(relay: &Relay, id: &str, answer: Reply) {
     };
     let waiting = {
         let mut state = relay.state();
-        let waiting = state.pending.remove(&upstream_id);
+        let waiting = state.take_pending(upstream_id);
         if let Some(Pending::Relayed { flight, .. }) = &waiting {
             state.flights.remove(flight);
         }
@@ -170,10 +169,8 @@ async fn reply(relay: &Relay, id: &str, answer: Reply) {
             client_id,
             tools_list,
             handshake,
-            timer,
             ..
         }) => {
-            timer.abort();
             let answer = if tools_list {
                 observe_answer(relay, &answer.message);
                 let visible = |tool: &str| visible(&relay.tools, relay, tool);
@@ -213,7 +210,7 @@ async fn unreadable(relay: &Relay, id: Option<Bytes>, why: String) {
         .and_then(|id| std::str::from_utf8(id).ok()?.parse::<u64>().ok());
     let waiting = upstream_id.and_then(|id| {
         let mut state = relay.state();
-        let waiting = state.pending.remove(&id)?;
+        let waiting = state.take_pending(id)?;
         if let Pending::Relayed { flight, .. } = &waiting {
             state.flights.remove(flight);
         }
@@ -221,8 +218,7 @@ async fn unreadable(relay: &Relay, id: Option<Bytes>, why: String) {
         Some(waiting)
     });
     match waiting {
-        Some(Pending::Relayed { client_id, timer, .. }) => {
-            timer.abort();
+        Some(Pending::Relayed { client_id, .. }) => {
             let message = format!(
                 "{}: the server's answer could not be read: {why}",
                 relay.config.product

@@ -98,7 +98,11 @@ pub(crate) enum Pending {
         handshake: bool,
         /// A 2026-07-28 `subscriptions/listen`: its notifications name it.
         subscription: bool,
-        timer: Timer,
+        /// When it is answered with an error if the server has not answered it (none for a
+        /// request that stays open by design, a 2026-07-28 `subscriptions/listen`), and the
+        /// limit that gives, in [`State::deadlines`].
+        deadline: Option<(Instant, Duration)>,
+        method: Box<str>,
     },
     /// A gated `tools/call`: its task takes the answer.
     Call {
@@ -106,18 +110,6 @@ pub(crate) enum Pending {
     },
     /// Cancelled or timed out: a late answer is dropped.
     Cancelled,
-}
-
-/// A relayed request's time limit: the task that answers it when the limit passes (none
-/// for a request that stays open by design, a 2026-07-28 `subscriptions/listen`).
-pub(crate) struct Timer(pub(crate) Option<AbortHandle>);
-
-impl Timer {
-    pub(crate) fn abort(&self) {
-        if let Some(task) = &self.0 {
-            task.abort();
-        }
-    }
 }
 
 /// The server's answer to a forwarded call, with where its members are.
@@ -153,12 +145,47 @@ pub(crate) struct State {
     /// registered tools last found missing from one (see `advertised`).
     pub(crate) listing: std::collections::BTreeSet<String>,
     pub(crate) missing_warned: std::collections::BTreeSet<String>,
+    /// The time limits of relayed requests, soonest first, by upstream id: the session's
+    /// one timer waits for the first (no task per request).
+    pub(crate) deadlines: std::collections::BTreeSet<(Instant, u64)>,
 }
 
 impl State {
     pub(crate) fn next_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
+    }
+
+    /// Takes what waits for `upstream_id`'s answer, with its time limit.
+    pub(crate) fn take_pending(&mut self, upstream_id: u64) -> Option<Pending> {
+        let waiting = self.pending.remove(&upstream_id)?;
+        if let Pending::Relayed {
+            deadline: Some((at, _)),
+            ..
+        } = &waiting
+        {
+            self.deadlines.remove(&(*at, upstream_id));
+        }
+        Some(waiting)
+    }
+
+    /// Takes everything that waits for an answer, and every time limit.
+    pub(crate) fn take_all_pending(&mut self) -> Vec<(u64, Pending)> {
+        self.deadlines.clear();
+        self.pending.drain().collect()
+    }
+
+    /// The upstream ids whose time limit has passed by `now`, taken off the timer.
+    fn due(&mut self, now: Instant) -> Vec<u64> {
+        let mut due = Vec::new();
+        while let Some(&(at, id)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            due.push(id);
+        }
+        due
     }
 }
 
@@ -167,9 +194,6 @@ pub(crate) struct Relay {
     /// Set when the session cannot go on (the upstream failed the handshake).
     fatal: Mutex<Option<String>>,
     fatal_signal: tokio::sync::Notify,
-    /// A request ran out of time and left room under the in-flight limit: wakes a session
-    /// that stopped reading its client at the limit (no message comes to wake it).
-    pub(crate) room: tokio::sync::Notify,
     pub(crate) tools: RelayTools,
     pub(crate) config: RelayConfig,
     pub(crate) to_client: mpsc::Sender<Bytes>,
@@ -260,7 +284,6 @@ pub async fn run(
     let relay = Arc::new(Relay {
         fatal: Mutex::new(None),
         fatal_signal: tokio::sync::Notify::new(),
-        room: tokio::sync::Notify::new(),
         client: std::sync::OnceLock::new(),
         tools,
         config,
@@ -281,8 +304,13 @@ pub async fn run(
     // Made once: a waiter made and dropped on every turn of the loop costs two locks.
     let fatal = relay.fatal_signal.notified();
     tokio::pin!(fatal);
+    let mut timer = Timer::new();
     loop {
-        let full = relay.state().flights.len() >= relay.config.max_in_flight;
+        let full = {
+            let state = relay.state();
+            timer.follow(&state);
+            state.flights.len() >= relay.config.max_in_flight
+        };
         tokio::select! {
             status = &mut exited, if exit_pending => {
                 exit_pending = false;
@@ -311,7 +339,7 @@ pub async fn run(
                 }
             },
             Some(_) = calls.join_next(), if !calls.is_empty() => {}
-            _ = relay.room.notified(), if full => {}
+            () = timer.expired(), if timer.armed() => expire_due(&relay).await,
             _ = sleep_until(gone_at.map(|at| at + grace)), if gone_at.is_some() => break,
             _ = &mut fatal => {
                 // Calls in flight still answer their clients and leave their receipts.
@@ -326,6 +354,7 @@ pub async fn run(
     // is answered like any other.
     let deadline = Instant::now() + relay.config.drain_timeout;
     while !calls.is_empty() || awaits_answers(&relay) {
+        timer.follow(&relay.state());
         tokio::select! {
             next = from_upstream.recv(), if upstream_open => match next {
                 Some(inbound) => on_upstream(&relay, inbound).await,
@@ -339,6 +368,7 @@ pub async fn run(
                 upstream_gone(&relay, format!("it exited ({})", status.unwrap_or_default())).await;
             }
             Some(_) = calls.join_next(), if !calls.is_empty() => {}
+            () = timer.expired(), if timer.armed() => expire_due(&relay).await,
             _ = tokio::time::sleep_until(deadline) => {
                 tracing::warn!(target: "aml_mcp::relay", calls = calls.len(),
                                "calls still running when the client left are recorded as abandoned");
@@ -352,13 +382,11 @@ pub async fn run(
     if let Some(why) = handshake {
         return RelayEnd::Handshake(why);
     }
-    let left: Vec<(u64, Pending)> = relay.state().pending.drain().collect();
+    let left = relay.state().take_all_pending();
     for (id, waiting) in left {
-        match waiting {
-            Pending::Relayed { timer, .. } => timer.abort(),
+        if let Pending::Cancelled = waiting {
             // The server was told when it was cancelled (or timed out).
-            Pending::Cancelled => continue,
-            Pending::Call { .. } => {}
+            continue;
         }
         relay.cancel_upstream(id, "the client went away").await;
     }
@@ -413,6 +441,48 @@ async fn answer_unanswered(relay: &Relay) {
     }
 }
 
+/// The session's one timer: it waits for the soonest time limit of a relayed request.
+struct Timer {
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    at: Option<Instant>,
+}
+
+impl Timer {
+    fn new() -> Timer {
+        Timer {
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            at: None,
+        }
+    }
+
+    /// Set for the soonest limit in `state` (moved only when that changes).
+    fn follow(&mut self, state: &State) {
+        let soonest = state.deadlines.first().map(|(at, _)| *at);
+        if soonest != self.at {
+            if let Some(at) = soonest {
+                self.sleep.as_mut().reset(at);
+            }
+            self.at = soonest;
+        }
+    }
+
+    fn armed(&self) -> bool {
+        self.at.is_some()
+    }
+
+    async fn expired(&mut self) {
+        self.sleep.as_mut().await;
+    }
+}
+
+/// Answers every relayed request whose time limit has passed.
+async fn expire_due(relay: &Relay) {
+    let due = relay.state().due(Instant::now());
+    for upstream_id in due {
+        super::from_client::expire(relay, upstream_id).await;
+    }
+}
+
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -430,12 +500,11 @@ async fn upstream_gone(relay: &Relay, reason: String) {
         tracing::error!(target: "aml_mcp::relay", "the upstream server is gone: {reason}");
         state.gone = Some(reason.clone());
         state.flights.retain(|_, f| matches!(f, Flight::Call { .. }));
-        state.pending.drain().map(|(_, p)| p).collect()
+        state.take_all_pending().into_iter().map(|(_, p)| p).collect()
     };
     for waiting in pending {
         match waiting {
-            Pending::Relayed { client_id, timer, .. } => {
-                timer.abort();
+            Pending::Relayed { client_id, .. } => {
                 let message = format!("{}: the upstream server is gone ({reason})", relay.config.product);
                 relay
                     .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)

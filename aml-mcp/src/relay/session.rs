@@ -175,6 +175,11 @@ impl State {
         self.pending.drain().collect()
     }
 
+    /// The soonest time limit of a relayed request: the session's one timer waits for it.
+    fn soonest(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(at, _)| *at)
+    }
+
     /// The upstream ids whose time limit has passed by `now`, taken off the timer.
     fn due(&mut self, now: Instant) -> Vec<u64> {
         let mut due = Vec::new();
@@ -304,12 +309,10 @@ pub async fn run(
     // Made once: a waiter made and dropped on every turn of the loop costs two locks.
     let fatal = relay.fatal_signal.notified();
     tokio::pin!(fatal);
-    let mut timer = Timer::new();
     loop {
-        let full = {
+        let (full, soonest) = {
             let state = relay.state();
-            timer.follow(&state);
-            state.flights.len() >= relay.config.max_in_flight
+            (state.flights.len() >= relay.config.max_in_flight, state.soonest())
         };
         tokio::select! {
             status = &mut exited, if exit_pending => {
@@ -339,7 +342,7 @@ pub async fn run(
                 }
             },
             Some(_) = calls.join_next(), if !calls.is_empty() => {}
-            () = timer.expired(), if timer.armed() => expire_due(&relay).await,
+            () = sleep_until(soonest), if soonest.is_some() => expire_due(&relay).await,
             _ = sleep_until(gone_at.map(|at| at + grace)), if gone_at.is_some() => break,
             _ = &mut fatal => {
                 // Calls in flight still answer their clients and leave their receipts.
@@ -354,7 +357,7 @@ pub async fn run(
     // is answered like any other.
     let deadline = Instant::now() + relay.config.drain_timeout;
     while !calls.is_empty() || awaits_answers(&relay) {
-        timer.follow(&relay.state());
+        let soonest = relay.state().soonest();
         tokio::select! {
             next = from_upstream.recv(), if upstream_open => match next {
                 Some(inbound) => on_upstream(&relay, inbound).await,
@@ -368,7 +371,7 @@ pub async fn run(
                 upstream_gone(&relay, format!("it exited ({})", status.unwrap_or_default())).await;
             }
             Some(_) = calls.join_next(), if !calls.is_empty() => {}
-            () = timer.expired(), if timer.armed() => expire_due(&relay).await,
+            () = sleep_until(soonest), if soonest.is_some() => expire_due(&relay).await,
             _ = tokio::time::sleep_until(deadline) => {
                 tracing::warn!(target: "aml_mcp::relay", calls = calls.len(),
                                "calls still running when the client left are recorded as abandoned");
@@ -438,40 +441,6 @@ async fn answer_unanswered(relay: &Relay) {
         relay
             .answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message)
             .await;
-    }
-}
-
-/// The session's one timer: it waits for the soonest time limit of a relayed request.
-struct Timer {
-    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
-    at: Option<Instant>,
-}
-
-impl Timer {
-    fn new() -> Timer {
-        Timer {
-            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
-            at: None,
-        }
-    }
-
-    /// Set for the soonest limit in `state` (moved only when that changes).
-    fn follow(&mut self, state: &State) {
-        let soonest = state.deadlines.first().map(|(at, _)| *at);
-        if soonest != self.at {
-            if let Some(at) = soonest {
-                self.sleep.as_mut().reset(at);
-            }
-            self.at = soonest;
-        }
-    }
-
-    fn armed(&self) -> bool {
-        self.at.is_some()
-    }
-
-    async fn expired(&mut self) {
-        self.sleep.as_mut().await;
     }
 }
 

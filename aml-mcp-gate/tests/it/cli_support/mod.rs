@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 pub use crate::common::GATE;
@@ -18,11 +19,16 @@ pub fn gate(args: &[&str]) -> Output {
 }
 
 /// Writes `text` to the file `name` of this test process's scratch folder (one for all the
-/// command-line tests, made once: each test names its own files); its path.
+/// command-line tests, made once); its path. The file is written beside and renamed into
+/// place, so a gate another test started on the same name never reads it half written
+/// (tests running at once rewrite the shared `policy.json`).
 pub fn temp(name: &str, text: &str) -> String {
     static FILES: OnceLock<PathBuf> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = FILES.get_or_init(|| aml_test_support::scratch_dir("gate-cli", "files"));
     let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
+    let part = dir.join(format!(".{name}.{}.part", NEXT.fetch_add(1, Ordering::Relaxed)));
+    std::fs::write(&part, text).unwrap();
+    std::fs::rename(&part, &path).unwrap();
     path.to_string_lossy().into_owned()
 }

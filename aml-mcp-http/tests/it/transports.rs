@@ -554,3 +554,65 @@ async fn a_connection_idle_for_four_seconds_is_not_reused() {
     let opened = connections.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(opened, 2, "the idle connection was reused");
 }
+
+/// A hostile upstream that reads each request whole and then answers `reply` (nothing: the
+/// connection is closed unanswered). Counts the requests it read.
+async fn hostile_upstream(reply: &'static [u8]) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut read = Vec::new();
+                let mut buf = [0u8; 4096];
+                // Up to the end of the JSON body (every request here is one object).
+                while !read.ends_with(b"}") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => read.extend_from_slice(&buf[..n]),
+                    }
+                }
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = stream.write_all(reply).await;
+            });
+        }
+    });
+    (format!("http://{address}/mcp"), count)
+}
+
+/// An upstream that answers garbage, or closes the connection after reading a request: the
+/// relay is told the server is gone (so a call in flight ends `unknown`) within the limit,
+/// and the request, which reached the server, is never sent again.
+#[tokio::test]
+async fn a_garbage_or_silently_closed_answer_ends_the_upstream_without_sending_again() {
+    for (shape, reply) in [
+        ("garbage", &b"SSH-2.0-OpenSSH_9.6\r\n\r\n\x00\xff"[..]),
+        ("closed unanswered", &b""[..]),
+        ("a truncated head", &b"HTTP/1.1 200 OK\r\ncontent-le"[..]),
+    ] {
+        let (url, requests) = hostile_upstream(reply).await;
+        let upstream = http_upstream(&url, UpstreamConfig::default()).unwrap();
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}});
+        upstream
+            .connection
+            .outgoing
+            .send(Bytes::from(call.to_string()))
+            .await
+            .unwrap();
+        let why = timeout(LIMIT, upstream.exited)
+            .await
+            .unwrap_or_else(|_| panic!("{shape}: no end within {LIMIT:?}"))
+            .unwrap();
+        assert!(why.contains("POST failed"), "{shape}: {why}");
+        // Time for a second attempt to arrive, were one made.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            requests.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "{shape}: sent again"
+        );
+    }
+}

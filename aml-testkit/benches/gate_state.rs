@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use support::peer::{self, median, ListeningGate, Peer, Setup};
+use support::summary::micros as us;
 
 /// Sequential calls per path, interleaved.
 const SEQUENTIAL: usize = 2000;
@@ -86,10 +87,6 @@ async fn http_throughput(setup: &Setup, state: &str) -> f64 {
     let rate = peer::http_throughput(&gate, SESSIONS, SESSION_CALLS, HTTP_RUNS).await;
     gate.stop().await;
     rate
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
 }
 
 fn bench(c: &mut Criterion) {

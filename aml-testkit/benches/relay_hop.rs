@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use support::peer::{self, ListeningGate, Peer, Session, Setup};
+use support::summary::micros as us;
 
 const REPETITIONS: usize = 5;
 /// Calls per path and repetition, after [`WARM_UP`] calls each that are not counted.
@@ -27,10 +28,6 @@ const HTTP_CALLS: usize = 2000;
 const SESSIONS: usize = 64;
 const SESSION_CALLS: usize = 50;
 const HTTP_RUNS: usize = 3;
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
 
 /// One repetition: fresh processes, warmed up, then [`CALLS`] interleaved calls each. The
 /// samples of direct, forwarder and gate, and the forwarder's and gate's CPU time (ns).

@@ -123,14 +123,57 @@ fn write_object(map: &Map<String, Value>, out: &mut String, depth: usize) -> Res
         for (i, (k, v)) in map.iter().enumerate() {
             write_member(i, k, v, out, depth)?;
         }
-    } else {
-        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-        entries.sort_unstable_by(|a, b| compare_keys(a.0, b.0));
-        for (i, (k, v)) in entries.into_iter().enumerate() {
-            write_member(i, k, v, out, depth)?;
+    } else if map.len() <= SMALL_OBJECT {
+        // Most objects are small: sort them on the stack.
+        let mut entries = [SortKey::EMPTY; SMALL_OBJECT];
+        for (slot, (k, v)) in entries.iter_mut().zip(map) {
+            *slot = SortKey::of(k, v);
         }
+        write_sorted(&mut entries[..map.len()], out, depth)?;
+    } else {
+        let mut entries: Vec<SortKey<'_>> = map.iter().map(|(k, v)| SortKey::of(k, v)).collect();
+        write_sorted(&mut entries, out, depth)?;
     }
     out.push('}');
+    Ok(())
+}
+
+const SMALL_OBJECT: usize = 16;
+
+/// A member with its key's array index, read once rather than at every comparison.
+#[derive(Clone, Copy)]
+struct SortKey<'a> {
+    index: Option<u32>,
+    key: &'a str,
+    value: &'a Value,
+}
+
+impl<'a> SortKey<'a> {
+    const EMPTY: SortKey<'static> = SortKey {
+        index: None,
+        key: "",
+        value: &Value::Null,
+    };
+
+    fn of(key: &'a str, value: &'a Value) -> Self {
+        SortKey {
+            index: array_index(key),
+            key,
+            value,
+        }
+    }
+}
+
+fn write_sorted(entries: &mut [SortKey<'_>], out: &mut String, depth: usize) -> Result<(), CanonicalError> {
+    entries.sort_unstable_by(|a, b| match (a.index, b.index) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => compare_utf16(a.key, b.key),
+    });
+    for (i, entry) in entries.iter().enumerate() {
+        write_member(i, entry.key, entry.value, out, depth)?;
+    }
     Ok(())
 }
 
@@ -183,8 +226,20 @@ pub fn compare_keys(a: &str, b: &str) -> Ordering {
         (Some(x), Some(y)) => x.cmp(&y),
         (Some(_), None) => Ordering::Less,
         (None, Some(_)) => Ordering::Greater,
-        (None, None) => a.encode_utf16().cmp(b.encode_utf16()),
+        (None, None) => compare_utf16(a, b),
     }
+}
+
+/// Orders by UTF-16 code units. UTF-8 bytes order as code points do, and code points order
+/// as UTF-16 units do except U+E000..=U+FFFF against a supplementary one (lead byte 0xF0
+/// and up), so bytes decide unless such a character is where the keys first differ.
+fn compare_utf16(a: &str, b: &str) -> Ordering {
+    let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    let high = |s: &str| s.as_bytes().get(common).is_some_and(|&b| b >= 0xF0);
+    if !high(a) && !high(b) {
+        return a.as_bytes().cmp(b.as_bytes());
+    }
+    a.encode_utf16().cmp(b.encode_utf16())
 }
 
 /// `Some(n)` when `key` is an ECMAScript array index: the canonical decimal form of an
@@ -272,14 +327,30 @@ const NEEDS_ESCAPE: [bool; 256] = {
     table
 };
 
+/// Whether any byte of `word` is in [`NEEDS_ESCAPE`]: below 0x20, `"` or `\`. Each test
+/// is exact for the word as a whole (the classic has-zero-byte and has-less-than tricks).
+fn word_needs_escape(word: u64) -> bool {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES * 0x80;
+    let zero_in = |x: u64| x.wrapping_sub(ONES) & !x & HIGH != 0;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGH != 0;
+    below_space || zero_in(word ^ (ONES * b'"' as u64)) || zero_in(word ^ (ONES * b'\\' as u64))
+}
+
 /// Writes `s` as `JSON.stringify` does: escape `"`, `\` and U+0000–U+001F only.
 pub(crate) fn write_string(s: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
     out.push('"');
     let bytes = s.as_bytes();
+    // Whole 8-byte words without a byte to escape are skipped at once (most text has none).
+    let clean = bytes
+        .chunks_exact(8)
+        .take_while(|word| !word_needs_escape(u64::from_le_bytes((*word).try_into().unwrap_or([0; 8]))))
+        .count()
+        * 8;
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    for (i, &b) in bytes.iter().enumerate().skip(clean) {
         if !NEEDS_ESCAPE[b as usize] {
             continue;
         }

@@ -229,7 +229,38 @@ mod properties {
         }
     }
 
+    /// A byte near one of the escape tests' edges, or any byte.
+    fn edge_byte() -> impl Strategy<Value = u8> {
+        prop_oneof![
+            prop::sample::select(vec![
+                0x00, 0x01, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff
+            ]),
+            any::<u8>(),
+        ]
+    }
+
     proptest! {
+        #[test]
+        fn the_word_test_finds_exactly_the_bytes_to_escape(bytes in prop::array::uniform8(edge_byte())) {
+            let expected = bytes.iter().any(|&b| super::super::NEEDS_ESCAPE[b as usize]);
+            prop_assert_eq!(super::super::word_needs_escape(u64::from_le_bytes(bytes)), expected);
+        }
+
+        #[test]
+        fn strings_are_written_as_serde_json_escapes_them(s in any::<String>(), pad in "[a-z\"\\\n]{0,17}") {
+            for text in [s.clone(), format!("{pad}{s}"), format!("{s}{pad}")] {
+                let mut out = String::new();
+                super::super::write_string(&text, &mut out);
+                prop_assert_eq!(out, serde_json::to_string(&text).unwrap());
+            }
+        }
+
+        #[test]
+        fn key_order_is_utf16_order(a in key(), b in key(), prefix in any::<String>()) {
+            let (a, b) = (format!("{prefix}{a}"), format!("{prefix}{b}"));
+            prop_assert_eq!(super::super::compare_utf16(&a, &b), a.encode_utf16().cmp(b.encode_utf16()));
+        }
+
         #[test]
         fn canonical_form_ignores_key_order(v in json_value()) {
             let forward = crate::strict::parse_str(&serde_json::to_string(&v).unwrap()).unwrap();

@@ -128,7 +128,20 @@ impl FrozenProposal {
                 obj.len()
             )));
         }
-        let text = |key: &str| match obj.get(key) {
+        // One pass over the members rather than a hashed lookup per key.
+        let mut members: [Option<&Value>; 7] = [None; 7];
+        for (key, value) in obj {
+            if let Some(slot) = MEMBERS.iter().position(|m| m == key) {
+                members[slot] = Some(value);
+            }
+        }
+        let member = |key: &str| {
+            MEMBERS
+                .iter()
+                .position(|m| *m == key)
+                .and_then(|slot| members[slot])
+        };
+        let text = |key: &str| match member(key) {
             Some(Value::String(s)) => Ok(s.as_str()),
             Some(_) => Err(ProposalRefusal::invalid(format!("{key} must be a string"))),
             None => Err(ProposalRefusal::invalid(format!("{key} is missing"))),
@@ -136,7 +149,7 @@ impl FrozenProposal {
         let protocol = text("protocol")?;
         let several = match protocol {
             PROPOSAL_PROTOCOL => None,
-            MULTI_RESOURCE_PROTOCOL => Some(resource_list(obj.get("resources"))?),
+            MULTI_RESOURCE_PROTOCOL => Some(resource_list(member("resources"))?),
             _ => {
                 return Err(ProposalRefusal::invalid(format!(
                     "protocol must be {PROPOSAL_PROTOCOL} or {MULTI_RESOURCE_PROTOCOL}"
@@ -150,7 +163,7 @@ impl FrozenProposal {
             Some(list) => list[0],
         };
         let purpose = text("purpose")?;
-        let arguments = match obj.get("arguments") {
+        let arguments = match member("arguments") {
             Some(Value::Object(map)) => map,
             Some(_) => return Err(ProposalRefusal::invalid("arguments must be a JSON object")),
             None => return Err(ProposalRefusal::invalid("arguments is missing")),
@@ -330,6 +343,17 @@ impl PartialEq for FrozenProposal {
 impl Eq for FrozenProposal {}
 
 /// The `resources` of an `aml-proposed-action/2` object: an array of two or more strings.
+/// The members a proposal may have (six of them in any one proposal).
+const MEMBERS: [&str; 7] = [
+    "protocol",
+    "tool",
+    "effect",
+    "resource",
+    "resources",
+    "purpose",
+    "arguments",
+];
+
 fn resource_list(value: Option<&Value>) -> Result<Vec<&str>, ProposalRefusal> {
     let Some(value) = value else {
         return Err(ProposalRefusal::invalid("resources is missing"));

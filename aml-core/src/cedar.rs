@@ -45,7 +45,7 @@ pub(crate) struct Evaluated {
 #[derive(Debug)]
 pub(crate) struct CedarPolicy {
     /// Per tool named in an action scope: its policies and those for every action.
-    by_tool: HashMap<String, Prefiltered>,
+    by_tool: crate::policy::LookupMap<String, Prefiltered>,
     /// The policies whose action scope is unconstrained.
     any_action: Prefiltered,
     /// Permits annotated `@approval("required")`.
@@ -188,7 +188,8 @@ impl CedarPolicy {
             }
         }
         let to_set = Prefiltered::new;
-        let mut indexed = HashMap::with_capacity(by_tool.len());
+        let mut indexed =
+            crate::policy::LookupMap::with_capacity_and_hasher(by_tool.len(), Default::default());
         for (tool, mut own) in by_tool {
             own.extend(any_action.iter().cloned());
             indexed.insert(tool, to_set(own)?);

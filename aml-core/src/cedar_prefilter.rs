@@ -45,7 +45,7 @@ pub(crate) struct Prefiltered {
     always_set: PolicySet,
     /// By the resource they test for: those policies, and (within [`PREBUILT`]) they with
     /// `always` as a set.
-    equals: HashMap<String, (Vec<Policy>, Option<PolicySet>)>,
+    equals: crate::policy::LookupMap<String, (Vec<Policy>, Option<PolicySet>)>,
     like: Vec<(Vec<Piece>, Policy)>,
 }
 
@@ -74,7 +74,8 @@ impl Prefiltered {
         };
         let always_set = set(always.clone())?;
         let copies = equals.values().map(|p| always.len() + p.len()).sum::<usize>();
-        let mut with_sets = HashMap::with_capacity(equals.len());
+        let mut with_sets =
+            crate::policy::LookupMap::with_capacity_and_hasher(equals.len(), Default::default());
         for (resource, policies) in equals {
             let both = match copies <= PREBUILT {
                 true => Some(set(always.iter().chain(&policies).cloned().collect())?),

@@ -1,6 +1,10 @@
 //! Host policy (`aml-action-policy/1`): validation, an exact-match index, and a live source.
 
 use std::collections::HashMap;
+
+/// A map that is built from the host's policy and only looked up with a call's names: the
+/// keys are the host's, so a fast seeded hash does (not SipHash's guard against chosen keys).
+pub(crate) type LookupMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::{Arc, RwLock};
 
 use serde_json::{json, Value};
@@ -80,12 +84,12 @@ pub struct PolicyDecision {
 #[derive(Debug, Clone, Default)]
 struct Index {
     rules: Vec<Rule>,
-    by_tool: HashMap<String, HashMap<String, [Slot; 5]>>,
+    by_tool: LookupMap<String, LookupMap<String, [Slot; 5]>>,
 }
 
 impl Index {
     fn build(rules: Vec<Rule>) -> Self {
-        let mut by_tool: HashMap<String, HashMap<String, [Slot; 5]>> = HashMap::new();
+        let mut by_tool: LookupMap<String, LookupMap<String, [Slot; 5]>> = LookupMap::default();
         for rule in &rules {
             let slots = by_tool
                 .entry(rule.tool.clone())

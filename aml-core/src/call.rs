@@ -260,9 +260,9 @@ impl ToolGate {
         let boundary = self.boundary();
         let span = tracker.span.clone();
         let Some(executor) = executor else {
-            let outcome = boundary
-                .dispatch_to(planned, None, Watch::until(None), &tracker.progress)
-                .await;
+            // Boxed: it ends at once, and inline its future would size every call's.
+            let outcome =
+                Box::pin(boundary.dispatch_to(planned, None, Watch::until(None), &tracker.progress)).await;
             tracker.finish_outcome(&outcome);
             return CallOutcome::of_dispatch(outcome);
         };

@@ -369,6 +369,50 @@ impl ActionBoundary {
 
     pub(crate) async fn authorize_tracked(
         &self,
+        planned: Planned,
+        watch: Watch,
+        progress: &Progress,
+    ) -> Authorization {
+        match self.authorize_at_once(planned) {
+            Ok(decided) => decided,
+            // Boxed: only approval and usage wait on hooks, so a call that waits on none
+            // carries (and copies at every await above it) none of their state.
+            Err(planned) => Box::pin(self.authorize_waiting(planned, watch, progress)).await,
+        }
+    }
+
+    /// Decides a call that waits on no hook: no usage to read or count, and a plan that
+    /// allows or blocks it (shadow mode allows). Else gives the plan back.
+    fn authorize_at_once(&self, mut planned: Planned) -> Result<Authorization, Planned> {
+        let approval = planned.plan.decision() == Decision::RequiresApproval && !self.shadow;
+        let counted = self.usage.is_some() && planned.facts.get().usage.is_some();
+        if approval || counted || self.usage_ledger_for(&planned).is_some() {
+            return Err(planned);
+        }
+        let facts = std::mem::take(&mut planned.facts);
+        let (shadowed, would_block) = self.shadowed(planned);
+        let ended = |plan, reason| {
+            let outcome = DispatchOutcome::ended(plan, reason, None);
+            Ok(Authorization::Ended(outcome.decided_on(facts.clone(), None)))
+        };
+        let (plan, proposal) = match blocked_by_plan(shadowed) {
+            Ok((plan, proposal)) if plan.decision() == Decision::Allow => (plan, proposal),
+            // Every deny carries a blocking reason; stay closed regardless.
+            Ok((plan, _)) => return ended(plan, ReceiptReason::NoExactRule),
+            Err((plan, reason)) => return ended(plan, reason),
+        };
+        Ok(Authorization::Authorized(Authorized {
+            plan,
+            proposal,
+            grant: None,
+            would_block,
+            facts,
+            replanned: None,
+        }))
+    }
+
+    async fn authorize_waiting(
+        &self,
         mut planned: Planned,
         mut watch: Watch,
         progress: &Progress,

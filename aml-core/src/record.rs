@@ -65,23 +65,34 @@ fn write_sorted(value: &Value, out: &mut impl std::io::Write) -> std::io::Result
             out.write_all(b"]")
         }
         Value::Object(members) => {
-            let mut entries: Vec<(&String, &Value)> = members.iter().collect();
-            if !entries.is_sorted_by(|a, b| a.0 <= b.0) {
-                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            }
             out.write_all(b"{")?;
-            for (i, (key, member)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.write_all(b",")?;
-                }
-                serde_json::to_writer(&mut *out, key)?;
-                out.write_all(b":")?;
-                write_sorted(member, out)?;
+            // Already in order (a BTreeMap-backed map, or keys inserted in order): no copy.
+            if members.keys().is_sorted() {
+                write_members(members.iter(), out)?;
+            } else {
+                let mut entries: Vec<(&String, &Value)> = members.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                write_members(entries.into_iter(), out)?;
             }
             out.write_all(b"}")
         }
         scalar => serde_json::to_writer(out, scalar).map_err(std::io::Error::from),
     }
+}
+
+fn write_members<'a>(
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    for (i, (key, member)) in members.enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *out, key)?;
+        out.write_all(b":")?;
+        write_sorted(member, out)?;
+    }
+    Ok(())
 }
 
 /// Feeds written bytes to SHA-256 and counts them.

@@ -33,9 +33,9 @@
 //! models accept and the Candidate schema does not.
 
 use aml_core::ObjectOnly;
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::reason::GateReason;
 
@@ -365,43 +365,54 @@ pub enum RendererMessage {
 impl RendererMessage {
     /// The wire JSON object.
     pub fn to_value(&self) -> Value {
-        match self {
+        serde_json::to_value(self.wire()).unwrap_or(Value::Null)
+    }
+
+    /// The wire bytes: the members of [`to_value`](Self::to_value), written from the message
+    /// itself (no copy of the tool's value) and always in one order, `version` first.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.wire()).unwrap_or_default()
+    }
+
+    fn wire(&self) -> WireMessage<'_> {
+        let (response, error) = match self {
             RendererMessage::Value {
                 function_call_id,
                 value,
-            } => json!({
-                "version": VERSION,
-                "rendererFunctionResponse": {"functionCallId": function_call_id, "value": value},
-            }),
+            } => (
+                Some(WireResponse {
+                    function_call_id,
+                    value: Some(value),
+                    error: None,
+                }),
+                None,
+            ),
             RendererMessage::FunctionError {
                 function_call_id,
                 code,
                 message,
-            } => json!({
-                "version": VERSION,
-                "rendererFunctionResponse": {
-                    "functionCallId": function_call_id,
-                    "error": {"code": code, "message": message},
-                },
-            }),
+            } => (
+                Some(WireResponse {
+                    function_call_id,
+                    value: None,
+                    error: Some(WireError::new(code, message, None)),
+                }),
+                None,
+            ),
             RendererMessage::Error {
                 function_call_id,
                 code,
                 message,
-            } => json!({
-                "version": VERSION,
-                "error": {"code": code, "message": message, "functionCallId": function_call_id},
-            }),
-            RendererMessage::Unaddressed { code, message } => json!({
-                "version": VERSION,
-                "error": {"code": code, "message": message},
-            }),
+            } => (None, Some(WireError::new(code, message, Some(function_call_id)))),
+            RendererMessage::Unaddressed { code, message } => {
+                (None, Some(WireError::new(code, message, None)))
+            }
+        };
+        WireMessage {
+            version: VERSION,
+            response,
+            error,
         }
-    }
-
-    /// The wire bytes.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.to_value()).unwrap_or_default()
     }
 
     /// The call id the message answers, if it answers one.
@@ -421,6 +432,44 @@ impl RendererMessage {
             RendererMessage::FunctionError { code, .. }
             | RendererMessage::Error { code, .. }
             | RendererMessage::Unaddressed { code, .. } => Some(code),
+        }
+    }
+}
+
+/// A [`RendererMessage`] as it goes on the wire, borrowed from it.
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    version: &'static str,
+    #[serde(rename = "rendererFunctionResponse", skip_serializing_if = "Option::is_none")]
+    response: Option<WireResponse<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<WireError<'a>>,
+}
+
+#[derive(Serialize)]
+struct WireResponse<'a> {
+    #[serde(rename = "functionCallId")]
+    function_call_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<WireError<'a>>,
+}
+
+#[derive(Serialize)]
+struct WireError<'a> {
+    code: &'static str,
+    message: &'a str,
+    #[serde(rename = "functionCallId", skip_serializing_if = "Option::is_none")]
+    function_call_id: Option<&'a str>,
+}
+
+impl<'a> WireError<'a> {
+    fn new(code: &'static str, message: &'a str, function_call_id: Option<&'a str>) -> Self {
+        WireError {
+            code,
+            message,
+            function_call_id,
         }
     }
 }

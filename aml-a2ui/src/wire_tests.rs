@@ -1,5 +1,6 @@
 use super::*;
 use aml_core::ReceiptReason;
+use serde_json::json;
 
 #[test]
 fn decodes_the_candidate_request() {
@@ -213,4 +214,50 @@ fn every_refusal_has_its_own_message_unless_the_seed_fixes_one() {
             assert!(shared.contains(r) && shared.contains(&other), "{r} {other}");
         }
     }
+}
+
+#[test]
+fn the_bytes_are_the_value_written_version_first_whatever_map_order_serde_json_keeps() {
+    let output = json!({"z": [1.5, null], "a": "\u{2028}\"", "n": 9007199254740991u64});
+    let messages = [
+        RendererMessage::Value {
+            function_call_id: "v\"1".into(),
+            value: output,
+        },
+        RendererMessage::Value {
+            function_call_id: "null".into(),
+            value: Value::Null,
+        },
+        RendererMessage::FunctionError {
+            function_call_id: "f".into(),
+            code: "blocked",
+            message: "no\nrule".into(),
+        },
+        RendererMessage::Error {
+            function_call_id: "e".into(),
+            code: "INVALID_ARGS",
+            message: "bad".into(),
+        },
+        RendererMessage::Unaddressed {
+            code: "INVALID_MESSAGE",
+            message: "not json".into(),
+        },
+    ];
+    for message in messages {
+        let bytes = message.to_bytes();
+        assert!(
+            bytes.starts_with(br#"{"version":"v1.0","#),
+            "{}",
+            String::from_utf8_lossy(&bytes)
+        );
+        let parsed = aml_core::strict::parse_slice(&bytes).unwrap();
+        assert_eq!(parsed, message.to_value());
+    }
+    let expected =
+        json!({"version": "v1.0", "rendererFunctionResponse": {"functionCallId": "null", "value": null}});
+    let null = RendererMessage::Value {
+        function_call_id: "null".into(),
+        value: Value::Null,
+    };
+    assert_eq!(null.to_value(), expected);
 }

@@ -1,10 +1,19 @@
 //! What the transports read from a JSON-RPC message: its kind, id and progress token. The
 //! message itself passes on as it is.
 
+use aml_mcp::relay::jsonrpc::{id_key, key_text, Members};
 use bytes::Bytes;
-use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::Value;
+
+/// A member that must be a string when present: `None` if it is another value, `Some(None)`
+/// if it is absent or `null`.
+fn optional_string(member: Option<&RawValue>) -> Option<Option<String>> {
+    match member {
+        None => Some(None),
+        Some(value) if value.get() == "null" => Some(None),
+        Some(value) => serde_json::from_str::<String>(value.get()).ok().map(Some),
+    }
+}
 
 /// The members of a message the transports route by.
 #[derive(Debug, Default)]
@@ -24,75 +33,47 @@ pub(crate) struct Peek {
     pub(crate) tool: Option<String>,
 }
 
-/// A member that is present, `null` included (`Option<Value>` alone reads `null` as absent).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
-}
-
-#[derive(Deserialize)]
-struct Shape {
-    #[serde(default, deserialize_with = "present")]
-    id: Option<Value>,
-    #[serde(default)]
-    method: Option<String>,
-    #[serde(default)]
-    params: Option<Params>,
-    #[serde(default)]
-    result: Option<ResultShape>,
-}
-
-#[derive(Deserialize)]
-struct Params {
-    #[serde(default, rename = "progressToken")]
-    progress_token: Option<Value>,
-    #[serde(default)]
-    name: Option<Value>,
-    #[serde(default, rename = "_meta")]
-    meta: Option<Meta>,
-}
-
-#[derive(Deserialize)]
-struct Meta {
-    #[serde(default, rename = "progressToken")]
-    progress_token: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct ResultShape {
-    #[serde(default, rename = "protocolVersion")]
-    protocol_version: Option<Value>,
-}
-
 impl Peek {
-    /// Reads a message; `None` if it is not a JSON object of the right shape.
+    /// Reads a message; `None` if it is not a JSON object of the right shape (a member the
+    /// transports read of the wrong type, or a duplicated member where they read). Ids and
+    /// progress tokens are keyed as the relay keys them ([`key_text`]).
     pub(crate) fn of(message: &[u8]) -> Option<Peek> {
-        // serde would also read a struct from an array.
-        if message.trim_ascii_start().first() != Some(&b'{') {
-            return None;
-        }
-        let shape: Shape = serde_json::from_slice(message).ok()?;
-        let text = |v: &Value| serde_json::to_string(v).unwrap_or_default();
-        let params = shape.params.as_ref();
-        let progress_token = params
-            .and_then(|p| p.meta.as_ref().and_then(|m| m.progress_token.as_ref()))
-            .or_else(|| params.and_then(|p| p.progress_token.as_ref()))
-            .map(text);
-        let valid = |v: &&Value| v.is_string() || v.is_i64() || v.is_u64();
-        let tool = params
-            .filter(|_| shape.method.as_deref() == Some("tools/call"))
-            .and_then(|p| p.name.as_ref())
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let text = std::str::from_utf8(message).ok()?;
+        let top = Members::of(text).ok()??;
+        let method = optional_string(top.get("method"))?;
+        let params = match top.get("params") {
+            Some(params) if params.get().starts_with('{') => Some(Members::parse(params).ok()?),
+            _ => None,
+        };
+        let member = |name: &str| params.as_ref().and_then(|p| p.get(name));
+        let meta = match member("_meta") {
+            Some(meta) if meta.get().starts_with('{') => Some(Members::parse(meta).ok()?),
+            _ => None,
+        };
+        let progress_token = meta
+            .as_ref()
+            .and_then(|m| m.get("progressToken"))
+            .or_else(|| member("progressToken"))
+            .filter(|token| token.get() != "null")
+            .map(|token| key_text(token.get().as_bytes()));
+        let tool = match method.as_deref() {
+            Some("tools/call") => optional_string(member("name")).flatten(),
+            _ => None,
+        };
+        let protocol_version = match top.get("result") {
+            Some(result) if result.get().starts_with('{') => {
+                let result = Members::parse(result).ok()?;
+                optional_string(result.get("protocolVersion")).flatten()
+            }
+            _ => None,
+        };
         Some(Peek {
-            tool,
-            id: shape.id.as_ref().filter(valid).map(text),
-            bad_id: shape.id.as_ref().is_some_and(|v| !valid(&v)),
-            method: shape.method,
+            id: top.get("id").and_then(id_key),
+            bad_id: top.get("id").is_some_and(|id| id_key(id).is_none()),
+            method,
             progress_token,
-            protocol_version: shape
-                .result
-                .and_then(|r| r.protocol_version)
-                .and_then(|v| v.as_str().map(str::to_owned)),
+            protocol_version,
+            tool,
         })
     }
 
@@ -166,6 +147,29 @@ mod tests {
         assert!(r.is_response());
         assert_eq!(r.protocol_version.as_deref(), Some("2025-06-18"));
         assert!(Peek::of(b"[1]").is_none());
+
+        // Ids are keyed as the relay keys them: any integer, one key per string spelling.
+        let big =
+            Peek::of(br#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#).unwrap();
+        assert_eq!(big.id.as_deref(), Some("123456789012345678901234567890"));
+        assert!(!big.bad_id);
+        let escaped = Peek::of(br#"{"id":"\u0061","method":"ping"}"#).unwrap();
+        assert_eq!(escaped.id.as_deref(), Some("\"a\""));
+        for bad in [
+            &br#"{"id":null,"method":"m"}"#[..],
+            br#"{"id":1.5,"method":"m"}"#,
+            br#"{"id":{},"method":"m"}"#,
+        ] {
+            let p = Peek::of(bad).unwrap();
+            assert!(p.bad_id && p.id.is_none(), "{}", String::from_utf8_lossy(bad));
+        }
+        // A member read twice, or of the wrong type, is not routed.
+        assert!(Peek::of(br#"{"id":1,"id":2,"method":"m"}"#).is_none());
+        assert!(Peek::of(br#"{"id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#).is_none());
+        assert!(Peek::of(br#"{"id":1,"method":7}"#).is_none());
+        let call = Peek::of(br#"{"id":1,"method":"tools/call","params":{"name":"t","progressToken":null}}"#)
+            .unwrap();
+        assert_eq!((call.tool.as_deref(), call.progress_token), (Some("t"), None));
 
         let batch = split(b" [ {\"id\":1,\n\"x\": 1.50}, {\"method\":\"m\"} ] ").unwrap();
         assert_eq!(&batch[0][..], b"{\"id\":1, \"x\": 1.50}");

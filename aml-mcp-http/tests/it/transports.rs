@@ -46,10 +46,18 @@ async fn serve(mut connection: Connection) {
             let note = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "unprompted"}});
             let _ = connection.outgoing.send(Bytes::from(note.to_string())).await;
         }
-        let answer = json!({"jsonrpc": "2.0", "id": id,
-            "result": {"method": request["method"], "received": String::from_utf8_lossy(&message),
-                       "protocolVersion": "2025-06-18"}});
-        let _ = connection.outgoing.send(Bytes::from(answer.to_string())).await;
+        // The id as it came (a `Value` would round a big integer and respell a string).
+        let raw_id = aml_mcp::relay::jsonrpc::Members::of(std::str::from_utf8(&message).unwrap())
+            .unwrap()
+            .unwrap()
+            .get("id")
+            .unwrap()
+            .get()
+            .to_owned();
+        let result = json!({"method": request["method"], "received": String::from_utf8_lossy(&message),
+                            "protocolVersion": "2025-06-18"});
+        let answer = format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"result":{result}}}"#);
+        let _ = connection.outgoing.send(Bytes::from(answer)).await;
     }
 }
 
@@ -394,6 +402,27 @@ async fn a_request_whose_id_is_not_a_string_or_an_integer_is_refused_at_once() {
     let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
     let reply = raw(&addr, post(&addr, Some(&session), "application/json", ping)).await;
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}
+
+/// The front keys ids as the stdio relay does: an integer of any size is an id, and a string
+/// is one id however it is spelled; each answer carries the id as the client wrote it.
+#[tokio::test]
+async fn an_integer_id_of_any_size_and_an_escaped_string_id_are_answered_with_the_ids_sent() {
+    let addr = front_addr().await;
+    let session = initialize(&addr).await;
+    for id in ["123456789012345678901234567890", r#""\u0061b""#, "-0"] {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+        for accept in ["application/json", "text/event-stream"] {
+            let reply = raw(&addr, post(&addr, Some(&session), accept, &body)).await;
+            assert!(reply.starts_with("HTTP/1.1 200"), "{id} {accept}: {reply}");
+            let answer = reply.split("\r\n\r\n").nth(1).unwrap();
+            assert!(
+                answer.contains(&format!(r#""id":{id}"#)),
+                "{id} {accept}: {answer}"
+            );
+            assert!(answer.contains(r#""method":"ping""#), "{id} {accept}: {answer}");
+        }
+    }
 }
 
 #[tokio::test]

@@ -204,19 +204,7 @@ async fn answer_batch(relay: &Relay, items: &[Value]) {
         .await;
 }
 
-/// The client id as a lookup key (so `"a"` and `"\u0061"` are one id).
-pub(crate) fn flight_key(raw: &[u8]) -> String {
-    // Integers (ids are checked to be strings or integers) and strings without escapes
-    // are already in the one form; only escapes need decoding.
-    if !raw.contains(&b'\\') {
-        if let Ok(text) = std::str::from_utf8(raw) {
-            return text.to_owned();
-        }
-    }
-    serde_json::from_slice::<Value>(raw)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| String::from_utf8_lossy(raw).into_owned())
-}
+pub(crate) use super::jsonrpc::key_text as flight_key;
 
 /// The 2026-07-28 request that opens a stream of notifications; they carry its id.
 pub(crate) const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";

@@ -98,6 +98,33 @@ pub(crate) fn is_valid_id(id: &RawValue) -> bool {
     }
 }
 
+/// A JSON value's text as a lookup key: one key for every spelling of a string (`"a"` and
+/// `"\u0061"`), other values as written. Ids and progress tokens are matched by it, on stdio
+/// and over HTTP alike.
+///
+/// ```
+/// use aml_mcp::relay::jsonrpc::key_text;
+/// assert_eq!(key_text(br#""\u0061""#), key_text(br#""a""#));
+/// assert_ne!(key_text(b"1"), key_text(br#""1""#));
+/// ```
+pub fn key_text(raw: &[u8]) -> String {
+    // Integers and strings without escapes are already in the one form.
+    if !raw.contains(&b'\\') {
+        if let Ok(text) = std::str::from_utf8(raw) {
+            return text.to_owned();
+        }
+    }
+    serde_json::from_slice::<Value>(raw)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| String::from_utf8_lossy(raw).into_owned())
+}
+
+/// A message's id as a lookup key ([`key_text`]), or `None` if it is not an MCP id (a
+/// string or an integer, of any size).
+pub fn id_key(id: &RawValue) -> Option<String> {
+    is_valid_id(id).then(|| key_text(id.get().as_bytes()))
+}
+
 /// Where `inner` (a value parsed out of `outer`) lies in `outer`.
 pub fn range_in(outer: &[u8], inner: &RawValue) -> Range<usize> {
     let start = inner.get().as_ptr() as usize - outer.as_ptr() as usize;

@@ -342,7 +342,6 @@ impl PartialEq for FrozenProposal {
 }
 impl Eq for FrozenProposal {}
 
-/// The `resources` of an `aml-proposed-action/2` object: an array of two or more strings.
 /// The members a proposal may have (six of them in any one proposal).
 const MEMBERS: [&str; 7] = [
     "protocol",
@@ -354,6 +353,7 @@ const MEMBERS: [&str; 7] = [
     "arguments",
 ];
 
+/// The `resources` of an `aml-proposed-action/2` object: an array of two or more strings.
 fn resource_list(value: Option<&Value>) -> Result<Vec<&str>, ProposalRefusal> {
     let Some(value) = value else {
         return Err(ProposalRefusal::invalid("resources is missing"));

@@ -645,3 +645,65 @@ async fn a_garbage_or_silently_closed_answer_ends_the_upstream_without_sending_a
         );
     }
 }
+
+/// A message with a member the front reads given twice (ids, method, a tool's name, a
+/// progress token, an answer's protocol version) or of the wrong type is ambiguous: the front
+/// refuses its whole POST at once (a request, a notification, an answer, or a batch with a
+/// valid message beside it), and its server never sees any of it.
+#[tokio::test]
+async fn a_member_read_twice_or_of_the_wrong_type_is_refused_and_nothing_of_its_post_is_relayed() {
+    let mut front = HttpFront::bind("127.0.0.1:0".parse().unwrap(), FrontConfig::default())
+        .await
+        .unwrap();
+    let addr = front.local_addr().to_string();
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+    tokio::spawn(async move {
+        while let Some((mut connection, _)) = front.accept().await {
+            let seen_tx = seen_tx.clone();
+            tokio::spawn(async move {
+                while let Some(Inbound::Message(message)) = connection.incoming.recv().await {
+                    let _ = seen_tx.send(message.clone());
+                    let text = std::str::from_utf8(&message).unwrap();
+                    let members = aml_mcp::relay::jsonrpc::Members::of(text).unwrap().unwrap();
+                    if let (Some(id), Some(_)) = (members.get("id"), members.get("method")) {
+                        let answer = format!(
+                            r#"{{"jsonrpc":"2.0","id":{},"result":{{"protocolVersion":"2025-06-18"}}}}"#,
+                            id.get()
+                        );
+                        let _ = connection.outgoing.send(Bytes::from(answer)).await;
+                    }
+                }
+            });
+        }
+    });
+    let session = initialize(&addr).await;
+    let first = timeout(LIMIT, seen.recv()).await.unwrap().unwrap();
+    assert!(std::str::from_utf8(&first).unwrap().contains("initialize"));
+    let hostile = [
+        r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":7}"#,
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"a","name":"b"}}"#,
+        r#"{"jsonrpc":"2.0","id":5,"method":"ping","params":{"_meta":{"progressToken":1,"progressToken":2}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/x","method":"notifications/y"}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progressToken":2}}"#,
+        r#"{"jsonrpc":"2.0","id":6,"result":{"protocolVersion":"a","protocolVersion":"b"}}"#,
+        r#"[{"jsonrpc":"2.0","id":7,"method":"ping"},{"jsonrpc":"2.0","id":8,"id":9,"method":"ping"}]"#,
+        r#"[{"jsonrpc":"2.0","method":"notifications/x"},{"jsonrpc":"2.0","id":10,"method":["ping"]}]"#,
+    ];
+    for body in hostile {
+        for accept in ["application/json", "application/json, text/event-stream"] {
+            let reply = raw(&addr, post(&addr, Some(&session), accept, body)).await;
+            assert!(reply.starts_with("HTTP/1.1 400"), "{body} {accept}: {reply}");
+            assert!(
+                reply.contains("not a JSON-RPC request"),
+                "{body} {accept}: {reply}"
+            );
+        }
+    }
+    // The session still works, and the ping below is the first thing its server sees.
+    let ping = r#"{"jsonrpc":"2.0","id":11,"method":"ping"}"#;
+    let reply = raw(&addr, post(&addr, Some(&session), "application/json", ping)).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let next = timeout(LIMIT, seen.recv()).await.unwrap().unwrap();
+    assert_eq!(&next[..], ping.as_bytes());
+}

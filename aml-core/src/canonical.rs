@@ -165,12 +165,7 @@ impl<'a> SortKey<'a> {
 }
 
 fn write_sorted(entries: &mut [SortKey<'_>], out: &mut String, depth: usize) -> Result<(), CanonicalError> {
-    entries.sort_unstable_by(|a, b| match (a.index, b.index) {
-        (Some(x), Some(y)) => x.cmp(&y),
-        (Some(_), None) => Ordering::Less,
-        (None, Some(_)) => Ordering::Greater,
-        (None, None) => compare_utf16(a.key, b.key),
-    });
+    entries.sort_unstable_by(|a, b| compare_indexed((a.index, a.key), (b.index, b.key)));
     for (i, entry) in entries.iter().enumerate() {
         write_member(i, entry.key, entry.value, out, depth)?;
     }
@@ -222,7 +217,12 @@ fn iteration_order_is_canonical(map: &Map<String, Value>) -> bool {
 /// assert_eq!(compare_keys("\u{1F600}", "\u{FFFF}"), Less);
 /// ```
 pub fn compare_keys(a: &str, b: &str) -> Ordering {
-    match (array_index(a), array_index(b)) {
+    compare_indexed((array_index(a), a), (array_index(b), b))
+}
+
+/// [`compare_keys`] on keys whose array index was already read.
+fn compare_indexed((a_index, a): (Option<u32>, &str), (b_index, b): (Option<u32>, &str)) -> Ordering {
+    match (a_index, b_index) {
         (Some(x), Some(y)) => x.cmp(&y),
         (Some(_), None) => Ordering::Less,
         (None, Some(_)) => Ordering::Greater,

@@ -128,19 +128,9 @@ impl FrozenProposal {
                 obj.len()
             )));
         }
-        // One pass over the members rather than a hashed lookup per key.
-        let mut members: [Option<&Value>; 7] = [None; 7];
-        for (key, value) in obj {
-            if let Some(slot) = MEMBERS.iter().position(|m| m == key) {
-                members[slot] = Some(value);
-            }
-        }
-        let member = |key: &str| {
-            MEMBERS
-                .iter()
-                .position(|m| *m == key)
-                .and_then(|slot| members[slot])
-        };
+        // A scan of the six members rather than a SipHash lookup per key (serde_json's map is
+        // an IndexMap in builds with Cedar).
+        let member = |key: &str| obj.iter().find(|(name, _)| *name == key).map(|(_, value)| value);
         let text = |key: &str| match member(key) {
             Some(Value::String(s)) => Ok(s.as_str()),
             Some(_) => Err(ProposalRefusal::invalid(format!("{key} must be a string"))),
@@ -341,17 +331,6 @@ impl PartialEq for FrozenProposal {
     }
 }
 impl Eq for FrozenProposal {}
-
-/// The members a proposal may have (six of them in any one proposal).
-const MEMBERS: [&str; 7] = [
-    "protocol",
-    "tool",
-    "effect",
-    "resource",
-    "resources",
-    "purpose",
-    "arguments",
-];
 
 /// The `resources` of an `aml-proposed-action/2` object: an array of two or more strings.
 fn resource_list(value: Option<&Value>) -> Result<Vec<&str>, ProposalRefusal> {

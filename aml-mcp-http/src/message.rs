@@ -15,6 +15,15 @@ fn optional_string(member: Option<&RawValue>) -> Option<Option<String>> {
     }
 }
 
+/// The members of a member that is an object: `Some(None)` if it is absent or another value,
+/// `None` if it names a member twice.
+fn object(member: Option<&RawValue>) -> Option<Option<Members<'_>>> {
+    match member {
+        Some(value) if value.get().starts_with('{') => Members::parse(value).ok().map(Some),
+        _ => Some(None),
+    }
+}
+
 /// The members of a message the transports route by.
 #[derive(Debug, Default)]
 pub(crate) struct Peek {
@@ -41,15 +50,9 @@ impl Peek {
         let text = std::str::from_utf8(message).ok()?;
         let top = Members::of(text).ok()??;
         let method = optional_string(top.get("method"))?;
-        let params = match top.get("params") {
-            Some(params) if params.get().starts_with('{') => Some(Members::parse(params).ok()?),
-            _ => None,
-        };
+        let params = object(top.get("params"))?;
         let member = |name: &str| params.as_ref().and_then(|p| p.get(name));
-        let meta = match member("_meta") {
-            Some(meta) if meta.get().starts_with('{') => Some(Members::parse(meta).ok()?),
-            _ => None,
-        };
+        let meta = object(member("_meta"))?;
         let progress_token = meta
             .as_ref()
             .and_then(|m| m.get("progressToken"))
@@ -60,13 +63,8 @@ impl Peek {
             Some("tools/call") => optional_string(member("name")).flatten(),
             _ => None,
         };
-        let protocol_version = match top.get("result") {
-            Some(result) if result.get().starts_with('{') => {
-                let result = Members::parse(result).ok()?;
-                optional_string(result.get("protocolVersion")).flatten()
-            }
-            _ => None,
-        };
+        let protocol_version = object(top.get("result"))?
+            .and_then(|result| optional_string(result.get("protocolVersion")).flatten());
         Some(Peek {
             id: top.get("id").and_then(id_key),
             bad_id: top.get("id").is_some_and(|id| id_key(id).is_none()),

@@ -6,6 +6,8 @@ use std::ops::Range;
 
 pub(crate) use aml_mcp::relay::jsonrpc::splice;
 use aml_mcp::relay::jsonrpc::{range_in, Members};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use serde_json::value::RawValue;
 
 /// `_meta` key of the protocol revision a 2026-07-28 request was sent under.
@@ -140,7 +142,8 @@ pub(crate) fn decode_header_value(value: &str) -> Option<String> {
     let Some(encoded) = value.strip_prefix("=?base64?").and_then(|v| v.strip_suffix("?=")) else {
         return Some(value.to_owned());
     };
-    String::from_utf8(base64_decode(encoded)?).ok()
+    // Canonical only: padding required, no stray bits in the last symbol.
+    String::from_utf8(STANDARD.decode(encoded).ok()?).ok()
 }
 
 /// Encodes a value for `Mcp-Name` (or `Mcp-Param-*`): as it is when it is printable ASCII
@@ -152,61 +155,7 @@ pub(crate) fn encode_header_value(value: &str) -> String {
     if plain {
         return value.to_owned();
     }
-    format!("=?base64?{}?=", base64_encode(value.as_bytes()))
-}
-
-fn base64_encode(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().fold(0u32, |n, b| (n << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-/// Standard base64 with padding, canonical only (what the specification's clients send).
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let digit = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let bytes = text.as_bytes();
-    if !bytes.len().is_multiple_of(4) {
-        return None;
-    }
-    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
-    for (i, chunk) in bytes.chunks(4).enumerate() {
-        let last = i + 1 == bytes.len() / 4;
-        let pad = chunk.iter().rev().take_while(|c| **c == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
-            return None;
-        }
-        let mut n = 0u32;
-        for c in &chunk[..4 - pad] {
-            n = (n << 6) | digit(*c)?;
-        }
-        n <<= 6 * pad as u32;
-        let decoded = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        // Bits left over in a padded group must be zero (one spelling per value).
-        if (pad == 1 && decoded[2] != 0) || (pad == 2 && decoded[1] != 0) {
-            return None;
-        }
-        out.extend_from_slice(&decoded[..3 - pad]);
-    }
-    Some(out)
+    format!("=?base64?{}?=", STANDARD.encode(value))
 }
 
 #[cfg(test)]
@@ -277,7 +226,14 @@ mod tests {
             decode_header_value("=?base64?IHBhZGRlZCA=?=").as_deref(),
             Some(" padded ")
         );
-        for bad in ["=?base64?SGVsbG8?=", "=?base64?SGVsbG9=?=", "=?base64?S*==?="] {
+        // Unpadded, stray bits in the last symbol, a bad symbol, padding inside, too much padding.
+        for bad in [
+            "=?base64?SGVsbG8?=",
+            "=?base64?SGVsbG9=?=",
+            "=?base64?S*==?=",
+            "=?base64?SG==bG8=?=",
+            "=?base64?S===?=",
+        ] {
             assert_eq!(decode_header_value(bad), None, "{bad}");
         }
         // The specification's examples, and a round trip of each.

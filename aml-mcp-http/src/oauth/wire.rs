@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use hyper::header::HeaderValue;
 use hyper::StatusCode;
 
@@ -49,27 +51,7 @@ pub(crate) fn form(pairs: &[(&str, &str)]) -> String {
 /// `client_secret_basic`: both parts form-encoded before Base64 (RFC 6749 §2.3.1).
 pub(crate) fn basic(client_id: &str, secret: &str) -> String {
     let pair = format!("{}:{}", form_encode(client_id), form_encode(secret));
-    format!("Basic {}", base64(pair.as_bytes()))
-}
-
-/// Standard Base64 with padding (RFC 4648 §4).
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    format!("Basic {}", STANDARD.encode(pair))
 }
 
 /// When to fetch a token again, from when it was asked for: at 80% of its lifetime or

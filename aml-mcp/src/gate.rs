@@ -351,13 +351,14 @@ impl McpGate {
     /// it runs at most once, and only if the boundary dispatches. An `Err` from it means the
     /// request may have reached the server: the outcome is `unknown`. The arguments arrive
     /// parsed by rmcp: an integer beyond ±2^53 is still refused (`inexact_number`).
-    pub async fn call<F, Fut>(&self, params: CallToolRequestParams, forward: F) -> McpVerdict
+    pub async fn call<F, Fut>(&self, mut params: CallToolRequestParams, forward: F) -> McpVerdict
     where
         F: Fn(CallToolRequestParams) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<CallToolResult, ForwardError>> + Send,
     {
         let name = params.name.to_string();
-        let arguments = Value::Object(params.arguments.clone().unwrap_or_default());
+        // Taken, not copied: `Forward` sends the frozen arguments in their place.
+        let arguments = Value::Object(params.arguments.take().unwrap_or_default());
         let forward = Arc::new(Forward {
             template: params,
             send: forward,

@@ -107,11 +107,15 @@ fn mcp_param_headers_are_sent_to_the_server_and_checked_at_the_front() {
     assert!(agrees.body.contains("raw in eu-west"), "{}", agrees.body);
     let encoded = post_regional(&gate, 2, "Zürich", Some("=?base64?WsO8cmljaA==?="));
     assert_eq!(encoded.status, 200, "{}", encoded.body);
-    // ... one that disagrees, or is missing, is refused at the front with -32020.
+    // ... one that disagrees, is missing, or is not canonical base64 (unpadded, or with stray
+    // bits in its last symbol: a lenient decoder would read both as the body's "eu-west") is
+    // refused at the front with -32020.
     for (id, header) in [
         (3, Some("us-east")),
         (4, None),
         (5, Some("=?base64?not base64?=")),
+        (20, Some("=?base64?ZXUtd2VzdA?=")),
+        (21, Some("=?base64?ZXUtd2VzdB==?=")),
     ] {
         let refused = post_regional(&gate, id, "eu-west", header);
         assert_eq!(refused.status, 400, "{header:?}: {}", refused.body);

@@ -6,12 +6,11 @@
 
 use std::collections::BTreeSet;
 
-use super::session::Relay;
+use super::machine::{Relay, State};
 
 /// Notes one page of the server's `tools/list` (the names it lists); `last` when it has no
 /// `nextCursor`, which completes the list the pages since the last complete one make up.
-pub(crate) fn page(relay: &Relay, names: impl IntoIterator<Item = String>, last: bool) {
-    let mut state = relay.state();
+pub(crate) fn page(relay: &Relay, state: &mut State, names: impl IntoIterator<Item = String>, last: bool) {
     state.listing.extend(names);
     if !last {
         return;

@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::ops::Range;
 
 use super::jsonrpc::{json_string, range_in, result_response, splice, Envelope, Members};
-use super::session::Reply;
+use super::machine::Reply;
 use super::tools::RelayTools;
 use crate::{ResultStatus, VERDICT_META_KEY};
 

@@ -13,13 +13,13 @@ use aml_core::{
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
-use tokio::task::JoinSet;
 
 use super::answer::{error_result, lenient_status, read_result, relay_reply, unsplicable};
 use super::from_client::flight_key;
 use super::jsonrpc::{self, json_string, Envelope, Members};
+use super::machine::{Flight, Pending, Relay, Reply, Step};
 use super::pins::{self, PinCheck};
-use super::session::{Flight, Pending, Relay, Reply};
+use super::session::Session;
 use super::{ForwardedCall, ObservedCall, OutboundTraces, ServerRequestPolicy, TransportTrace};
 use crate::{ForwardError, McpVerdict, ResultStatus};
 
@@ -28,7 +28,7 @@ use crate::{ForwardError, McpVerdict, ResultStatus};
 const FORWARDED: [&str; 5] = ["name", "arguments", "_meta", "inputResponses", "requestState"];
 
 /// One checked call, ready for the gate.
-struct CallRequest {
+pub(crate) struct CallRequest {
     client_id: Bytes,
     flight: String,
     name: String,
@@ -40,67 +40,72 @@ struct CallRequest {
     trace: Option<TransportTrace>,
 }
 
-/// Checks a `tools/call` request and starts its task; answers at once what it refuses.
-pub(crate) async fn start_call(
-    relay: &Arc<Relay>,
+/// A checked call for its task: planned when its tool's pin could be checked, else after
+/// the task has fetched the server's tool list.
+pub(crate) struct CallStart {
+    request: CallRequest,
+    plan: Option<(bool, PreparedCall)>,
+}
+
+impl CallStart {
+    /// The client's request id, as a flight key.
+    pub(crate) fn flight(&self) -> &str {
+        &self.request.flight
+    }
+}
+
+/// Checks a `tools/call` request and hands it to the engine to run; answers at once what
+/// it refuses.
+pub(crate) fn start_call(
+    step: &mut Step<'_>,
     client_id: Bytes,
     env: &Envelope<'_>,
     params: Option<Value>,
     trace: Option<TransportTrace>,
-    calls: &mut JoinSet<()>,
 ) {
     let mut request = match check(client_id.clone(), env, params) {
         Ok(request) => CallRequest { trace, ..request },
         Err(Checked::BadParams(why)) => {
             let message = format!("invalid params: {why}");
             tracing::warn!(target: "aml_mcp::relay", "tools/call refused: {why}");
-            return relay
-                .answer_error(Some(&client_id), jsonrpc::INVALID_PARAMS, &message)
-                .await;
+            return step.answer_error(Some(&client_id), jsonrpc::INVALID_PARAMS, &message);
         }
         Err(Checked::Refused(refusal, detail)) => {
-            return refuse_call(relay, &client_id, env, trace.as_ref(), refusal, &detail).await;
+            return refuse_call(step, &client_id, env, trace.as_ref(), refusal, &detail);
         }
     };
-    let flight = request.flight.clone();
-    let pin = pins::check(&relay.tools, &relay.state().seen, &request.name);
-    let task = match pin {
+    let plan = match pins::check(&step.relay.tools, &step.state.seen, &request.name) {
         PinCheck::Changed(detail) => {
             let (trace, refusal) = (request.trace.as_ref(), Refusal::ToolDefinitionChanged);
-            return refuse_call(relay, &client_id, env, trace, refusal, &detail).await;
+            return refuse_call(step, &client_id, env, trace, refusal, &detail);
         }
-        PinCheck::Pass => {
-            // Planned now, so that a call dropped before its task runs is still recorded.
-            let (retry, prepared) = prepare(relay, &mut request);
-            insert_flight(relay, &flight);
-            // Boxed: the call's future is large, and spawning would copy it.
-            calls.spawn(Box::pin(run_call(Arc::clone(relay), request, retry, prepared)))
-        }
-        PinCheck::Unknown => {
-            insert_flight(relay, &flight);
-            calls.spawn(Box::pin(fetch_then_run(Arc::clone(relay), request)))
-        }
+        // Planned now, so that a call dropped before its task runs is still recorded.
+        PinCheck::Pass => Some(prepare(step.relay, &mut request)),
+        PinCheck::Unknown => None,
     };
-    if let Some(Flight::Call { task: slot, .. }) = relay.state().flights.get_mut(&flight) {
-        *slot = Some(task);
-    }
-}
-
-fn insert_flight(relay: &Relay, flight: &str) {
-    relay.state().flights.insert(
-        flight.to_owned(),
+    step.state.flights.insert(
+        request.flight.clone(),
         Flight::Call {
             upstream: None,
             task: None,
         },
     );
+    step.start_call(CallStart { request, plan });
+}
+
+/// Runs a call the session core checked, to its answer and record.
+pub(crate) async fn run(session: Arc<Session>, start: CallStart) {
+    match start.plan {
+        Some((retry, prepared)) => run_call(session, start.request, retry, prepared).await,
+        None => fetch_then_run(session, start.request).await,
+    }
 }
 
 /// A call to a pinned tool whose definition this session has not seen since it last
 /// changed: the relay fetches the server's `tools/list` first, then checks the pin.
-async fn fetch_then_run(relay: Arc<Relay>, mut request: CallRequest) {
-    let checked = match pins::fetch(&relay).await {
-        Ok(()) => pins::check(&relay.tools, &relay.state().seen, &request.name),
+async fn fetch_then_run(session: Arc<Session>, mut request: CallRequest) {
+    let checked = match pins::fetch(&session).await {
+        Ok(()) => pins::check(&session.relay.tools, &session.state().seen, &request.name),
         Err(why) => PinCheck::Changed(format!(
             "tool {:?} is pinned and the gate could not read the server's definition of it: {why}",
             request.name
@@ -108,8 +113,8 @@ async fn fetch_then_run(relay: Arc<Relay>, mut request: CallRequest) {
     };
     let detail = match checked {
         PinCheck::Pass => {
-            let (retry, prepared) = prepare(&relay, &mut request);
-            return run_call(relay, request, retry, prepared).await;
+            let (retry, prepared) = prepare(&session.relay, &mut request);
+            return run_call(session, request, retry, prepared).await;
         }
         PinCheck::Changed(detail) => detail,
         PinCheck::Unknown => format!(
@@ -117,18 +122,18 @@ async fn fetch_then_run(relay: Arc<Relay>, mut request: CallRequest) {
             request.name
         ),
     };
-    relay.state().flights.remove(&request.flight);
+    session.state().flights.remove(&request.flight);
     let called = (request.meta.as_deref(), request.trace.as_ref());
     let refusal = Refusal::ToolDefinitionChanged;
-    refuse_named(
-        &relay,
+    let answer = refusal_answer(
+        &session.relay,
         &request.client_id,
         &request.name,
         called,
         refusal,
         &detail,
-    )
-    .await
+    );
+    session.answer(answer).await
 }
 
 enum Checked {
@@ -195,8 +200,8 @@ fn check(client_id: Bytes, env: &Envelope<'_>, params: Option<Value>) -> Result<
 }
 
 /// Answers a call the relay refuses before the gate (nothing is sent), and records it.
-pub(crate) async fn refuse_call(
-    relay: &Relay,
+pub(crate) fn refuse_call(
+    step: &mut Step<'_>,
     client_id: &[u8],
     env: &Envelope<'_>,
     trace: Option<&TransportTrace>,
@@ -207,15 +212,9 @@ pub(crate) async fn refuse_call(
         .params
         .and_then(|p| Members::parse(p).ok())
         .and_then(|m| m.get("_meta").map(|m| m.get().to_owned()));
-    refuse_named(
-        relay,
-        client_id,
-        &tool_named(env),
-        (meta.as_deref(), trace),
-        refusal,
-        detail,
-    )
-    .await
+    let called = (meta.as_deref(), trace);
+    let answer = refusal_answer(step.relay, client_id, &tool_named(env), called, refusal, detail);
+    step.answer(answer);
 }
 
 /// What the client sent beside the call, for the observer: its `_meta` (raw text) and its
@@ -253,15 +252,15 @@ pub(crate) fn tool_named(env: &Envelope<'_>) -> String {
         .unwrap_or_default()
 }
 
-/// Answers a refused call to `tool` (nothing is sent), and records it.
-async fn refuse_named(
+/// Records a refused call to `tool` (nothing is sent) and returns its answer.
+fn refusal_answer(
     relay: &Relay,
     client_id: &[u8],
     tool: &str,
     called: Called<'_>,
     refusal: Refusal,
     detail: &str,
-) {
+) -> Bytes {
     let started = (SystemTime::now(), Instant::now());
     // The record names the reason, never argument values.
     let recorded = match refusal {
@@ -272,9 +271,7 @@ async fn refuse_named(
     observe(relay, tool, called, None, &outcome, started);
     let verdict = McpVerdict::from_outcome(outcome);
     let text = format!("{}: {detail}", verdict.explanation());
-    relay
-        .answer(error_result(client_id, &text, &verdict.to_json()))
-        .await;
+    error_result(client_id, &text, &verdict.to_json())
 }
 
 /// The gate's plan for the call; a retry's proposal is the envelope (ADR 013).
@@ -302,8 +299,9 @@ fn prepare(relay: &Relay, request: &mut CallRequest) -> (bool, PreparedCall) {
     )
 }
 
-async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared: PreparedCall) {
+async fn run_call(session: Arc<Session>, request: CallRequest, retry: bool, prepared: PreparedCall) {
     let started = (SystemTime::now(), Instant::now());
+    let relay = &session.relay;
     let gate = if retry {
         relay.tools.retry_gate()
     } else {
@@ -315,7 +313,7 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
         sent: Mutex::new(None),
     });
     let forward = Arc::new(Forward {
-        relay: Arc::clone(&relay),
+        session: Arc::clone(&session),
         flight: request.flight.clone(),
         name: json_string(&request.name),
         meta: request.meta,
@@ -335,22 +333,22 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
     // Until the one-use claim the call stops if the client leaves (its approval is
     // withdrawn: the page no longer offers it); from the claim on it runs to the end.
     let left = {
-        let relay = Arc::clone(&relay);
-        CallerGone::new(async move { relay.client_left().await })
+        let session = Arc::clone(&session);
+        CallerGone::new(async move { session.client_left().await })
     };
     let outcome = gate.gate().run(prepared, Some(executor), None, Some(left)).await;
     let called = (forward.meta.as_deref(), request.trace.as_ref());
     let sent = forward.outbound.as_ref().and_then(|o| lock(&o.sent).clone());
-    observe(&relay, &request.name, called, sent.as_ref(), &outcome, started);
+    observe(relay, &request.name, called, sent.as_ref(), &outcome, started);
     if outcome.dispatch().is_some_and(|d| d.caller_gone()) {
         // Recorded as blocked (the caller went away before the claim); nobody is left to
         // answer.
-        relay.state().flights.remove(&request.flight);
+        session.state().flights.remove(&request.flight);
         tracing::info!(target: "aml_mcp::relay", tool = %request.name,
                        "the client left before the call was authorized; it was withdrawn and never sent");
         return;
     }
-    relay.state().flights.remove(&request.flight);
+    session.state().flights.remove(&request.flight);
     if forward.cancelled.load(Ordering::Relaxed) {
         // The client cancelled it: MCP wants no answer.
         return;
@@ -369,12 +367,12 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
         let text = format!(
             "The server answered this call (it was made: do not send it again without checking), but its answer cannot carry the gate's verdict safely, so it is not relayed: {why}."
         );
-        return relay
+        return session
             .answer(error_result(&request.client_id, &text, &verdict.to_json()))
             .await;
     }
     let answer = match (verdict.status(), answered.map(|a| a.reply)) {
-        (ResultStatus::InputRequired, Some(reply)) => match refused_input(&relay, &reply) {
+        (ResultStatus::InputRequired, Some(reply)) => match refused_input(relay, &reply) {
             Some(method) => {
                 let text = format!(
                     "The server asked for {method} to finish this call; this host does not relay it. {}",
@@ -395,7 +393,7 @@ async fn run_call(relay: Arc<Relay>, request: CallRequest, retry: bool, prepared
             error_result(&request.client_id, &text, &verdict.to_json())
         }
     };
-    relay.answer(answer).await;
+    session.answer(answer).await;
 }
 
 fn relayed(client_id: &[u8], reply: &Reply, verdict: &McpVerdict) -> Bytes {
@@ -430,7 +428,7 @@ fn refused_input(relay: &Relay, reply: &Reply) -> Option<String> {
 
 /// Forwards the frozen call once and waits for the server's answer.
 struct Forward {
-    relay: Arc<Relay>,
+    session: Arc<Session>,
     flight: String,
     /// The tool name as JSON text.
     name: String,
@@ -489,8 +487,8 @@ impl Forward {
     /// ends.
     fn put_trace(&self, id: u64) -> Option<Forget<'_>> {
         let outbound = self.outbound.as_ref()?;
-        let table = self.relay.tools.outbound_traces()?;
-        let observer = self.relay.tools.call_observer()?;
+        let table = self.session.relay.tools.outbound_traces()?;
+        let observer = self.session.relay.tools.call_observer()?;
         let trace = observer.forward_trace(&ForwardedCall {
             tool: &outbound.tool,
             meta: self.meta.as_deref(),
@@ -527,7 +525,7 @@ impl Forward {
         let params = self.params(frozen)?;
         let (tx, rx) = oneshot::channel();
         let upstream_id = {
-            let mut state = self.relay.state();
+            let mut state = self.session.state();
             if let Some(reason) = &state.gone {
                 return Err(ForwardError::UpstreamGone(format!(
                     "{reason}; the request was not sent"
@@ -544,10 +542,10 @@ impl Forward {
             "{{\"jsonrpc\":\"2.0\",\"id\":{upstream_id},\"method\":\"tools/call\",\"params\":{params}}}"
         );
         let _forget = self.put_trace(upstream_id);
-        if self.relay.to_upstream.send(Bytes::from(request)).await.is_err() {
+        if self.session.to_upstream.send(Bytes::from(request)).await.is_err() {
             return Err(ForwardError::UpstreamGone("its input is closed".into()));
         }
-        let limit = self.relay.config.upstream_timeout;
+        let limit = self.session.relay.config.upstream_timeout;
         let reply = match tokio::time::timeout(limit, rx).await {
             Ok(Ok(Ok(reply))) => reply,
             Ok(Ok(Err(ForwardError::Cancelled))) => {
@@ -557,13 +555,12 @@ impl Forward {
             Ok(Ok(Err(e))) => return Err(e),
             Ok(Err(_)) => return Err(ForwardError::UpstreamGone("the relay stopped".into())),
             Err(_) => {
-                self.relay.state().pending.insert(upstream_id, Pending::Cancelled);
-                self.relay
-                    .cancel_upstream(
-                        upstream_id,
-                        &format!("{}: no answer in time", self.relay.config.product),
-                    )
-                    .await;
+                self.session
+                    .state()
+                    .pending
+                    .insert(upstream_id, Pending::Cancelled);
+                let reason = format!("{}: no answer in time", self.session.relay.config.product);
+                self.session.cancel_upstream(upstream_id, &reason).await;
                 return Err(ForwardError::Timeout(limit));
             }
         };
@@ -573,7 +570,7 @@ impl Forward {
             Ok(result) => {
                 let (value, not_strict) = read_result(
                     &reply.message[result.clone()],
-                    self.relay.config.max_message_bytes,
+                    self.session.relay.config.max_message_bytes,
                 );
                 let answered = Answered {
                     reply,

@@ -2,20 +2,18 @@
 //! requests relayed with the relay's own id and a time limit, `tools/call` to the gate,
 //! cancellations passed on.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use aml_core::strict::{self, Limits};
 use aml_core::Refusal;
 use bytes::Bytes;
 use serde_json::Value;
-use tokio::task::JoinSet;
 
 use super::call::{refuse_call, start_call};
 use super::frame::Inbound;
 use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
 use super::kinds::{drop_client_request_without_id, is_notification_method, takes_client_answer};
-use super::session::{Flight, Pending, Relay};
+use super::machine::{Flight, Pending, Relay, Step};
 use crate::ForwardError;
 
 fn strict_limits(relay: &Relay) -> Limits {
@@ -25,7 +23,8 @@ fn strict_limits(relay: &Relay) -> Limits {
     }
 }
 
-pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut JoinSet<()>) {
+pub(super) fn on_client(step: &mut Step<'_>, inbound: Inbound) {
+    let relay = step.relay;
     let (bytes, trace) = match inbound {
         Inbound::Message(bytes) => (bytes, None),
         Inbound::Traced { message, trace } => (message, Some(trace)),
@@ -35,9 +34,7 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
                 relay.config.product, relay.config.max_message_bytes
             );
             let id = scan_id(&prefix);
-            return relay
-                .answer_error(id.as_deref(), jsonrpc::INVALID_REQUEST, &message)
-                .await;
+            return step.answer_error(id.as_deref(), jsonrpc::INVALID_REQUEST, &message);
         }
     };
     let env = Envelope::parse(&bytes);
@@ -51,36 +48,28 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
         Ok(value) => value,
         Err(e) => {
             let id = readable_id(&env);
-            return relay
-                .answer_error(id.as_deref(), jsonrpc::PARSE_ERROR, &format!("parse error: {e}"))
-                .await;
+            return step.answer_error(id.as_deref(), jsonrpc::PARSE_ERROR, &format!("parse error: {e}"));
         }
     };
     let (mut message, env) = match (value, env) {
-        (Value::Array(items), _) => return answer_batch(relay, &items).await,
+        (Value::Array(items), _) => return answer_batch(step, &items),
         (Value::Object(message), Ok(env)) => (message, env),
         (Value::Object(_), Err(e)) => {
             let id = scan_id(&bytes);
             let message = format!("invalid request: not a JSON-RPC message ({e})");
-            return relay
-                .answer_error(id.as_deref(), jsonrpc::INVALID_REQUEST, &message)
-                .await;
+            return step.answer_error(id.as_deref(), jsonrpc::INVALID_REQUEST, &message);
         }
         (_, env) => {
             let id = readable_id(&env);
             let message = "invalid request: a message must be a JSON object";
-            return relay
-                .answer_error(id.as_deref(), jsonrpc::INVALID_REQUEST, message)
-                .await;
+            return step.answer_error(id.as_deref(), jsonrpc::INVALID_REQUEST, message);
         }
     };
     let kind = match env.kind() {
         Ok(kind) => kind,
         Err(why) => {
             let id = env.valid_id().map(|id| id.get().as_bytes());
-            return relay
-                .answer_error(id, jsonrpc::INVALID_REQUEST, &format!("invalid request: {why}"))
-                .await;
+            return step.answer_error(id, jsonrpc::INVALID_REQUEST, &format!("invalid request: {why}"));
         }
     };
     let method = env.method.as_deref().unwrap_or_default();
@@ -88,30 +77,23 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
         Kind::Request => {
             let Some(id) = env.id else { return };
             let client_id = Bytes::copy_from_slice(id.get().as_bytes());
-            let (gone, taken) = {
-                let state = relay.state();
-                (
-                    state.gone.clone(),
-                    state.flights.contains_key(&flight_key(&client_id)),
-                )
-            };
+            let gone = step.state.gone.clone();
+            let taken = step.state.flights.contains_key(&flight_key(&client_id));
             if taken {
                 // Two requests under one id could not be told apart (their answers, a
                 // cancellation), and the in-flight limit counts ids.
                 let message = "invalid request: a request with this id is still in flight; use a new id";
-                return relay
-                    .answer_error(Some(&client_id), jsonrpc::INVALID_REQUEST, message)
-                    .await;
+                return step.answer_error(Some(&client_id), jsonrpc::INVALID_REQUEST, message);
             }
             if method == "tools/call" {
                 match gone {
                     Some(reason) => {
                         let trace = trace.as_ref();
-                        refuse_call(relay, &client_id, &env, trace, Refusal::UpstreamGone, &reason).await
+                        refuse_call(step, &client_id, &env, trace, Refusal::UpstreamGone, &reason)
                     }
                     None => {
                         let params = message.remove("params");
-                        start_call(relay, client_id, &env, params, trace, calls).await
+                        start_call(step, client_id, &env, params, trace)
                     }
                 }
                 return;
@@ -121,9 +103,7 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
                     "{}: the upstream server is gone ({reason}); nothing was sent",
                     relay.config.product
                 );
-                return relay
-                    .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
-                    .await;
+                return step.answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message);
             }
             if method == "initialize" {
                 if let Some(client) = client_info(&message) {
@@ -137,9 +117,9 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
                 _ => Some(relay.config.upstream_timeout),
             };
             let id_range = range_in(&bytes, id);
-            forward(relay, client_id, &bytes, id_range, method, limit).await;
+            forward(step, client_id, &bytes, id_range, method, limit);
         }
-        Kind::Notification if method == "notifications/cancelled" => cancel(relay, &bytes, &env).await,
+        Kind::Notification if method == "notifications/cancelled" => cancel(step, &bytes, &env),
         // A request without an id would pass as a notification, where nothing gates it.
         Kind::Notification if !is_notification_method(method) => {
             drop_client_request_without_id(relay, method, &env)
@@ -147,10 +127,8 @@ pub(super) async fn on_client(relay: &Arc<Relay>, inbound: Inbound, calls: &mut 
         Kind::Response
             if !env
                 .id
-                .is_some_and(|id| takes_client_answer(relay, id.get().as_bytes())) => {}
-        Kind::Notification | Kind::Response => {
-            let _ = relay.to_upstream.send(bytes.clone()).await;
-        }
+                .is_some_and(|id| takes_client_answer(step.state, id.get().as_bytes())) => {}
+        Kind::Notification | Kind::Response => step.upstream(bytes.clone()),
     }
 }
 
@@ -173,10 +151,10 @@ fn client_info(message: &serde_json::Map<String, Value>) -> Option<std::sync::Ar
 }
 
 /// MCP has no batches: each request in one gets its own `-32600`.
-async fn answer_batch(relay: &Relay, items: &[Value]) {
+fn answer_batch(step: &mut Step<'_>, items: &[Value]) {
     let message = format!(
         "invalid request: {} does not take JSON-RPC batches (MCP removed them); send each message alone",
-        relay.config.product
+        step.relay.config.product
     );
     let ids: Vec<Bytes> = items
         .iter()
@@ -185,7 +163,7 @@ async fn answer_batch(relay: &Relay, items: &[Value]) {
         .map(|id| Bytes::from(id.to_string()))
         .collect();
     if ids.is_empty() {
-        return relay.answer_error(None, jsonrpc::INVALID_REQUEST, &message).await;
+        return step.answer_error(None, jsonrpc::INVALID_REQUEST, &message);
     }
     let answers: Vec<String> = ids
         .iter()
@@ -199,9 +177,7 @@ async fn answer_batch(relay: &Relay, items: &[Value]) {
             .into_owned()
         })
         .collect();
-    relay
-        .answer(Bytes::from(format!("[{}]", answers.join(","))))
-        .await;
+    step.answer(Bytes::from(format!("[{}]", answers.join(","))));
 }
 
 pub(crate) use super::jsonrpc::key_text as flight_key;
@@ -211,8 +187,8 @@ pub(crate) const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
 
 /// Relays a client request with the relay's own id, answering it with a timeout (when it has
 /// a time limit).
-async fn forward(
-    relay: &Arc<Relay>,
+fn forward(
+    step: &mut Step<'_>,
     client_id: Bytes,
     message: &[u8],
     id_range: std::ops::Range<usize>,
@@ -220,70 +196,57 @@ async fn forward(
     limit: Option<Duration>,
 ) {
     let key = flight_key(&client_id);
-    let upstream_id = {
-        let mut state = relay.state();
-        let id = state.next_id();
-        let deadline = limit.map(|limit| (tokio::time::Instant::now() + limit, limit));
-        if let Some((at, _)) = deadline {
-            state.deadlines.insert((at, id));
-        }
-        state.pending.insert(
-            id,
-            Pending::Relayed {
-                client_id,
-                flight: key.clone(),
-                tools_list: method == "tools/list",
-                handshake: matches!(method, "initialize" | "server/discover"),
-                subscription: method == SUBSCRIPTIONS_LISTEN,
-                deadline,
-                method: method.into(),
-            },
-        );
-        state.flights.insert(key, Flight::Relayed(id));
-        id
-    };
+    let state = &mut *step.state;
+    let upstream_id = state.next_id();
+    let deadline = limit.map(|limit| (step.now + limit, limit));
+    if let Some((at, _)) = deadline {
+        state.deadlines.insert((at, upstream_id));
+    }
+    state.pending.insert(
+        upstream_id,
+        Pending::Relayed {
+            client_id,
+            flight: key.clone(),
+            tools_list: method == "tools/list",
+            handshake: matches!(method, "initialize" | "server/discover"),
+            subscription: method == SUBSCRIPTIONS_LISTEN,
+            deadline,
+            method: method.into(),
+        },
+    );
+    state.flights.insert(key, Flight::Relayed(upstream_id));
     let relayed = splice(message, &mut [(id_range, upstream_id.to_string().as_bytes())]);
-    let _ = relay.to_upstream.send(Bytes::from(relayed)).await;
+    step.upstream(Bytes::from(relayed));
 }
 
 /// A relayed request's time limit ran out (the session's timer took it off).
-pub(crate) async fn expire(relay: &Relay, upstream_id: u64) {
-    let (client_id, method, limit) = {
-        let mut state = relay.state();
-        match state.pending.remove(&upstream_id) {
-            Some(Pending::Relayed {
-                client_id,
-                flight,
-                method,
-                deadline: Some((_, limit)),
-                ..
-            }) => {
-                state.flights.remove(&flight);
-                state.pending.insert(upstream_id, Pending::Cancelled);
-                (client_id, method, limit)
-            }
-            Some(other) => {
-                state.pending.insert(upstream_id, other);
-                return;
-            }
-            None => return,
+pub(crate) fn expire(step: &mut Step<'_>, upstream_id: u64) {
+    let state = &mut *step.state;
+    let (client_id, method, limit) = match state.pending.remove(&upstream_id) {
+        Some(Pending::Relayed {
+            client_id,
+            flight,
+            method,
+            deadline: Some((_, limit)),
+            ..
+        }) => {
+            state.flights.remove(&flight);
+            state.pending.insert(upstream_id, Pending::Cancelled);
+            (client_id, method, limit)
         }
+        Some(other) => {
+            state.pending.insert(upstream_id, other);
+            return;
+        }
+        None => return,
     };
-    let message = format!(
-        "{}: the upstream server did not answer {method} within {limit:?}",
-        relay.config.product
-    );
-    relay
-        .answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message)
-        .await;
-    relay
-        .cancel_upstream(
-            upstream_id,
-            &format!("{}: no answer in time", relay.config.product),
-        )
-        .await;
+    let relay = step.relay;
+    let product = &relay.config.product;
+    let message = format!("{product}: the upstream server did not answer {method} within {limit:?}");
+    step.answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message);
+    step.cancel_upstream(upstream_id, &format!("{product}: no answer in time"));
     if matches!(&*method, "initialize" | "server/discover") {
-        relay.fail(format!(
+        step.fail(format!(
             "the server did not answer the client's {method} within {limit:?}"
         ));
     }
@@ -291,44 +254,42 @@ pub(crate) async fn expire(relay: &Relay, upstream_id: u64) {
 
 /// The client cancels one of its requests: passed on with the id the server knows; a call
 /// still waiting for approval is dropped (and recorded as such), not sent.
-async fn cancel(relay: &Relay, message: &[u8], env: &Envelope<'_>) {
+fn cancel(step: &mut Step<'_>, message: &[u8], env: &Envelope<'_>) {
     let Some(params) = env.params else { return };
     let Some(request_id) = Members::parse(params).ok().and_then(|m| m.get("requestId")) else {
         return;
     };
     let key = flight_key(request_id.get().as_bytes());
-    let upstream_id = {
-        let mut state = relay.state();
-        match state.flights.remove(&key) {
-            Some(Flight::Relayed(id)) => {
-                state.take_pending(id);
-                state.pending.insert(id, Pending::Cancelled);
-                id
+    let state = &mut *step.state;
+    let upstream_id = match state.flights.remove(&key) {
+        Some(Flight::Relayed(id)) => {
+            state.take_pending(id);
+            state.pending.insert(id, Pending::Cancelled);
+            id
+        }
+        Some(Flight::Call {
+            upstream: Some(id), ..
+        }) => {
+            if let Some(Pending::Call { reply }) = state.pending.insert(id, Pending::Cancelled) {
+                let _ = reply.send(Err(ForwardError::Cancelled));
             }
-            Some(Flight::Call {
-                upstream: Some(id), ..
-            }) => {
-                if let Some(Pending::Call { reply }) = state.pending.insert(id, Pending::Cancelled) {
-                    let _ = reply.send(Err(ForwardError::Cancelled));
-                }
-                id
+            id
+        }
+        Some(Flight::Call { upstream: None, task }) => {
+            // Not sent yet: the call's task is dropped, which records it.
+            if let Some(task) = task {
+                task.abort();
             }
-            Some(Flight::Call { upstream: None, task }) => {
-                // Not sent yet: the call's task is dropped, which records it.
-                if let Some(task) = task {
-                    task.abort();
-                }
-                return;
-            }
-            None => {
-                tracing::debug!(target: "aml_mcp::relay", "a cancellation for no request in flight was dropped");
-                return;
-            }
+            return;
+        }
+        None => {
+            tracing::debug!(target: "aml_mcp::relay", "a cancellation for no request in flight was dropped");
+            return;
         }
     };
     let relayed = splice(
         message,
         &mut [(range_in(message, request_id), upstream_id.to_string().as_bytes())],
     );
-    let _ = relay.to_upstream.send(Bytes::from(relayed)).await;
+    step.upstream(Bytes::from(relayed));
 }

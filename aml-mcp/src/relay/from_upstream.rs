@@ -9,8 +9,8 @@ use super::answer::{filter_tools_list, relay_reply, without_task_calls};
 use super::frame::Inbound;
 use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
 use super::kinds::{drop_server_request_without_id, expect_client_answer, is_notification_method};
+use super::machine::{Pending, Reply, State, Step};
 use super::pins::{observe_answer, visible};
-use super::session::{Pending, Relay, Reply};
 use super::ServerRequestPolicy;
 use crate::ForwardError;
 
@@ -18,7 +18,8 @@ use crate::ForwardError;
 const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 use aml_core::Refusal;
 
-pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
+pub(super) fn on_upstream(step: &mut Step<'_>, inbound: Inbound) {
+    let relay = step.relay;
     let bytes = match inbound {
         // A server's transport has no trace context for the relay.
         Inbound::Message(bytes) | Inbound::Traced { message: bytes, .. } => bytes,
@@ -27,18 +28,18 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
                 "a message of {len} bytes, over the limit of {} bytes",
                 relay.config.max_message_bytes
             );
-            return unreadable(relay, scan_id(&prefix), why).await;
+            return unreadable(step, scan_id(&prefix), why);
         }
     };
     // JSON text is UTF-8; serde skips the members the relay does not read without checking
     // their bytes, so the check is here, before anything is relayed.
     if let Err(e) = std::str::from_utf8(&bytes) {
         let why = format!("not JSON-RPC (not UTF-8 at byte {})", e.valid_up_to());
-        return unreadable(relay, scan_id(&bytes), why).await;
+        return unreadable(step, scan_id(&bytes), why);
     }
     let env = match Envelope::parse(&bytes) {
         Ok(env) => env,
-        Err(e) => return unreadable(relay, scan_id(&bytes), format!("not JSON-RPC ({e})")).await,
+        Err(e) => return unreadable(step, scan_id(&bytes), format!("not JSON-RPC ({e})")),
     };
     match env.kind() {
         Ok(Kind::Response) => {
@@ -53,14 +54,14 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
                     body,
                     message: bytes.clone(),
                 };
-                reply(relay, id.get(), answer).await;
+                reply(step, id.get(), answer);
             }
         }
         Ok(Kind::Request) => {
             let method = env.method.as_deref().unwrap_or_default();
             if matches!(method, "initialize" | "server/discover") {
                 // Only clients send these: the "server" sends our requests back.
-                return echoed(relay, method).await;
+                return echoed(step, method);
             }
             let policy = match method {
                 "sampling/createMessage" => relay.config.sampling,
@@ -69,8 +70,10 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
             };
             let Some(id) = env.id else { return };
             match policy {
-                ServerRequestPolicy::Refuse => refuse_server_request(relay, id.get(), method).await,
-                _ if expect_client_answer(relay, id.get().as_bytes()) => relay.answer(bytes.clone()).await,
+                ServerRequestPolicy::Refuse => refuse_server_request(step, id.get(), method),
+                _ if expect_client_answer(relay, step.state, id.get().as_bytes()) => {
+                    step.answer(bytes.clone())
+                }
                 _ => {
                     let message = format!(
                         "{}: {} requests of this server already wait for the client's answer (the limit); not relayed",
@@ -82,7 +85,7 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
                         &message,
                         None,
                     );
-                    let _ = relay.to_upstream.send(answer).await;
+                    step.upstream(answer);
                 }
             }
         }
@@ -92,16 +95,16 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
         Ok(Kind::Notification) => {
             if env.method.as_deref() == Some("notifications/tools/list_changed") {
                 // Pinned tools are unknown until the next list (ADR 018).
-                relay.state().seen.forget();
+                step.state.seen.forget();
             }
-            match subscription_for_client(relay, &bytes, env.params) {
-                Some(renamed) => relay.answer(Bytes::from(renamed)).await,
-                None => relay.answer(bytes.clone()).await,
+            match subscription_for_client(step.state, &bytes, env.params) {
+                Some(renamed) => step.answer(Bytes::from(renamed)),
+                None => step.answer(bytes.clone()),
             }
         }
         Err(why) => {
             let id = env.id.map(|id| Bytes::copy_from_slice(id.get().as_bytes()));
-            unreadable(relay, id, format!("not a valid JSON-RPC message ({why})")).await
+            unreadable(step, id, format!("not a valid JSON-RPC message ({why})"))
         }
     }
 }
@@ -110,11 +113,11 @@ pub(super) async fn on_upstream(relay: &Relay, inbound: Inbound) {
 /// `subscriptions/listen` request that opened it: the relay's id, which the client never saw.
 /// Returns the notification with the client's id in its place, when it names a subscription
 /// the relay has open for this client (never another kind of request).
-fn subscription_for_client(relay: &Relay, message: &[u8], params: Option<&RawValue>) -> Option<Vec<u8>> {
+fn subscription_for_client(state: &State, message: &[u8], params: Option<&RawValue>) -> Option<Vec<u8>> {
     let meta = Members::parse(params?).ok()?.get("_meta")?;
     let id = Members::parse(meta).ok()?.get(SUBSCRIPTION_ID_META)?;
     let upstream_id: u64 = id.get().parse().ok()?;
-    let client_id = match relay.state().pending.get(&upstream_id) {
+    let client_id = match state.pending.get(&upstream_id) {
         Some(Pending::Relayed {
             client_id,
             subscription: true,
@@ -126,18 +129,16 @@ fn subscription_for_client(relay: &Relay, message: &[u8], params: Option<&RawVal
 }
 
 /// The upstream repeats what it is sent: it is not an MCP server. Whoever waits is told.
-async fn echoed(relay: &Relay, method: &str) {
+fn echoed(step: &mut Step<'_>, method: &str) {
     let why = format!(
         "the server sent the client's {method} back instead of answering it: it does not speak MCP (JSON-RPC) on stdio"
     );
-    let pending = relay.state().take_all_pending();
+    let pending = step.state.take_all_pending();
     for (_, waiting) in pending {
         match waiting {
             Pending::Relayed { client_id, .. } => {
-                let message = format!("{}: {why}", relay.config.product);
-                relay
-                    .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
-                    .await;
+                let message = format!("{}: {why}", step.relay.config.product);
+                step.answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message);
             }
             // A gated call already sent: it ends unknown, with its receipt (the relay drains
             // its calls before it ends).
@@ -147,23 +148,21 @@ async fn echoed(relay: &Relay, method: &str) {
             Pending::Cancelled => {}
         }
     }
-    relay.fail(why);
+    step.fail(why);
 }
 
 /// Routes the server's answer to what waits for it.
-async fn reply(relay: &Relay, id: &str, answer: Reply) {
+fn reply(step: &mut Step<'_>, id: &str, answer: Reply) {
+    let relay = step.relay;
     let Ok(upstream_id) = id.parse::<u64>() else {
         tracing::warn!(target: "aml_mcp::relay", id, "the server answered an id the gate never sent; dropped");
         return;
     };
-    let waiting = {
-        let mut state = relay.state();
-        let waiting = state.take_pending(upstream_id);
-        if let Some(Pending::Relayed { flight, .. }) = &waiting {
-            state.flights.remove(flight);
-        }
-        waiting
-    };
+    let state = &mut *step.state;
+    let waiting = state.take_pending(upstream_id);
+    if let Some(Pending::Relayed { flight, .. }) = &waiting {
+        state.flights.remove(flight);
+    }
     match waiting {
         Some(Pending::Relayed {
             client_id,
@@ -172,8 +171,8 @@ async fn reply(relay: &Relay, id: &str, answer: Reply) {
             ..
         }) => {
             let answer = if tools_list {
-                observe_answer(relay, &answer.message);
-                let visible = |tool: &str| visible(&relay.tools, relay, tool);
+                observe_answer(relay, state, &answer.message);
+                let visible = |tool: &str| visible(&relay.tools, &state.seen, tool);
                 filter_tools_list(&answer.message, &client_id, &relay.tools, &visible)
             } else if handshake {
                 Some(without_task_calls(&answer, &client_id))
@@ -181,10 +180,10 @@ async fn reply(relay: &Relay, id: &str, answer: Reply) {
                 Some(relay_reply(&answer, &client_id, None))
             };
             match answer {
-                Some(answer) => relay.answer(Bytes::from(answer)).await,
+                Some(answer) => step.answer(Bytes::from(answer)),
                 None => {
                     let text = format!("{}: the server's answer could not be read", relay.config.product);
-                    relay.answer_error(Some(&client_id), -32603, &text).await
+                    step.answer_error(Some(&client_id), -32603, &text)
                 }
             }
         }
@@ -204,12 +203,13 @@ async fn reply(relay: &Relay, id: &str, answer: Reply) {
 /// A message from the server that cannot be read: if its id names a request in flight,
 /// that request fails now; if it names none, it may be a request of the server's, which is
 /// answered with an error rather than left waiting; without an id it is dropped (logged).
-async fn unreadable(relay: &Relay, id: Option<Bytes>, why: String) {
+fn unreadable(step: &mut Step<'_>, id: Option<Bytes>, why: String) {
+    let relay = step.relay;
     let upstream_id = id
         .as_ref()
         .and_then(|id| std::str::from_utf8(id).ok()?.parse::<u64>().ok());
+    let state = &mut *step.state;
     let waiting = upstream_id.and_then(|id| {
-        let mut state = relay.state();
         let waiting = state.take_pending(id)?;
         if let Pending::Relayed { flight, .. } = &waiting {
             state.flights.remove(flight);
@@ -223,7 +223,7 @@ async fn unreadable(relay: &Relay, id: Option<Bytes>, why: String) {
                 "{}: the server's answer could not be read: {why}",
                 relay.config.product
             );
-            relay.answer_error(Some(&client_id), -32603, &message).await;
+            step.answer_error(Some(&client_id), -32603, &message);
         }
         Some(Pending::Call { reply }) => {
             let _ = reply.send(Err(ForwardError::Unreadable(why)));
@@ -236,14 +236,15 @@ async fn unreadable(relay: &Relay, id: Option<Bytes>, why: String) {
             if let Some(id) = id {
                 let message = format!("{} could not read this message: {why}", relay.config.product);
                 let answer = error_response(Some(&id), jsonrpc::INVALID_REQUEST, &message, None);
-                let _ = relay.to_upstream.send(answer).await;
+                step.upstream(answer);
             }
         }
     }
 }
 
 /// A server request the host does not relay: answered with an error, recorded.
-async fn refuse_server_request(relay: &Relay, id: &str, method: &str) {
+fn refuse_server_request(step: &mut Step<'_>, id: &str, method: &str) {
+    let relay = step.relay;
     let setting = if method == "sampling/createMessage" {
         "sampling"
     } else {
@@ -255,5 +256,5 @@ async fn refuse_server_request(relay: &Relay, id: &str, method: &str) {
     );
     relay.record_refusal(method, Refusal::ServerRequestRefused, message.clone());
     let answer = error_response(Some(id.as_bytes()), jsonrpc::REFUSED_BY_HOST, &message, None);
-    let _ = relay.to_upstream.send(answer).await;
+    step.upstream(answer);
 }

@@ -8,7 +8,7 @@ use aml_core::Refusal;
 use super::call::tool_named;
 use super::from_client::flight_key;
 use super::jsonrpc::Envelope;
-use super::session::Relay;
+use super::machine::{Relay, State};
 
 /// The namespace of every MCP notification, in both protocol eras.
 const NOTIFICATIONS: &str = "notifications/";
@@ -63,8 +63,7 @@ pub(crate) fn drop_server_request_without_id(relay: &Relay, method: &str) {
 /// Notes that the server's request with id `id` (raw text) went to the client, so that the
 /// client's answer to it is relayed. `false` when the client already owes as many answers as
 /// the relay keeps track of: the request is then not relayed.
-pub(crate) fn expect_client_answer(relay: &Relay, id: &[u8]) -> bool {
-    let mut state = relay.state();
+pub(crate) fn expect_client_answer(relay: &Relay, state: &mut State, id: &[u8]) -> bool {
     if state.asked.len() >= relay.config.max_in_flight {
         return false;
     }
@@ -75,8 +74,8 @@ pub(crate) fn expect_client_answer(relay: &Relay, id: &[u8]) -> bool {
 /// Whether the client's answer with id `id` (raw text) answers a server request the relay
 /// passed to it (each is relayed once); an answer to anything else is dropped, logged: the
 /// server never asked the client that (a request the host refused, a made-up id).
-pub(crate) fn takes_client_answer(relay: &Relay, id: &[u8]) -> bool {
-    let expected = relay.state().asked.remove(&flight_key(id));
+pub(crate) fn takes_client_answer(state: &mut State, id: &[u8]) -> bool {
+    let expected = state.asked.remove(&flight_key(id));
     if !expected {
         tracing::warn!(target: "aml_mcp::relay", id = %String::from_utf8_lossy(id),
                        "the client answered no request the server sent it; dropped");

@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::tests::{message, parse, start};
 use super::*;
+use crate::relay::jsonrpc;
 use crate::relay::ServerRequestPolicy;
 
 /// Sends a ping with `id` and waits for its answer from the server's side, so that every

@@ -28,6 +28,9 @@
 
 mod advertised;
 mod answer;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod by_hand;
 mod call;
 mod deferred;
 pub mod frame;
@@ -35,6 +38,7 @@ mod from_client;
 mod from_upstream;
 pub mod jsonrpc;
 mod kinds;
+mod machine;
 mod pins;
 mod session;
 pub mod stdio;

@@ -17,7 +17,8 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
 use super::jsonrpc::{json_string, Envelope, Members};
-use super::session::{Pending, Relay};
+use super::machine::{Pending, Relay, Reply, State};
+use super::session::Session;
 use super::RelayTools;
 
 /// The most `tools/list` pages the relay follows when it fetches the list itself.
@@ -121,21 +122,21 @@ fn observe(seen: &mut HashMap<String, Definition>, message: &[u8]) -> Option<Opt
 
 /// Records a `tools/list` answer relayed to the client (and its tool names, for
 /// [`super::advertised`]).
-pub(crate) fn observe_answer(relay: &Relay, message: &[u8]) {
+pub(crate) fn observe_answer(relay: &Relay, state: &mut State, message: &[u8]) {
     let mut found = HashMap::new();
     if let Some(cursor) = observe(&mut found, message) {
         let names: Vec<String> = found.keys().cloned().collect();
-        relay.state().seen.tools.extend(found);
-        super::advertised::page(relay, names, cursor.is_none());
+        state.seen.tools.extend(found);
+        super::advertised::page(relay, state, names, cursor.is_none());
     }
 }
 
 /// Fetches the server's whole `tools/list` (every page) and records it as complete.
-pub(crate) async fn fetch(relay: &Relay) -> Result<(), String> {
+pub(crate) async fn fetch(session: &Session) -> Result<(), String> {
     let mut found = HashMap::new();
     let mut cursor: Option<String> = None;
     for _ in 0..MAX_PAGES {
-        let reply = request_page(relay, cursor.as_deref()).await?;
+        let reply = request_page(session, cursor.as_deref()).await?;
         let body = match &reply.body {
             Ok(_) => observe(&mut found, &reply.message),
             Err(error) => {
@@ -147,14 +148,12 @@ pub(crate) async fn fetch(relay: &Relay) -> Result<(), String> {
             None => return Err("the server's tools/list answer holds no readable tool list".into()),
             Some(None) => {
                 let names: Vec<String> = found.keys().cloned().collect();
-                {
-                    let mut state = relay.state();
-                    state.seen.tools = found;
-                    state.seen.complete = true;
-                    // The relay's own complete list replaces any the client was walking.
-                    state.listing.clear();
-                }
-                super::advertised::page(relay, names, true);
+                let mut state = session.state();
+                state.seen.tools = found;
+                state.seen.complete = true;
+                // The relay's own complete list replaces any the client was walking.
+                state.listing.clear();
+                super::advertised::page(&session.relay, &mut state, names, true);
                 return Ok(());
             }
             Some(Some(next)) => cursor = Some(next),
@@ -164,10 +163,10 @@ pub(crate) async fn fetch(relay: &Relay) -> Result<(), String> {
 }
 
 /// Sends one `tools/list` of the relay's own and waits for its answer.
-async fn request_page(relay: &Relay, cursor: Option<&str>) -> Result<super::session::Reply, String> {
+async fn request_page(session: &Session, cursor: Option<&str>) -> Result<Reply, String> {
     let (tx, rx) = oneshot::channel();
     let id = {
-        let mut state = relay.state();
+        let mut state = session.state();
         if let Some(gone) = &state.gone {
             return Err(format!("the server is gone ({gone})"));
         }
@@ -179,19 +178,18 @@ async fn request_page(relay: &Relay, cursor: Option<&str>) -> Result<super::sess
         .map(|c| format!(",\"params\":{{\"cursor\":{}}}", json_string(c)))
         .unwrap_or_default();
     let request = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/list\"{params}}}");
-    if relay.to_upstream.send(Bytes::from(request)).await.is_err() {
+    if session.to_upstream.send(Bytes::from(request)).await.is_err() {
         return Err("the server's input is closed".into());
     }
-    let limit = relay.config.upstream_timeout;
+    let limit = session.relay.config.upstream_timeout;
     match tokio::time::timeout(limit, rx).await {
         Ok(Ok(Ok(reply))) => Ok(reply),
         Ok(Ok(Err(e))) => Err(e.to_string()),
         Ok(Err(_)) => Err("the relay stopped".into()),
         Err(_) => {
-            relay.state().pending.insert(id, Pending::Cancelled);
-            relay
-                .cancel_upstream(id, &format!("{}: no answer in time", relay.config.product))
-                .await;
+            session.state().pending.insert(id, Pending::Cancelled);
+            let reason = format!("{}: no answer in time", session.relay.config.product);
+            session.cancel_upstream(id, &reason).await;
             Err(format!("the server did not answer tools/list within {limit:?}"))
         }
     }
@@ -199,8 +197,8 @@ async fn request_page(relay: &Relay, cursor: Option<&str>) -> Result<super::sess
 
 /// Whether a `tools/list` item may be shown: its pin (if any) matches what was seen. A
 /// hidden tool is logged, so the host learns of the change before any call is refused.
-pub(crate) fn visible(tools: &RelayTools, relay: &Relay, tool: &str) -> bool {
-    match check(tools, &relay.state().seen, tool) {
+pub(crate) fn visible(tools: &RelayTools, seen: &Seen, tool: &str) -> bool {
+    match check(tools, seen, tool) {
         PinCheck::Pass => true,
         PinCheck::Changed(why) => {
             tracing::warn!(target: "aml_mcp::relay", tool, "hidden from tools/list: {why}");

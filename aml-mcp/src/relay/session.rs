@@ -1,22 +1,21 @@
-//! The relay engine: one client session in front of one upstream connection. Routes each
-//! message, maps request ids, keeps the time limits, and notices an upstream that is gone.
+//! The relay engine: one client session in front of one upstream connection. It reads both
+//! connections and the session's timer, runs each event through the session core
+//! ([`super::machine`]) and sends what that returns; gated calls run as tasks of their own.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use aml_core::{GateOutcome, Refusal};
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::frame::Inbound;
 use super::from_client::on_client;
 use super::from_upstream::on_upstream;
-use super::jsonrpc::{self, error_response, Envelope, Kind};
+use super::jsonrpc::{Envelope, Kind};
+use super::machine::{Out, Relay, State, Step};
 use super::{Connection, RelayConfig, RelayTools, Upstream};
-use crate::ForwardError;
 
 const PROBE_ID: &str = "\"aml-mcp-gate:probe\"";
 
@@ -87,142 +86,19 @@ pub async fn probe(upstream: &mut Upstream, limit: Duration) -> Result<Vec<Inbou
     }
 }
 
-/// What waits for an answer from the upstream, by the id the relay gave the request.
-pub(crate) enum Pending {
-    /// A client request relayed as is.
-    Relayed {
-        client_id: Bytes,
-        flight: String,
-        tools_list: bool,
-        /// `initialize` or `server/discover`: the server's capabilities.
-        handshake: bool,
-        /// A 2026-07-28 `subscriptions/listen`: its notifications name it.
-        subscription: bool,
-        /// When it is answered with an error if the server has not answered it (none for a
-        /// request that stays open by design, a 2026-07-28 `subscriptions/listen`), and the
-        /// limit that gives, in [`State::deadlines`].
-        deadline: Option<(Instant, Duration)>,
-        method: Box<str>,
-    },
-    /// A gated `tools/call`: its task takes the answer.
-    Call {
-        reply: oneshot::Sender<Result<Reply, ForwardError>>,
-    },
-    /// Cancelled or timed out: a late answer is dropped.
-    Cancelled,
-}
-
-/// The server's answer to a forwarded call, with where its members are.
-#[derive(Debug)]
-pub(crate) struct Reply {
-    pub(crate) message: Bytes,
-    pub(crate) id: std::ops::Range<usize>,
-    /// The result's range, else the error's.
-    pub(crate) body: Result<std::ops::Range<usize>, std::ops::Range<usize>>,
-}
-
-/// A client request in flight, by its id (as normalized JSON text).
-pub(crate) enum Flight {
-    Relayed(u64),
-    Call {
-        upstream: Option<u64>,
-        task: Option<AbortHandle>,
-    },
-}
-
-#[derive(Default)]
-pub(crate) struct State {
-    next_id: u64,
-    pub(crate) pending: HashMap<u64, Pending>,
-    pub(crate) flights: HashMap<String, Flight>,
-    pub(crate) gone: Option<String>,
-    /// The server's tool definitions as this session has seen them (pins).
-    pub(crate) seen: super::pins::Seen,
-    /// The ids (as lookup keys) of the server's requests relayed to the client and not yet
-    /// answered: only answers to these are relayed back.
-    pub(crate) asked: std::collections::HashSet<String>,
-    /// Tool names of the `tools/list` pages seen since the last complete list, and the
-    /// registered tools last found missing from one (see `advertised`).
-    pub(crate) listing: std::collections::BTreeSet<String>,
-    pub(crate) missing_warned: std::collections::BTreeSet<String>,
-    /// The time limits of relayed requests, soonest first, by upstream id: the session's
-    /// one timer waits for the first (no task per request).
-    pub(crate) deadlines: std::collections::BTreeSet<(Instant, u64)>,
-}
-
-impl State {
-    pub(crate) fn next_id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id
-    }
-
-    /// Takes what waits for `upstream_id`'s answer, with its time limit.
-    pub(crate) fn take_pending(&mut self, upstream_id: u64) -> Option<Pending> {
-        let waiting = self.pending.remove(&upstream_id)?;
-        if let Pending::Relayed {
-            deadline: Some((at, _)),
-            ..
-        } = &waiting
-        {
-            self.deadlines.remove(&(*at, upstream_id));
-        }
-        Some(waiting)
-    }
-
-    /// Takes everything that waits for an answer, and every time limit.
-    pub(crate) fn take_all_pending(&mut self) -> Vec<(u64, Pending)> {
-        self.deadlines.clear();
-        self.pending.drain().collect()
-    }
-
-    /// The soonest time limit of a relayed request: the session's one timer waits for it.
-    fn soonest(&self) -> Option<Instant> {
-        self.deadlines.first().map(|(at, _)| *at)
-    }
-
-    /// The upstream ids whose time limit has passed by `now`, taken off the timer.
-    fn due(&mut self, now: Instant) -> Vec<u64> {
-        let mut due = Vec::new();
-        while let Some(&(at, id)) = self.deadlines.first() {
-            if at > now {
-                break;
-            }
-            self.deadlines.pop_first();
-            due.push(id);
-        }
-        due
-    }
-}
-
-/// What every task of one session shares.
-pub(crate) struct Relay {
-    /// Set when the session cannot go on (the upstream failed the handshake).
-    fatal: Mutex<Option<String>>,
-    fatal_signal: tokio::sync::Notify,
-    pub(crate) tools: RelayTools,
-    pub(crate) config: RelayConfig,
+/// One session as the engine runs it: its settings and state, the two connections' sending
+/// ends, and whether the client has gone. Its calls' tasks share it.
+pub(crate) struct Session {
+    pub(crate) relay: Relay,
+    state: Mutex<State>,
     pub(crate) to_client: mpsc::Sender<Bytes>,
     pub(crate) to_upstream: mpsc::Sender<Bytes>,
-    /// The client software as its first `initialize` named itself (shown to the approver):
-    /// read on every call without the state's lock.
-    pub(crate) client: std::sync::OnceLock<std::sync::Arc<aml_core::ClientInfo>>,
-    state: Mutex<State>,
     /// Set once the client has gone (end of its input, or its output closed): calls not yet
-    /// authorized are withdrawn (see [`Relay::client_left`]).
+    /// authorized are withdrawn (see [`Session::client_left`]).
     left: tokio::sync::watch::Sender<bool>,
 }
 
-impl Relay {
-    /// Ends the session: the upstream cannot serve it.
-    pub(crate) fn fail(&self, why: String) {
-        tracing::debug!(target: "aml_mcp::relay", "{why}");
-        self.fatal
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(why);
-        self.fatal_signal.notify_one();
-    }
-
+impl Session {
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -232,8 +108,12 @@ impl Relay {
         let _ = self.to_client.send(message).await;
     }
 
-    pub(crate) async fn answer_error(&self, id: Option<&[u8]>, code: i64, message: &str) {
-        self.answer(error_response(id, code, message, None)).await;
+    /// Tells the server a request of ours is cancelled.
+    pub(crate) async fn cancel_upstream(&self, upstream_id: u64, reason: &str) {
+        let _ = self
+            .to_upstream
+            .send(Relay::cancel_note(upstream_id, reason))
+            .await;
     }
 
     /// Completes once the client has gone. A call still waiting for approval (or for the
@@ -246,20 +126,31 @@ impl Relay {
         let _ = left.wait_for(|gone| *gone).await;
     }
 
-    /// Tells the server a request of ours is cancelled.
-    pub(crate) async fn cancel_upstream(&self, upstream_id: u64, reason: &str) {
-        let note = format!(
-            "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":{upstream_id},\"reason\":{}}}}}",
-            jsonrpc::json_string(reason)
-        );
-        let _ = self.to_upstream.send(Bytes::from(note)).await;
+    /// Runs one transition under the state's lock; what it sends is left in `out`. Returns
+    /// why the session cannot go on, once that is known.
+    fn step(&self, out: &mut Vec<Out>, transition: impl FnOnce(&mut Step<'_>)) -> Option<String> {
+        let now = Instant::now().into_std();
+        let mut state = self.state();
+        transition(&mut Step::new(&self.relay, &mut state, now, out));
+        state.fatal.clone()
     }
 
-    /// One record (through the gate, like every call) for a request the relay refused
-    /// itself; nothing was sent.
-    pub(crate) fn record_refusal(&self, tool: &str, refusal: Refusal, detail: String) -> GateOutcome {
-        let caller = &self.config.caller;
-        self.tools.gate().gate().refused_by(tool, caller, refusal, detail)
+    /// Sends what transitions returned, in order, and starts the calls they checked.
+    async fn send(self: &Arc<Self>, out: &mut Vec<Out>, calls: &mut JoinSet<()>) {
+        for next in out.drain(..) {
+            match next {
+                Out::Client(message) => self.answer(message).await,
+                Out::Upstream(message) => {
+                    let _ = self.to_upstream.send(message).await;
+                }
+                Out::Call(start) => {
+                    let flight = start.flight().to_owned();
+                    // Boxed: the call's future is large, and spawning would copy it.
+                    let task = calls.spawn(Box::pin(super::call::run(Arc::clone(self), *start)));
+                    self.state().set_task(&flight, task);
+                }
+            }
+        }
     }
 }
 
@@ -286,204 +177,113 @@ pub async fn run(
             },
         mut exited,
     } = upstream;
-    let relay = Arc::new(Relay {
-        fatal: Mutex::new(None),
-        fatal_signal: tokio::sync::Notify::new(),
-        client: std::sync::OnceLock::new(),
-        tools,
-        config,
+    let session = Arc::new(Session {
+        relay: Relay::new(tools, config),
         to_client,
         to_upstream,
         state: Mutex::new(State::default()),
         left: tokio::sync::watch::Sender::new(false),
     });
-    for inbound in early {
-        on_upstream(&relay, inbound).await;
-    }
+    let mut out = Vec::new();
     let mut calls = JoinSet::new();
+    let mut handshake: Option<String> = None;
+    for inbound in early {
+        handshake = session.step(&mut out, |step| on_upstream(step, inbound));
+    }
+    session.send(&mut out, &mut calls).await;
     let mut upstream_open = true;
     let mut exit_pending = true;
     let mut gone_at: Option<Instant> = None;
-    let mut handshake: Option<String> = None;
-    let grace = relay.config.gone_grace;
-    // Made once: a waiter made and dropped on every turn of the loop costs two locks.
-    let fatal = relay.fatal_signal.notified();
-    tokio::pin!(fatal);
-    loop {
+    let grace = session.relay.config.gone_grace;
+    while handshake.is_none() {
         let (full, soonest) = {
-            let state = relay.state();
-            (state.flights.len() >= relay.config.max_in_flight, state.soonest())
+            let state = session.state();
+            (state.full(&session.relay.config), state.soonest())
         };
-        tokio::select! {
+        handshake = tokio::select! {
             status = &mut exited, if exit_pending => {
                 exit_pending = false;
                 gone_at.get_or_insert_with(Instant::now);
-                upstream_gone(&relay, format!("it exited ({})", status.unwrap_or_else(|_| "status unknown".into()))).await;
+                let why = format!("it exited ({})", status.unwrap_or_else(|_| "status unknown".into()));
+                session.step(&mut out, |step| step.upstream_gone(why))
             }
             next = from_upstream.recv(), if upstream_open => match next {
-                Some(inbound) => on_upstream(&relay, inbound).await,
+                Some(inbound) => session.step(&mut out, |step| on_upstream(step, inbound)),
                 None => {
                     upstream_open = false;
                     gone_at.get_or_insert_with(Instant::now);
-                    upstream_gone(&relay, "it closed its output".into()).await;
+                    session.step(&mut out, |step| step.upstream_gone("it closed its output".into()))
                 }
             },
             next = from_client.recv(), if !full => match next {
                 // Its answers cannot be written (it closed its end): it has gone, and what
                 // it sent after that is not taken up to run unanswered.
-                Some(_) if relay.to_client.is_closed() => {
-                    relay.left.send_replace(true);
+                Some(_) if session.to_client.is_closed() => {
+                    session.left.send_replace(true);
                     break;
                 }
-                Some(inbound) => on_client(&relay, inbound, &mut calls).await,
+                Some(inbound) => session.step(&mut out, |step| on_client(step, inbound)),
                 None => {
-                    relay.left.send_replace(true);
+                    session.left.send_replace(true);
                     break;
                 }
             },
-            Some(_) = calls.join_next(), if !calls.is_empty() => {}
-            () = sleep_until(soonest), if soonest.is_some() => expire_due(&relay).await,
-            _ = sleep_until(gone_at.map(|at| at + grace)), if gone_at.is_some() => break,
-            _ = &mut fatal => {
-                // Calls in flight still answer their clients and leave their receipts.
-                let why = relay.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                handshake = Some(why.unwrap_or_default());
-                break;
-            }
-        }
+            Some(_) = calls.join_next(), if !calls.is_empty() => None,
+            () = sleep_until(soonest), if soonest.is_some() => session.step(&mut out, |step| step.expire_due()),
+            _ = sleep_until(gone_at.map(|at| (at + grace).into_std())), if gone_at.is_some() => break,
+        };
+        // Calls in flight still answer their clients and leave their receipts.
+        session.send(&mut out, &mut calls).await;
     }
     // Requests already read still get their answers (and calls their receipts), within a
     // bound: a client that writes its requests and closes its input at once (`printf … |`)
     // is answered like any other.
-    let deadline = Instant::now() + relay.config.drain_timeout;
-    while !calls.is_empty() || awaits_answers(&relay) {
-        let soonest = relay.state().soonest();
+    let deadline = Instant::now() + session.relay.config.drain_timeout;
+    while !calls.is_empty() || (!session.to_client.is_closed() && session.state().awaits_answers()) {
+        let soonest = session.state().soonest();
         tokio::select! {
             next = from_upstream.recv(), if upstream_open => match next {
-                Some(inbound) => on_upstream(&relay, inbound).await,
+                Some(inbound) => session.step(&mut out, |step| on_upstream(step, inbound)),
                 None => {
                     upstream_open = false;
-                    upstream_gone(&relay, "it closed its output".into()).await;
+                    session.step(&mut out, |step| step.upstream_gone("it closed its output".into()))
                 }
             },
             status = &mut exited, if exit_pending => {
                 exit_pending = false;
-                upstream_gone(&relay, format!("it exited ({})", status.unwrap_or_default())).await;
+                let why = format!("it exited ({})", status.unwrap_or_default());
+                session.step(&mut out, |step| step.upstream_gone(why))
             }
-            Some(_) = calls.join_next(), if !calls.is_empty() => {}
-            () = sleep_until(soonest), if soonest.is_some() => expire_due(&relay).await,
+            Some(_) = calls.join_next(), if !calls.is_empty() => None,
+            () = sleep_until(soonest), if soonest.is_some() => session.step(&mut out, |step| step.expire_due()),
             _ = tokio::time::sleep_until(deadline) => {
                 tracing::warn!(target: "aml_mcp::relay", calls = calls.len(),
                                "calls still running when the client left are recorded as abandoned");
                 calls.abort_all();
                 while calls.join_next().await.is_some() {}
-                answer_unanswered(&relay).await;
+                session.step(&mut out, |step| step.answer_unanswered());
+                session.send(&mut out, &mut calls).await;
                 break;
             }
-        }
+        };
+        session.send(&mut out, &mut calls).await;
     }
     if let Some(why) = handshake {
         return RelayEnd::Handshake(why);
     }
-    let left = relay.state().take_all_pending();
-    for (id, waiting) in left {
-        if let Pending::Cancelled = waiting {
-            // The server was told when it was cancelled (or timed out).
-            continue;
-        }
-        relay.cancel_upstream(id, "the client went away").await;
-    }
-    let gone = relay.state().gone.clone();
+    session.step(&mut out, |step| step.end());
+    session.send(&mut out, &mut calls).await;
+    let gone = session.state().gone.clone();
     match gone {
         Some(reason) => RelayEnd::UpstreamGone(reason),
         None => RelayEnd::ClientClosed,
     }
 }
 
-/// Whether a request relayed to the server still waits for its answer and the client can
-/// still be written to (a subscription, which ends only when the client ends it, does not
-/// count).
-fn awaits_answers(relay: &Relay) -> bool {
-    !relay.to_client.is_closed()
-        && relay.state().pending.values().any(|p| {
-            matches!(
-                p,
-                Pending::Relayed {
-                    subscription: false,
-                    ..
-                }
-            )
-        })
-}
-
-/// The drain limit passed after the client left: each relayed request still waiting is
-/// answered with an error now (the server is told it is cancelled as the session ends).
-async fn answer_unanswered(relay: &Relay) {
-    let waiting: Vec<Bytes> = relay
-        .state()
-        .pending
-        .values()
-        .filter_map(|p| match p {
-            Pending::Relayed {
-                client_id,
-                subscription: false,
-                ..
-            } => Some(client_id.clone()),
-            _ => None,
-        })
-        .collect();
-    let limit = relay.config.drain_timeout;
-    let message = format!(
-        "{}: the server did not answer within {limit:?} of the client closing its input; the gate is stopping",
-        relay.config.product
-    );
-    for client_id in waiting {
-        relay
-            .answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message)
-            .await;
-    }
-}
-
-/// Answers every relayed request whose time limit has passed.
-async fn expire_due(relay: &Relay) {
-    let due = relay.state().due(Instant::now());
-    for upstream_id in due {
-        super::from_client::expire(relay, upstream_id).await;
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
+async fn sleep_until(at: Option<std::time::Instant>) {
     match at {
-        Some(at) => tokio::time::sleep_until(at).await,
+        Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
         None => std::future::pending().await,
-    }
-}
-
-/// The upstream is gone: every request waiting on it fails now, later ones are refused.
-async fn upstream_gone(relay: &Relay, reason: String) {
-    let pending: Vec<Pending> = {
-        let mut state = relay.state();
-        if state.gone.is_some() {
-            return;
-        }
-        tracing::error!(target: "aml_mcp::relay", "the upstream server is gone: {reason}");
-        state.gone = Some(reason.clone());
-        state.flights.retain(|_, f| matches!(f, Flight::Call { .. }));
-        state.take_all_pending().into_iter().map(|(_, p)| p).collect()
-    };
-    for waiting in pending {
-        match waiting {
-            Pending::Relayed { client_id, .. } => {
-                let message = format!("{}: the upstream server is gone ({reason})", relay.config.product);
-                relay
-                    .answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
-                    .await;
-            }
-            Pending::Call { reply } => {
-                let _ = reply.send(Err(ForwardError::UpstreamGone(reason.clone())));
-            }
-            Pending::Cancelled => {}
-        }
     }
 }
 

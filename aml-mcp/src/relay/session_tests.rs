@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::relay::Peer;
 
 use super::*;
+use crate::relay::jsonrpc;
 
 pub(super) struct Ends {
     pub(super) to_relay: mpsc::Sender<Inbound>,

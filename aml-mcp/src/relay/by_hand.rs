@@ -1,0 +1,127 @@
+//! The session core driven by hand, for its unit tests and its fuzz target (feature
+//! `fuzzing`): no runtime, no channels, and a clock only the caller moves. Not a stable API.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::from_client::on_client;
+use super::from_upstream::on_upstream;
+use super::machine::{Out, Relay, State, Step};
+use super::{Inbound, RelayConfig, RelayTools};
+
+/// One session's core, and the clock its transitions run at.
+pub struct Machine {
+    relay: Relay,
+    state: State,
+    now: Instant,
+}
+
+/// What one transition returned, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sent {
+    /// A message for the client.
+    Client(Bytes),
+    /// A message for the server.
+    Upstream(Bytes),
+    /// A checked `tools/call` handed to a task of its own, by its client id's key.
+    Call(String),
+}
+
+impl std::fmt::Debug for Machine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Machine")
+            .field("in_flight", &self.in_flight())
+            .field("fatal", &self.fatal())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Machine {
+    /// A session that has seen nothing yet.
+    pub fn new(tools: RelayTools, config: RelayConfig) -> Machine {
+        Machine {
+            relay: Relay::new(tools, config),
+            state: State::default(),
+            now: Instant::now(),
+        }
+    }
+
+    fn run(&mut self, transition: impl FnOnce(&mut Step<'_>)) -> Vec<Sent> {
+        let mut out = Vec::new();
+        transition(&mut Step::new(&self.relay, &mut self.state, self.now, &mut out));
+        out.into_iter()
+            .map(|next| match next {
+                Out::Client(b) => Sent::Client(b),
+                Out::Upstream(b) => Sent::Upstream(b),
+                Out::Call(start) => Sent::Call(start.flight().to_owned()),
+            })
+            .collect()
+    }
+
+    /// A message (or an oversized frame) from the client.
+    pub fn client(&mut self, inbound: Inbound) -> Vec<Sent> {
+        self.run(|step| on_client(step, inbound))
+    }
+
+    /// A message (or an oversized frame) from the server.
+    pub fn server(&mut self, inbound: Inbound) -> Vec<Sent> {
+        self.run(|step| on_upstream(step, inbound))
+    }
+
+    /// Moves the clock on by `elapsed` and lets the session's timer fire.
+    pub fn after(&mut self, elapsed: Duration) -> Vec<Sent> {
+        self.now += elapsed;
+        self.run(|step| step.expire_due())
+    }
+
+    /// The server has gone (it exited, or closed its output).
+    pub fn upstream_gone(&mut self, reason: &str) -> Vec<Sent> {
+        self.run(|step| step.upstream_gone(reason.to_owned()))
+    }
+
+    /// The client left and the drain limit passed: what still waits is answered.
+    pub fn drained(&mut self) -> Vec<Sent> {
+        self.run(|step| step.answer_unanswered())
+    }
+
+    /// The session ends: the server is told what is still open is cancelled.
+    pub fn end(&mut self) -> Vec<Sent> {
+        self.run(|step| step.end())
+    }
+
+    /// The client's requests in flight (relayed or gated).
+    pub fn in_flight(&self) -> usize {
+        self.state.flights.len()
+    }
+
+    /// Whether the session's requests to the server all have their answers (or ended).
+    pub fn idle_upstream(&self) -> bool {
+        self.state.pending.is_empty() && self.state.deadlines.is_empty()
+    }
+
+    /// When the session's timer fires next.
+    pub fn next_timer(&self) -> Option<Instant> {
+        self.state.soonest()
+    }
+
+    /// The clock the transitions run at.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Why the session cannot go on, once it cannot.
+    pub fn fatal(&self) -> Option<&str> {
+        self.state.fatal.as_deref()
+    }
+
+    /// Whether the client has as many requests in flight as the relay takes.
+    pub fn full(&self) -> bool {
+        self.state.full(&self.relay.config)
+    }
+
+    /// Whether a relayed request (not a subscription) still waits for the server.
+    pub fn awaits_answers(&self) -> bool {
+        self.state.awaits_answers()
+    }
+}

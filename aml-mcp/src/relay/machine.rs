@@ -1,0 +1,320 @@
+//! The session's state and its transitions, without I/O: a message from either side, the
+//! passing of time or the upstream's end goes in with the session's [`State`], and what to
+//! send where comes out, in order ([`Out`]). The engine ([`super::session`]) reads the
+//! connections, runs a transition under the state's lock and sends what it returns; nothing
+//! here awaits, so every transition can be driven (and tested) without a runtime.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use aml_core::{ClientInfo, GateOutcome, Refusal};
+use bytes::Bytes;
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+
+use super::call::CallStart;
+use super::jsonrpc::{self, error_response, json_string};
+use super::{RelayConfig, RelayTools};
+use crate::ForwardError;
+
+/// What waits for an answer from the upstream, by the id the relay gave the request.
+pub(crate) enum Pending {
+    /// A client request relayed as is.
+    Relayed {
+        client_id: Bytes,
+        flight: String,
+        tools_list: bool,
+        /// `initialize` or `server/discover`: the server's capabilities.
+        handshake: bool,
+        /// A 2026-07-28 `subscriptions/listen`: its notifications name it.
+        subscription: bool,
+        /// When it is answered with an error if the server has not answered it (none for a
+        /// request that stays open by design, a 2026-07-28 `subscriptions/listen`), and the
+        /// limit that gives, in [`State::deadlines`].
+        deadline: Option<(Instant, Duration)>,
+        method: Box<str>,
+    },
+    /// A gated `tools/call` (or the relay's own `tools/list`): its task takes the answer.
+    Call {
+        reply: oneshot::Sender<Result<Reply, ForwardError>>,
+    },
+    /// Cancelled or timed out: a late answer is dropped.
+    Cancelled,
+}
+
+/// The server's answer to a forwarded call, with where its members are.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) message: Bytes,
+    pub(crate) id: std::ops::Range<usize>,
+    /// The result's range, else the error's.
+    pub(crate) body: Result<std::ops::Range<usize>, std::ops::Range<usize>>,
+}
+
+/// A client request in flight, by its id (as normalized JSON text).
+pub(crate) enum Flight {
+    Relayed(u64),
+    Call {
+        upstream: Option<u64>,
+        task: Option<AbortHandle>,
+    },
+}
+
+/// Everything one session keeps between messages: one owner, changed only by transitions.
+#[derive(Default)]
+pub(crate) struct State {
+    next_id: u64,
+    pub(crate) pending: HashMap<u64, Pending>,
+    pub(crate) flights: HashMap<String, Flight>,
+    pub(crate) gone: Option<String>,
+    /// Set when the session cannot go on (the upstream failed the handshake).
+    pub(crate) fatal: Option<String>,
+    /// The server's tool definitions as this session has seen them (pins).
+    pub(crate) seen: super::pins::Seen,
+    /// The ids (as lookup keys) of the server's requests relayed to the client and not yet
+    /// answered: only answers to these are relayed back.
+    pub(crate) asked: HashSet<String>,
+    /// Tool names of the `tools/list` pages seen since the last complete list, and the
+    /// registered tools last found missing from one (see `advertised`).
+    pub(crate) listing: BTreeSet<String>,
+    pub(crate) missing_warned: BTreeSet<String>,
+    /// The time limits of relayed requests, soonest first, by upstream id: the session's
+    /// one timer waits for the first (no task per request).
+    pub(crate) deadlines: BTreeSet<(Instant, u64)>,
+}
+
+impl State {
+    pub(crate) fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Takes what waits for `upstream_id`'s answer, with its time limit.
+    pub(crate) fn take_pending(&mut self, upstream_id: u64) -> Option<Pending> {
+        let waiting = self.pending.remove(&upstream_id)?;
+        if let Pending::Relayed {
+            deadline: Some((at, _)),
+            ..
+        } = &waiting
+        {
+            self.deadlines.remove(&(*at, upstream_id));
+        }
+        Some(waiting)
+    }
+
+    /// Takes everything that waits for an answer, and every time limit.
+    pub(crate) fn take_all_pending(&mut self) -> Vec<(u64, Pending)> {
+        self.deadlines.clear();
+        self.pending.drain().collect()
+    }
+
+    /// The soonest time limit of a relayed request: the session's one timer waits for it.
+    pub(crate) fn soonest(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(at, _)| *at)
+    }
+
+    /// Whether the client has as many requests in flight as the relay takes: nothing more is
+    /// read from it until one ends.
+    pub(crate) fn full(&self, config: &RelayConfig) -> bool {
+        self.flights.len() >= config.max_in_flight
+    }
+
+    /// Whether a request relayed to the server still waits for its answer (a subscription,
+    /// which ends only when the client ends it, does not count).
+    pub(crate) fn awaits_answers(&self) -> bool {
+        self.pending.values().any(|p| {
+            matches!(
+                p,
+                Pending::Relayed {
+                    subscription: false,
+                    ..
+                }
+            )
+        })
+    }
+
+    /// Gives a call's task handle to its flight, so that a cancellation can stop it.
+    pub(crate) fn set_task(&mut self, flight: &str, handle: AbortHandle) {
+        if let Some(Flight::Call { task, .. }) = self.flights.get_mut(flight) {
+            *task = Some(handle);
+        }
+    }
+
+    /// The upstream ids whose time limit has passed by `now`, taken off the timer.
+    fn due(&mut self, now: Instant) -> Vec<u64> {
+        let mut due = Vec::new();
+        while let Some(&(at, id)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            due.push(id);
+        }
+        due
+    }
+}
+
+/// What the engine does for a session, in the order a transition returns it.
+pub(crate) enum Out {
+    /// A message for the client.
+    Client(Bytes),
+    /// A message for the server.
+    Upstream(Bytes),
+    /// A checked `tools/call` for the gate: the engine runs it as its own task.
+    Call(Box<CallStart>),
+}
+
+/// What a session shares with its calls, fixed for its life (besides the client's name,
+/// set once).
+pub(crate) struct Relay {
+    pub(crate) tools: RelayTools,
+    pub(crate) config: RelayConfig,
+    /// The client software as its first `initialize` named itself (shown to the approver):
+    /// read on every call without the state's lock.
+    pub(crate) client: OnceLock<Arc<ClientInfo>>,
+}
+
+impl Relay {
+    pub(crate) fn new(tools: RelayTools, config: RelayConfig) -> Relay {
+        Relay {
+            tools,
+            config,
+            client: OnceLock::new(),
+        }
+    }
+
+    /// One record (through the gate, like every call) for a request the relay refused
+    /// itself; nothing was sent.
+    pub(crate) fn record_refusal(&self, tool: &str, refusal: Refusal, detail: String) -> GateOutcome {
+        let caller = &self.config.caller;
+        self.tools.gate().gate().refused_by(tool, caller, refusal, detail)
+    }
+
+    /// The `notifications/cancelled` that tells the server a request of ours is cancelled.
+    pub(crate) fn cancel_note(upstream_id: u64, reason: &str) -> Bytes {
+        Bytes::from(format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":{upstream_id},\"reason\":{}}}}}",
+            json_string(reason)
+        ))
+    }
+}
+
+/// One transition: the session's settings, its state, the time it runs at, and where what
+/// it sends goes.
+pub(crate) struct Step<'a> {
+    pub(crate) relay: &'a Relay,
+    pub(crate) state: &'a mut State,
+    pub(crate) now: Instant,
+    out: &'a mut Vec<Out>,
+}
+
+impl<'a> Step<'a> {
+    pub(crate) fn new(relay: &'a Relay, state: &'a mut State, now: Instant, out: &'a mut Vec<Out>) -> Self {
+        Step {
+            relay,
+            state,
+            now,
+            out,
+        }
+    }
+
+    pub(crate) fn answer(&mut self, message: Bytes) {
+        self.out.push(Out::Client(message));
+    }
+
+    pub(crate) fn answer_error(&mut self, id: Option<&[u8]>, code: i64, message: &str) {
+        self.answer(error_response(id, code, message, None));
+    }
+
+    pub(crate) fn upstream(&mut self, message: Bytes) {
+        self.out.push(Out::Upstream(message));
+    }
+
+    pub(crate) fn start_call(&mut self, call: CallStart) {
+        self.out.push(Out::Call(Box::new(call)));
+    }
+
+    /// Tells the server a request of ours is cancelled.
+    pub(crate) fn cancel_upstream(&mut self, upstream_id: u64, reason: &str) {
+        self.upstream(Relay::cancel_note(upstream_id, reason));
+    }
+
+    /// Ends the session: the upstream cannot serve it.
+    pub(crate) fn fail(&mut self, why: String) {
+        tracing::debug!(target: "aml_mcp::relay", "{why}");
+        self.state.fatal.get_or_insert(why);
+    }
+
+    /// Answers every relayed request whose time limit has passed by [`Step::now`].
+    pub(crate) fn expire_due(&mut self) {
+        for upstream_id in self.state.due(self.now) {
+            super::from_client::expire(self, upstream_id);
+        }
+    }
+
+    /// The upstream is gone: every request waiting on it fails now, later ones are refused.
+    pub(crate) fn upstream_gone(&mut self, reason: String) {
+        if self.state.gone.is_some() {
+            return;
+        }
+        tracing::error!(target: "aml_mcp::relay", "the upstream server is gone: {reason}");
+        self.state.gone = Some(reason.clone());
+        self.state.flights.retain(|_, f| matches!(f, Flight::Call { .. }));
+        let message = format!(
+            "{}: the upstream server is gone ({reason})",
+            self.relay.config.product
+        );
+        for (_, waiting) in self.state.take_all_pending() {
+            match waiting {
+                Pending::Relayed { client_id, .. } => {
+                    self.answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
+                }
+                Pending::Call { reply } => {
+                    let _ = reply.send(Err(ForwardError::UpstreamGone(reason.clone())));
+                }
+                Pending::Cancelled => {}
+            }
+        }
+    }
+
+    /// The drain limit passed after the client left: each relayed request still waiting is
+    /// answered with an error now (the server is told it is cancelled as the session ends).
+    pub(crate) fn answer_unanswered(&mut self) {
+        let limit = self.relay.config.drain_timeout;
+        let message = format!(
+            "{}: the server did not answer within {limit:?} of the client closing its input; the gate is stopping",
+            self.relay.config.product
+        );
+        let waiting: Vec<Bytes> = self
+            .state
+            .pending
+            .values()
+            .filter_map(|p| match p {
+                Pending::Relayed {
+                    client_id,
+                    subscription: false,
+                    ..
+                } => Some(client_id.clone()),
+                _ => None,
+            })
+            .collect();
+        for client_id in waiting {
+            self.answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message);
+        }
+    }
+
+    /// The session ends: the server is told every request of ours still open is cancelled
+    /// (those cancelled or timed out were told then).
+    pub(crate) fn end(&mut self) {
+        for (id, waiting) in self.state.take_all_pending() {
+            if !matches!(waiting, Pending::Cancelled) {
+                self.cancel_upstream(id, "the client went away");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;

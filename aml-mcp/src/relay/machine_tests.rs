@@ -1,0 +1,272 @@
+//! The session core's transitions, driven by hand: no runtime, no channels, no clock but the
+//! one each test moves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aml_core::{ActionBoundary, MemorySink, Policy};
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use crate::relay::by_hand::{Machine, Sent};
+use crate::relay::{jsonrpc, Inbound, RelayConfig, RelayTools, ServerRequestPolicy};
+
+/// A session core with one tool, `send`, allowed to `team`, and the sink of its records.
+fn machine(config: RelayConfig) -> (Machine, MemorySink) {
+    let sink = MemorySink::new();
+    let catalog = r#"{"tools": [{"name": "send", "effect": "send", "purpose": "Send a note",
+        "resource": {"argument": "to"}, "input_schema": {"type": "object"}}]}"#;
+    let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "send", "effect": "send", "resource": "team", "requires_approval": false}]}));
+    let boundary = ActionBoundary::builder(Arc::new(policy))
+        .sink(sink.clone())
+        .build();
+    let tools = RelayTools::from_json(catalog, boundary).unwrap();
+    (Machine::new(tools, config), sink)
+}
+
+/// What one transition returned, by where it goes.
+#[derive(Default)]
+struct By {
+    client: Vec<Value>,
+    upstream: Vec<Value>,
+    calls: Vec<String>,
+}
+
+fn by(sent: Vec<Sent>) -> By {
+    let mut by = By::default();
+    let read = |b: &Bytes| serde_json::from_slice::<Value>(b).unwrap();
+    for next in sent {
+        match next {
+            Sent::Client(b) => by.client.push(read(&b)),
+            Sent::Upstream(b) => by.upstream.push(read(&b)),
+            Sent::Call(flight) => by.calls.push(flight),
+        }
+    }
+    by
+}
+
+fn msg(v: Value) -> Inbound {
+    Inbound::Message(Bytes::from(v.to_string()))
+}
+
+trait Drive {
+    fn client_says(&mut self, message: Value) -> By;
+    fn server_says(&mut self, message: Value) -> By;
+    fn later(&mut self, elapsed: Duration) -> By;
+}
+
+impl Drive for Machine {
+    fn client_says(&mut self, message: Value) -> By {
+        by(self.client(msg(message)))
+    }
+    fn server_says(&mut self, message: Value) -> By {
+        by(self.server(msg(message)))
+    }
+    fn later(&mut self, elapsed: Duration) -> By {
+        by(self.after(elapsed))
+    }
+}
+
+fn request(id: Value, method: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}})
+}
+
+#[test]
+fn a_relayed_request_goes_up_under_the_relays_id_and_its_answer_comes_back_under_the_clients() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let sent = m.client_says(request(json!("a"), "resources/list"));
+    assert!(sent.client.is_empty());
+    let [up] = &sent.upstream[..] else {
+        panic!("one message up")
+    };
+    assert_eq!(up["method"], "resources/list");
+    let upstream_id = up["id"].as_u64().expect("the relay's own numeric id");
+    assert_eq!(m.in_flight(), 1);
+    let sent = m.server_says(json!({"jsonrpc": "2.0", "id": upstream_id, "result": {"resources": []}}));
+    assert_eq!(
+        sent.client,
+        [json!({"jsonrpc": "2.0", "id": "a", "result": {"resources": []}})]
+    );
+    assert!(sent.upstream.is_empty());
+    assert!(m.in_flight() == 0 && m.idle_upstream());
+    assert!(m.next_timer().is_none(), "its time limit went with it");
+}
+
+#[test]
+fn a_request_unanswered_at_its_limit_is_answered_with_an_error_and_cancelled_upstream() {
+    let limit = Duration::from_secs(30);
+    let (mut m, _) = machine(RelayConfig::default().with_upstream_timeout(limit));
+    let up = m
+        .client_says(request(json!(7), "prompts/list"))
+        .upstream
+        .remove(0);
+    assert_eq!(m.next_timer(), Some(m.now() + limit));
+    let early = m.later(limit - Duration::from_millis(1));
+    assert!(early.client.is_empty() && early.upstream.is_empty());
+    let due = m.later(Duration::from_millis(1));
+    assert_eq!(due.client[0]["id"], 7);
+    assert_eq!(due.client[0]["error"]["code"], jsonrpc::UPSTREAM_TIMEOUT);
+    assert_eq!(due.upstream[0]["method"], "notifications/cancelled");
+    assert_eq!(due.upstream[0]["params"]["requestId"], up["id"]);
+    assert!(m.in_flight() == 0, "the id is free again");
+    // The server's late answer reaches nobody.
+    let late = m.server_says(json!({"jsonrpc": "2.0", "id": up["id"], "result": {}}));
+    assert!(late.client.is_empty() && late.upstream.is_empty());
+    assert!(m.fatal().is_none());
+}
+
+#[test]
+fn a_handshake_unanswered_in_time_ends_the_session() {
+    let limit = Duration::from_secs(5);
+    let (mut m, _) = machine(RelayConfig::default().with_handshake_timeout(limit));
+    m.client_says(request(json!(0), "initialize"));
+    let due = m.later(limit);
+    assert_eq!(due.client[0]["error"]["code"], jsonrpc::UPSTREAM_TIMEOUT);
+    assert!(m.fatal().is_some_and(|why| why.contains("initialize")));
+}
+
+#[test]
+fn a_second_request_under_an_id_in_flight_is_refused_and_not_sent() {
+    let (mut m, _) = machine(RelayConfig::default());
+    m.client_says(request(json!(1), "resources/list"));
+    let sent = m.client_says(request(json!(1), "prompts/list"));
+    assert!(sent.upstream.is_empty());
+    assert_eq!(sent.client[0]["id"], 1);
+    assert_eq!(sent.client[0]["error"]["code"], jsonrpc::INVALID_REQUEST);
+}
+
+#[test]
+fn a_clients_cancellation_goes_up_under_the_relays_id_and_the_late_answer_is_dropped() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let up = m
+        .client_says(request(json!("slow"), "resources/read"))
+        .upstream
+        .remove(0);
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": "slow", "reason": "bored"}});
+    let sent = m.client_says(cancel);
+    assert_eq!(
+        sent.upstream[0]["params"],
+        json!({"requestId": up["id"], "reason": "bored"})
+    );
+    assert!(m.in_flight() == 0);
+    let late = m.server_says(json!({"jsonrpc": "2.0", "id": up["id"], "result": {}}));
+    assert!(late.client.is_empty());
+    // A cancellation for nothing in flight is dropped.
+    let again =
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "slow"}});
+    let sent = m.client_says(again);
+    assert!(sent.client.is_empty() && sent.upstream.is_empty());
+}
+
+#[test]
+fn once_the_upstream_is_gone_waiting_requests_fail_and_later_ones_are_refused_unsent() {
+    let (mut m, sink) = machine(RelayConfig::default());
+    m.client_says(request(json!(1), "resources/list"));
+    let sent = by(m.upstream_gone("it exited (signal 9)"));
+    assert_eq!(sent.client[0]["id"], 1);
+    assert_eq!(sent.client[0]["error"]["code"], jsonrpc::UPSTREAM_GONE);
+    let later = m.client_says(request(json!(2), "prompts/list"));
+    assert!(later.upstream.is_empty());
+    assert_eq!(later.client[0]["error"]["code"], jsonrpc::UPSTREAM_GONE);
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                      "params": {"name": "send", "arguments": {"to": "team"}}});
+    let refused = m.client_says(call);
+    assert!(refused.upstream.is_empty() && refused.calls.is_empty());
+    let verdict = &refused.client[0]["result"]["_meta"]["aml.action-boundary/verdict"];
+    assert_eq!(verdict["rejection"], "upstream_gone");
+    assert_eq!(sink.calls()[0].refusal, Some(aml_core::Refusal::UpstreamGone));
+}
+
+#[test]
+fn a_checked_tools_call_becomes_a_task_and_counts_against_the_in_flight_limit() {
+    let (mut m, _) = machine(RelayConfig::default().with_max_in_flight(1));
+    let call = json!({"jsonrpc": "2.0", "id": "c", "method": "tools/call",
+                      "params": {"name": "send", "arguments": {"to": "team"}}});
+    let sent = m.client_says(call);
+    assert_eq!(sent.calls, ["\"c\""]);
+    assert!(
+        sent.client.is_empty() && sent.upstream.is_empty(),
+        "the task sends it"
+    );
+    assert!(m.full());
+    // Params the gate cannot check are answered at once, with nothing for a task.
+    let bad = json!({"jsonrpc": "2.0", "id": "d", "method": "tools/call",
+                     "params": {"name": "send", "arguments": [1]}});
+    let sent = m.client_says(bad);
+    assert!(sent.calls.is_empty());
+    assert_eq!(sent.client[0]["error"]["code"], jsonrpc::INVALID_PARAMS);
+}
+
+#[test]
+fn a_server_request_the_host_refuses_is_answered_upstream_and_never_reaches_the_client() {
+    let (mut m, sink) = machine(RelayConfig::default());
+    let ask = json!({"jsonrpc": "2.0", "id": 40, "method": "sampling/createMessage", "params": {}});
+    let sent = m.server_says(ask.clone());
+    assert!(sent.client.is_empty());
+    assert_eq!(sent.upstream[0]["id"], 40);
+    assert_eq!(sent.upstream[0]["error"]["code"], jsonrpc::REFUSED_BY_HOST);
+    assert_eq!(
+        sink.calls()[0].refusal,
+        Some(aml_core::Refusal::ServerRequestRefused)
+    );
+    // Relayed by setting: the client's answer goes back once, a made-up one never.
+    let (mut m, _) = machine(RelayConfig::default().with_sampling(ServerRequestPolicy::Relay));
+    assert_eq!(m.server_says(ask).client[0]["id"], 40);
+    let answer = json!({"jsonrpc": "2.0", "id": 40, "result": {}});
+    assert_eq!(
+        m.client_says(answer.clone()).upstream,
+        std::slice::from_ref(&answer)
+    );
+    assert!(m.client_says(answer).upstream.is_empty());
+}
+
+#[test]
+fn a_server_that_sends_the_clients_initialize_back_ends_the_session() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let up = m.client_says(request(json!(0), "initialize")).upstream.remove(0);
+    let sent = m.server_says(up);
+    assert_eq!(sent.client[0]["id"], 0);
+    assert_eq!(sent.client[0]["error"]["code"], jsonrpc::UPSTREAM_GONE);
+    assert!(m.fatal().is_some());
+}
+
+#[test]
+fn a_subscriptions_notifications_name_the_clients_request() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let up = m
+        .client_says(request(json!("sub"), "subscriptions/listen"))
+        .upstream
+        .remove(0);
+    assert!(m.next_timer().is_none(), "a subscription stays open by design");
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                      "params": {"uri": "x", "_meta": {"io.modelcontextprotocol/subscriptionId": up["id"]}}});
+    let sent = m.server_says(note);
+    assert_eq!(
+        sent.client[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "sub"
+    );
+    assert!(!m.awaits_answers(), "a subscription does not hold the drain open");
+}
+
+#[test]
+fn a_batch_is_refused_item_by_item_and_the_end_cancels_what_is_still_open() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let batch = json!([request(json!(1), "ping"), request(json!("b"), "ping")]);
+    let sent = m.client_says(batch);
+    assert!(sent.upstream.is_empty());
+    let answers = sent.client[0].as_array().unwrap();
+    assert_eq!(
+        answers.iter().map(|a| a["id"].clone()).collect::<Vec<_>>(),
+        [json!(1), json!("b")]
+    );
+    let up = m
+        .client_says(request(json!(2), "resources/list"))
+        .upstream
+        .remove(0);
+    assert!(m.awaits_answers());
+    let sent = by(m.end());
+    assert_eq!(sent.upstream[0]["method"], "notifications/cancelled");
+    assert_eq!(sent.upstream[0]["params"]["requestId"], up["id"]);
+}

@@ -114,6 +114,11 @@ add("relay_upstream", "\n".join(upstream))
 for line in upstream:
     add("relay_upstream", line)
 
+# The session core: client lines as they are, server lines after `s`, the clock after `t`.
+machine = client[:4] + ["s" + line for line in upstream[:5]] + ["t\x1f", "g", '{"jsonrpc":"2.0","id":9,"method":"ping"}', "d"]
+add("relay_machine", "\n".join(machine))
+add("relay_machine", "\n".join([client[2], "s" + upstream[0], client[2], "t\x1f", "s" + upstream[0]]))
+
 for target, items in sorted(seeds.items()):
     out = os.path.join(corpus, target)
     os.makedirs(out, exist_ok=True)

@@ -36,11 +36,11 @@ pub struct Ends {
     pub relay: tokio::task::JoinHandle<RelayEnd>,
 }
 
-/// Starts the engine (inside a runtime) with one tool, `send`, allowed to `team`.
-pub fn start() -> Ends {
-    // Built once: compiling the input schema for every input would dominate the run.
+/// The relay's tools: one tool, `send`, allowed to `team`. Built once: compiling the input
+/// schema for every input would dominate the run.
+pub fn tools() -> RelayTools {
     static TOOLS: OnceLock<RelayTools> = OnceLock::new();
-    let tools = TOOLS
+    TOOLS
         .get_or_init(|| {
             let catalog = r#"{"tools": [{"name": "send", "effect": "send", "purpose": "Send a note",
                 "resource": {"argument": "to"}, "input_schema": {"type": "object", "required": ["to"]}}]}"#;
@@ -49,7 +49,12 @@ pub fn start() -> Ends {
             let boundary = ActionBoundary::builder(Arc::new(policy)).build();
             RelayTools::from_json(catalog, boundary).expect("the catalog loads")
         })
-        .clone();
+        .clone()
+}
+
+/// Starts the engine (inside a runtime) with [`tools`].
+pub fn start() -> Ends {
+    let tools = tools();
     let config = RelayConfig::default()
         .with_upstream_timeout(UPSTREAM_TIMEOUT)
         .with_handshake_timeout(UPSTREAM_TIMEOUT)

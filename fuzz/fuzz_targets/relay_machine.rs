@@ -4,7 +4,7 @@
 //! byte in seconds), `g` the server gone, `d` the drain limit passed, anything else a message
 //! from the client (the whole line). Whatever comes: every message the core sends either
 //! side is JSON, each request it sends the server has an id it never used before, no client
-//! id is answered more often than the client used it, and once the session ends nothing
+//! id (but `null`) is answered more often than the client used it, and once the session ends nothing
 //! waits on the server.
 #![no_main]
 
@@ -30,9 +30,14 @@ fn replace(line: &[u8], id: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The id of a message as `serde_json` writes it, if it is an object with one.
+/// The id of a message as `serde_json` writes it, if it is an object with one other than
+/// `null` (which answers what had no readable id).
 fn id_of(message: &Value) -> Option<String> {
-    message.as_object()?.get("id").map(Value::to_string)
+    message
+        .as_object()?
+        .get("id")
+        .filter(|id| !id.is_null())
+        .map(Value::to_string)
 }
 
 #[derive(Default)]
@@ -43,7 +48,8 @@ struct Seen {
     /// How often the client used each id, and how often the relay answered it.
     used: HashMap<String, usize>,
     answered: HashMap<String, usize>,
-    /// Client lines that are not JSON: the relay may answer an id it scans out of them.
+    /// Client lines that are not strict JSON: the relay may answer an id it scans out of
+    /// them.
     unreadable: usize,
 }
 
@@ -114,7 +120,9 @@ fuzz_target!(|data: &[u8]| {
             Some(b'g') => machine.upstream_gone("it exited (fuzzed)"),
             Some(b'd') => machine.drained(),
             _ => {
-                match serde_json::from_slice::<Value>(&line) {
+                // As the relay reads it: a member twice (which `serde_json` would take the last
+                // of) makes the line unreadable.
+                match aml_core::strict::parse_slice(&line) {
                     Ok(message) => {
                         if let Some(id) = id_of(&message) {
                             *seen.used.entry(id).or_default() += 1;

@@ -10,13 +10,16 @@ use std::time::{Duration, Instant};
 
 use aml_core::{ClientInfo, GateOutcome, Refusal};
 use bytes::Bytes;
+use futures_util::future::AbortHandle;
 use tokio::sync::oneshot;
-use tokio::task::AbortHandle;
 
 use super::call::CallStart;
 use super::jsonrpc::{self, error_response, json_string};
 use super::{RelayConfig, RelayTools};
 use crate::ForwardError;
+
+/// Why the server is told the relay's requests still open at the end are cancelled.
+const CLIENT_WENT_AWAY: &str = "the client went away";
 
 /// What waits for an answer from the upstream, by the id the relay gave the request.
 pub(crate) enum Pending {
@@ -279,28 +282,39 @@ impl<'a> Step<'a> {
     }
 
     /// The drain limit passed after the client left: each relayed request still waiting is
-    /// answered with an error now (the server is told it is cancelled as the session ends).
+    /// answered with an error now, and the server is told it is cancelled.
     pub(crate) fn answer_unanswered(&mut self) {
         let limit = self.relay.config.drain_timeout;
         let message = format!(
             "{}: the server did not answer within {limit:?} of the client closing its input; the gate is stopping",
             self.relay.config.product
         );
-        let waiting: Vec<Bytes> = self
+        let waiting: Vec<u64> = self
             .state
             .pending
-            .values()
-            .filter_map(|p| match p {
-                Pending::Relayed {
-                    client_id,
-                    subscription: false,
-                    ..
-                } => Some(client_id.clone()),
-                _ => None,
+            .iter()
+            .filter(|(_, p)| {
+                matches!(
+                    p,
+                    Pending::Relayed {
+                        subscription: false,
+                        ..
+                    }
+                )
             })
+            .map(|(id, _)| *id)
             .collect();
-        for client_id in waiting {
+        for upstream_id in waiting {
+            let Some(Pending::Relayed {
+                client_id, flight, ..
+            }) = self.state.take_pending(upstream_id)
+            else {
+                continue;
+            };
+            self.state.flights.remove(&flight);
+            self.state.pending.insert(upstream_id, Pending::Cancelled);
             self.answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message);
+            self.cancel_upstream(upstream_id, CLIENT_WENT_AWAY);
         }
     }
 
@@ -309,7 +323,7 @@ impl<'a> Step<'a> {
     pub(crate) fn end(&mut self) {
         for (id, waiting) in self.state.take_all_pending() {
             if !matches!(waiting, Pending::Cancelled) {
-                self.cancel_upstream(id, "the client went away");
+                self.cancel_upstream(id, CLIENT_WENT_AWAY);
             }
         }
     }

@@ -270,3 +270,20 @@ fn a_batch_is_refused_item_by_item_and_the_end_cancels_what_is_still_open() {
     assert_eq!(sent.upstream[0]["method"], "notifications/cancelled");
     assert_eq!(sent.upstream[0]["params"]["requestId"], up["id"]);
 }
+
+#[test]
+fn at_the_drain_limit_each_waiting_request_is_answered_once_and_cancelled_upstream() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let up = m.client_says(request(json!(2), "tools/list")).upstream.remove(0);
+    let sent = by(m.drained());
+    assert_eq!(sent.client[0]["id"], 2);
+    assert_eq!(sent.client[0]["error"]["code"], jsonrpc::UPSTREAM_TIMEOUT);
+    assert_eq!(sent.upstream[0]["params"]["requestId"], up["id"]);
+    assert!(m.in_flight() == 0 && !m.awaits_answers());
+    // Neither the server's late answer nor the end answers or cancels it again (a fuzzed
+    // run found the late answer relayed as a second answer).
+    let late = m.server_says(json!({"jsonrpc": "2.0", "id": up["id"], "result": {"tools": []}}));
+    assert!(late.client.is_empty() && late.upstream.is_empty());
+    let end = by(m.end());
+    assert!(end.client.is_empty() && end.upstream.is_empty());
+}

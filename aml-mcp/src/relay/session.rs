@@ -1,13 +1,15 @@
 //! The relay engine: one client session in front of one upstream connection. It reads both
 //! connections and the session's timer, runs each event through the session core
-//! ([`super::machine`]) and sends what that returns; gated calls run as tasks of their own.
+//! ([`super::machine`]) and sends what that returns. Gated calls are futures of its own,
+//! polled beside the connections: no task, no hand-off between tasks per call.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::{AbortHandle, Abortable, BoxFuture, FutureExt};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::frame::Inbound;
@@ -136,7 +138,7 @@ impl Session {
     }
 
     /// Sends what transitions returned, in order, and starts the calls they checked.
-    async fn send(self: &Arc<Self>, out: &mut Vec<Out>, calls: &mut JoinSet<()>) {
+    async fn send(self: &Arc<Self>, out: &mut Vec<Out>, calls: &mut Calls) {
         for next in out.drain(..) {
             match next {
                 Out::Client(message) => self.answer(message).await,
@@ -145,14 +147,26 @@ impl Session {
                 }
                 Out::Call(start) => {
                     let flight = start.flight().to_owned();
-                    // Boxed: the call's future is large, and spawning would copy it.
-                    let task = calls.spawn(Box::pin(super::call::run(Arc::clone(self), *start)));
-                    self.state().set_task(&flight, task);
+                    let (abort, registration) = AbortHandle::new_pair();
+                    // A panic in a call ends that call, as a task's would, not the session.
+                    let call = std::panic::AssertUnwindSafe(super::call::run(Arc::clone(self), *start))
+                        .catch_unwind()
+                        .map(|ended| {
+                            if ended.is_err() {
+                                tracing::error!(target: "aml_mcp::relay", "a call panicked; it was dropped");
+                            }
+                        });
+                    calls.push(Abortable::new(call.boxed(), registration));
+                    self.state().set_task(&flight, abort);
                 }
             }
         }
     }
 }
+
+/// The session's calls in flight: each stops when its handle (in its flight) aborts it, and
+/// a call dropped before it ends is recorded as such by the gate.
+type Calls = FuturesUnordered<Abortable<BoxFuture<'static, ()>>>;
 
 /// Runs one client session against `upstream` until the client goes away (calls in flight
 /// then get up to [`RelayConfig::drain_timeout`] to finish) or the upstream is gone (the
@@ -185,7 +199,7 @@ pub async fn run(
         left: tokio::sync::watch::Sender::new(false),
     });
     let mut out = Vec::new();
-    let mut calls = JoinSet::new();
+    let mut calls = Calls::new();
     let mut handshake: Option<String> = None;
     for inbound in early {
         handshake = session.step(&mut out, |step| on_upstream(step, inbound));
@@ -228,7 +242,7 @@ pub async fn run(
                     break;
                 }
             },
-            Some(_) = calls.join_next(), if !calls.is_empty() => None,
+            Some(_) = calls.next(), if !calls.is_empty() => None,
             () = sleep_until(soonest), if soonest.is_some() => session.step(&mut out, |step| step.expire_due()),
             _ = sleep_until(gone_at.map(|at| (at + grace).into_std())), if gone_at.is_some() => break,
         };
@@ -254,13 +268,12 @@ pub async fn run(
                 let why = format!("it exited ({})", status.unwrap_or_default());
                 session.step(&mut out, |step| step.upstream_gone(why))
             }
-            Some(_) = calls.join_next(), if !calls.is_empty() => None,
+            Some(_) = calls.next(), if !calls.is_empty() => None,
             () = sleep_until(soonest), if soonest.is_some() => session.step(&mut out, |step| step.expire_due()),
             _ = tokio::time::sleep_until(deadline) => {
                 tracing::warn!(target: "aml_mcp::relay", calls = calls.len(),
                                "calls still running when the client left are recorded as abandoned");
-                calls.abort_all();
-                while calls.join_next().await.is_some() {}
+                calls.clear();
                 session.step(&mut out, |step| step.answer_unanswered());
                 session.send(&mut out, &mut calls).await;
                 break;

@@ -12,12 +12,11 @@ use aml_core::{
 };
 use bytes::Bytes;
 use serde_json::{Map, Value};
-use tokio::sync::oneshot;
 
 use super::answer::{error_result, lenient_status, read_result, relay_reply, unsplicable};
 use super::from_client::flight_key;
 use super::jsonrpc::{self, json_string, Envelope, Members};
-use super::machine::{Flight, Pending, Relay, Reply, Step};
+use super::machine::{Flight, Relay, Reply, Step};
 use super::pins::{self, PinCheck};
 use super::session::Session;
 use super::{ForwardedCall, ObservedCall, OutboundTraces, ServerRequestPolicy, TransportTrace};
@@ -523,46 +522,18 @@ impl Forward {
 
     async fn send(&self, frozen: &str) -> Result<Value, ForwardError> {
         let params = self.params(frozen)?;
-        let (tx, rx) = oneshot::channel();
-        let upstream_id = {
-            let mut state = self.session.state();
-            if let Some(reason) = &state.gone {
-                return Err(ForwardError::UpstreamGone(format!(
-                    "{reason}; the request was not sent"
-                )));
-            }
-            let id = state.next_id();
-            state.pending.insert(id, Pending::Call { reply: tx });
-            if let Some(Flight::Call { upstream, .. }) = state.flights.get_mut(&self.flight) {
-                *upstream = Some(id);
-            }
-            id
+        let request = |id: u64| {
+            let request =
+                format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{params}}}");
+            (request, self.put_trace(id))
         };
-        let request = format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{upstream_id},\"method\":\"tools/call\",\"params\":{params}}}"
-        );
-        let _forget = self.put_trace(upstream_id);
-        if self.session.to_upstream.send(Bytes::from(request)).await.is_err() {
-            return Err(ForwardError::UpstreamGone("its input is closed".into()));
-        }
-        let limit = self.session.relay.config.upstream_timeout;
-        let reply = match tokio::time::timeout(limit, rx).await {
-            Ok(Ok(Ok(reply))) => reply,
-            Ok(Ok(Err(ForwardError::Cancelled))) => {
+        let reply = match self.session.ask(Some(&self.flight), request).await {
+            Ok(reply) => reply,
+            Err(ForwardError::Cancelled) => {
                 self.cancelled.store(true, Ordering::Relaxed);
                 return Err(ForwardError::Cancelled);
             }
-            Ok(Ok(Err(e))) => return Err(e),
-            Ok(Err(_)) => return Err(ForwardError::UpstreamGone("the relay stopped".into())),
-            Err(_) => {
-                self.session
-                    .state()
-                    .pending
-                    .insert(upstream_id, Pending::Cancelled);
-                let reason = format!("{}: no answer in time", self.session.relay.config.product);
-                self.session.cancel_upstream(upstream_id, &reason).await;
-                return Err(ForwardError::Timeout(limit));
-            }
+            Err(e) => return Err(e),
         };
         let withheld = unsplicable(&reply);
         let outcome = match &reply.body {

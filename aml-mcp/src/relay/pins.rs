@@ -12,12 +12,10 @@ use std::collections::HashMap;
 
 use aml_core::catalog::{definition_digest, pin_text};
 use aml_core::Sha256Digest;
-use bytes::Bytes;
 use serde_json::value::RawValue;
-use tokio::sync::oneshot;
 
 use super::jsonrpc::{json_string, Envelope, Members};
-use super::machine::{Pending, Relay, Reply, State};
+use super::machine::{Relay, Reply, State};
 use super::session::Session;
 use super::RelayTools;
 
@@ -164,35 +162,19 @@ pub(crate) async fn fetch(session: &Session) -> Result<(), String> {
 
 /// Sends one `tools/list` of the relay's own and waits for its answer.
 async fn request_page(session: &Session, cursor: Option<&str>) -> Result<Reply, String> {
-    let (tx, rx) = oneshot::channel();
-    let id = {
-        let mut state = session.state();
-        if let Some(gone) = &state.gone {
-            return Err(format!("the server is gone ({gone})"));
-        }
-        let id = state.next_id();
-        state.pending.insert(id, Pending::Call { reply: tx });
-        id
-    };
     let params = cursor
         .map(|c| format!(",\"params\":{{\"cursor\":{}}}", json_string(c)))
         .unwrap_or_default();
-    let request = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/list\"{params}}}");
-    if session.to_upstream.send(Bytes::from(request)).await.is_err() {
-        return Err("the server's input is closed".into());
-    }
-    let limit = session.relay.config.upstream_timeout;
-    match tokio::time::timeout(limit, rx).await {
-        Ok(Ok(Ok(reply))) => Ok(reply),
-        Ok(Ok(Err(e))) => Err(e.to_string()),
-        Ok(Err(_)) => Err("the relay stopped".into()),
-        Err(_) => {
-            session.state().pending.insert(id, Pending::Cancelled);
-            let reason = format!("{}: no answer in time", session.relay.config.product);
-            session.cancel_upstream(id, &reason).await;
-            Err(format!("the server did not answer tools/list within {limit:?}"))
-        }
-    }
+    let request = |id| {
+        (
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/list\"{params}}}"),
+            (),
+        )
+    };
+    session
+        .ask(None, request)
+        .await
+        .map_err(|e| format!("tools/list: {e}"))
 }
 
 /// Whether a `tools/list` item may be shown: its pin (if any) matches what was seen. A

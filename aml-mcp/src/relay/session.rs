@@ -9,15 +9,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::{AbortHandle, Abortable, BoxFuture, FutureExt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::frame::Inbound;
 use super::from_client::on_client;
 use super::from_upstream::on_upstream;
 use super::jsonrpc::{Envelope, Kind};
-use super::machine::{Out, Relay, State, Step};
+use super::machine::{Flight, Out, Pending, Relay, Reply, State, Step};
 use super::{Connection, RelayConfig, RelayTools, Upstream};
+use crate::ForwardError;
 
 const PROBE_ID: &str = "\"aml-mcp-gate:probe\"";
 
@@ -126,6 +127,48 @@ impl Session {
         let mut left = self.left.subscribe();
         // The sender lives as long as `self`, so this ends only when the flag is set.
         let _ = left.wait_for(|gone| *gone).await;
+    }
+
+    /// Sends a request of the relay's own (a gated call, its own `tools/list`), made by
+    /// `request` from the id it gets, and waits for the server's answer within the upstream
+    /// limit; past it the server is told the request is cancelled. A call's flight learns the
+    /// id, so that the client's cancellation reaches the server. `request` may also return a
+    /// guard, kept until the answer.
+    pub(crate) async fn ask<G>(
+        &self,
+        flight: Option<&str>,
+        request: impl FnOnce(u64) -> (String, G),
+    ) -> Result<Reply, ForwardError> {
+        let (tx, rx) = oneshot::channel();
+        let upstream_id = {
+            let mut state = self.state();
+            if let Some(reason) = &state.gone {
+                return Err(ForwardError::UpstreamGone(format!(
+                    "{reason}; the request was not sent"
+                )));
+            }
+            let id = state.next_id();
+            state.pending.insert(id, Pending::Call { reply: tx });
+            if let Some(Flight::Call { upstream, .. }) = flight.and_then(|f| state.flights.get_mut(f)) {
+                *upstream = Some(id);
+            }
+            id
+        };
+        let (request, _guard) = request(upstream_id);
+        if self.to_upstream.send(Bytes::from(request)).await.is_err() {
+            return Err(ForwardError::UpstreamGone("its input is closed".into()));
+        }
+        let limit = self.relay.config.upstream_timeout;
+        match tokio::time::timeout(limit, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(ForwardError::UpstreamGone("the relay stopped".into())),
+            Err(_) => {
+                self.state().pending.insert(upstream_id, Pending::Cancelled);
+                let reason = format!("{}: no answer in time", self.relay.config.product);
+                self.cancel_upstream(upstream_id, &reason).await;
+                Err(ForwardError::Timeout(limit))
+            }
+        }
     }
 
     /// Runs one transition under the state's lock; what it sends is left in `out`. Returns

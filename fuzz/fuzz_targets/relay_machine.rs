@@ -11,24 +11,12 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use aml_fuzz::relay::{frames, tools, UPSTREAM_TIMEOUT};
+use aml_fuzz::relay::{frames, tools, with_id, UPSTREAM_TIMEOUT};
 use aml_mcp::relay::by_hand::{Machine, Sent};
 use aml_mcp::relay::{Inbound, RelayConfig};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-
-fn replace(line: &[u8], id: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(line.len());
-    let mut rest = line;
-    while let Some(at) = rest.windows(3).position(|w| w == b"@ID") {
-        out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(id);
-        rest = &rest[at + 3..];
-    }
-    out.extend_from_slice(rest);
-    out
-}
 
 /// The id of a message as `serde_json` writes it, if it is an object with one other than
 /// `null` (which answers what had no readable id).
@@ -110,7 +98,7 @@ fuzz_target!(|data: &[u8]| {
         let sent = match line.first() {
             Some(b's') => {
                 let id = seen.latest_upstream.clone().unwrap_or_default();
-                let message = Bytes::from(replace(&line[1..], id.as_bytes()));
+                let message = Bytes::from(with_id(&line[1..], id.as_bytes()));
                 machine.server(Inbound::Message(message))
             }
             Some(b't') => {

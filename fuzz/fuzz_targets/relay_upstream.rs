@@ -5,23 +5,11 @@
 //! JSON-RPC object; nothing is sent for a request twice.
 #![no_main]
 
-use aml_fuzz::relay::{drain, frames, start, SETTLE};
+use aml_fuzz::relay::{drain, frames, start, with_id, SETTLE};
 use aml_mcp::relay::{Inbound, RelayEnd};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-
-fn replace(line: &[u8], id: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(line.len());
-    let mut rest = line;
-    while let Some(at) = rest.windows(3).position(|w| w == b"@ID") {
-        out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(id);
-        rest = &rest[at + 3..];
-    }
-    out.extend_from_slice(rest);
-    out
-}
 
 fuzz_target!(|data: &[u8]| {
     let runtime = aml_fuzz::paused_runtime();
@@ -55,7 +43,7 @@ fuzz_target!(|data: &[u8]| {
                                 sent_line = true;
                                 let id = message["id"].to_string();
                                 let line = match &inbound {
-                                    Inbound::Message(b) => Inbound::Message(Bytes::from(replace(b, id.as_bytes()))),
+                                    Inbound::Message(b) => Inbound::Message(Bytes::from(with_id(b, id.as_bytes()))),
                                     other => other.clone(),
                                 };
                                 ends.server_in.send(line).await.unwrap();

@@ -107,3 +107,17 @@ pub fn server_answer(request: &Value) -> Option<Bytes> {
 pub fn drain(rx: &mut mpsc::Receiver<Bytes>) -> Vec<Bytes> {
     std::iter::from_fn(|| rx.try_recv().ok()).collect()
 }
+
+/// `line` with every `@ID` in it replaced by `id` (a fuzzed server message that names the
+/// relay's request).
+pub fn with_id(line: &[u8], id: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.windows(3).position(|w| w == b"@ID") {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(id);
+        rest = &rest[at + 3..];
+    }
+    out.extend_from_slice(rest);
+    out
+}

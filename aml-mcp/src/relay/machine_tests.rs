@@ -287,3 +287,73 @@ fn at_the_drain_limit_each_waiting_request_is_answered_once_and_cancelled_upstre
     let end = by(m.end());
     assert!(end.client.is_empty() && end.upstream.is_empty());
 }
+
+#[test]
+fn the_servers_tool_list_reaches_the_client_as_the_hosts_tools_with_the_hosts_schemas() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let up = m
+        .client_says(request(json!("l"), "tools/list"))
+        .upstream
+        .remove(0);
+    let listed = json!({"jsonrpc": "2.0", "id": up["id"], "result": {"tools": [
+        {"name": "send", "description": "Send", "inputSchema": {"type": "object", "properties": {}}},
+        {"name": "delete_everything", "inputSchema": {"type": "object"}}]}});
+    let sent = m.server_says(listed);
+    let tools = sent.client[0]["result"]["tools"].as_array().unwrap().clone();
+    assert_eq!(sent.client[0]["id"], "l");
+    assert_eq!(tools.len(), 1, "only the registered tool: {tools:?}");
+    assert_eq!(tools[0]["name"], "send");
+    assert_eq!(tools[0]["description"], "Send");
+    assert_eq!(
+        tools[0]["inputSchema"],
+        json!({"type": "object"}),
+        "the schema the host enforces"
+    );
+}
+
+#[test]
+fn an_answer_the_relay_cannot_read_fails_the_request_it_names_once() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let up = m
+        .client_says(request(json!(5), "resources/read"))
+        .upstream
+        .remove(0);
+    let garbage = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"x\":", up["id"]);
+    let sent = by(m.server(Inbound::Message(Bytes::from(garbage))));
+    assert_eq!(sent.client[0]["id"], 5);
+    assert_eq!(sent.client[0]["error"]["code"], -32603);
+    assert!(sent.upstream.is_empty());
+    let late = m.server_says(json!({"jsonrpc": "2.0", "id": up["id"], "result": {}}));
+    assert!(late.client.is_empty(), "the request was already answered");
+}
+
+#[test]
+fn a_tools_call_without_an_id_is_dropped_and_recorded_and_an_oversized_message_answered() {
+    let (mut m, sink) = machine(RelayConfig::default());
+    let idless = json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "send", "arguments": {"to": "team"}}});
+    let sent = m.client_says(idless);
+    assert!(sent.client.is_empty() && sent.upstream.is_empty() && sent.calls.is_empty());
+    assert_eq!(sink.calls()[0].refusal, Some(aml_core::Refusal::MalformedRequest));
+    let oversized = Inbound::Oversized {
+        prefix: Bytes::from_static(br#"{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"#),
+        len: 100_000,
+    };
+    let sent = by(m.client(oversized));
+    assert!(sent.upstream.is_empty());
+    assert_eq!(sent.client[0]["id"], "big");
+    assert_eq!(sent.client[0]["error"]["code"], jsonrpc::INVALID_REQUEST);
+}
+
+#[test]
+fn server_requests_beyond_the_limit_the_client_owes_are_refused_upstream() {
+    let config = RelayConfig::default()
+        .with_sampling(ServerRequestPolicy::Relay)
+        .with_max_in_flight(1);
+    let (mut m, _) = machine(config);
+    let ask = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "sampling/createMessage", "params": {}});
+    assert_eq!(m.server_says(ask(1)).client.len(), 1);
+    let sent = m.server_says(ask(2));
+    assert!(sent.client.is_empty());
+    assert_eq!(sent.upstream[0]["id"], 2);
+    assert_eq!(sent.upstream[0]["error"]["code"], jsonrpc::REFUSED_BY_HOST);
+}

@@ -27,7 +27,7 @@ use crate::{ForwardError, McpVerdict, ResultStatus};
 const FORWARDED: [&str; 5] = ["name", "arguments", "_meta", "inputResponses", "requestState"];
 
 /// One checked call, ready for the gate.
-pub(crate) struct CallRequest {
+struct CallRequest {
     client_id: Bytes,
     flight: String,
     name: String,
@@ -39,8 +39,8 @@ pub(crate) struct CallRequest {
     trace: Option<TransportTrace>,
 }
 
-/// A checked call for its task: planned when its tool's pin could be checked, else after
-/// the task has fetched the server's tool list.
+/// A checked call for its future: planned when its tool's pin could be checked, else after
+/// the future has fetched the server's tool list.
 pub(crate) struct CallStart {
     request: CallRequest,
     plan: Option<(bool, PreparedCall)>,
@@ -78,7 +78,7 @@ pub(crate) fn start_call(
             let (trace, refusal) = (request.trace.as_ref(), Refusal::ToolDefinitionChanged);
             return refuse_call(step, &client_id, env, trace, refusal, &detail);
         }
-        // Planned now, so that a call dropped before its task runs is still recorded.
+        // Planned now, so that a call dropped before its future runs is still recorded.
         PinCheck::Pass => Some(prepare(step.relay, &mut request)),
         PinCheck::Unknown => None,
     };
@@ -86,7 +86,7 @@ pub(crate) fn start_call(
         request.flight.clone(),
         Flight::Call {
             upstream: None,
-            task: None,
+            stop: None,
         },
     );
     step.start_call(CallStart { request, plan });

@@ -275,10 +275,10 @@ fn cancel(step: &mut Step<'_>, message: &[u8], env: &Envelope<'_>) {
             }
             id
         }
-        Some(Flight::Call { upstream: None, task }) => {
-            // Not sent yet: the call's task is dropped, which records it.
-            if let Some(task) = task {
-                task.abort();
+        Some(Flight::Call { upstream: None, stop }) => {
+            // Not sent yet: the call's future is dropped, which records it.
+            if let Some(stop) = stop {
+                stop.abort();
             }
             return;
         }

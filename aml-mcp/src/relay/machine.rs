@@ -38,7 +38,7 @@ pub(crate) enum Pending {
         deadline: Option<(Instant, Duration)>,
         method: Box<str>,
     },
-    /// A gated `tools/call` (or the relay's own `tools/list`): its task takes the answer.
+    /// A gated `tools/call` (or the relay's own `tools/list`): its future takes the answer.
     Call {
         reply: oneshot::Sender<Result<Reply, ForwardError>>,
     },
@@ -60,7 +60,7 @@ pub(crate) enum Flight {
     Relayed(u64),
     Call {
         upstream: Option<u64>,
-        task: Option<AbortHandle>,
+        stop: Option<AbortHandle>,
     },
 }
 
@@ -137,10 +137,10 @@ impl State {
         })
     }
 
-    /// Gives a call's task handle to its flight, so that a cancellation can stop it.
-    pub(crate) fn set_task(&mut self, flight: &str, handle: AbortHandle) {
-        if let Some(Flight::Call { task, .. }) = self.flights.get_mut(flight) {
-            *task = Some(handle);
+    /// Gives a call's handle to its flight, so that a cancellation can stop it.
+    pub(crate) fn set_stop(&mut self, flight: &str, handle: AbortHandle) {
+        if let Some(Flight::Call { stop, .. }) = self.flights.get_mut(flight) {
+            *stop = Some(handle);
         }
     }
 
@@ -164,7 +164,7 @@ pub(crate) enum Out {
     Client(Bytes),
     /// A message for the server.
     Upstream(Bytes),
-    /// A checked `tools/call` for the gate: the engine runs it as its own task.
+    /// A checked `tools/call` for the gate: the engine runs it as a future of its own.
     Call(Box<CallStart>),
 }
 

@@ -90,7 +90,7 @@ pub async fn probe(upstream: &mut Upstream, limit: Duration) -> Result<Vec<Inbou
 }
 
 /// One session as the engine runs it: its settings and state, the two connections' sending
-/// ends, and whether the client has gone. Its calls' tasks share it.
+/// ends, and whether the client has gone. Its calls' futures share it.
 pub(crate) struct Session {
     pub(crate) relay: Relay,
     state: Mutex<State>,
@@ -200,7 +200,7 @@ impl Session {
                             }
                         });
                     calls.push(Abortable::new(call.boxed(), registration));
-                    self.state().set_task(&flight, abort);
+                    self.state().set_stop(&flight, abort);
                 }
             }
         }

@@ -15,6 +15,7 @@ mod cli;
 mod config_server;
 mod durable;
 mod eof;
+mod hostile_stdio;
 mod http_budgets;
 mod http_cli;
 mod http_front;

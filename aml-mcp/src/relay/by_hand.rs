@@ -24,7 +24,7 @@ pub enum Sent {
     Client(Bytes),
     /// A message for the server.
     Upstream(Bytes),
-    /// A checked `tools/call` handed to a task of its own, by its client id's key.
+    /// A checked `tools/call` handed to a future of its own, by its client id's key.
     Call(String),
 }
 

@@ -1,20 +1,25 @@
 //! The session core driven by hand, for its unit tests and its fuzz target (feature
 //! `fuzzing`): no runtime, no channels, and a clock only the caller moves. Not a stable API.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio::sync::oneshot;
 
 use super::from_client::on_client;
 use super::from_upstream::on_upstream;
-use super::machine::{Out, Relay, State, Step};
+use super::machine::{CallEvent, Out, Relay, Reply, State, Step};
 use super::{Inbound, RelayConfig, RelayTools};
+use crate::ForwardError;
 
 /// One session's core, and the clock its transitions run at.
 pub struct Machine {
     relay: Relay,
     state: State,
     now: Instant,
+    /// Where the answers to the calls' own requests go, by request id.
+    answers: HashMap<u64, oneshot::Receiver<Result<Reply, ForwardError>>>,
 }
 
 /// What one transition returned, in order.
@@ -44,6 +49,7 @@ impl Machine {
             relay: Relay::new(tools, config),
             state: State::default(),
             now: Instant::now(),
+            answers: HashMap::new(),
         }
     }
 
@@ -88,6 +94,58 @@ impl Machine {
     /// The session ends: the server is told what is still open is cancelled.
     pub fn end(&mut self) -> Vec<Sent> {
         self.run(|step| step.end())
+    }
+
+    /// A call's future sends its request (`request`, made with the id returned) for the
+    /// checked call of `flight`.
+    pub fn call_sends(&mut self, flight: &str, request: impl FnOnce(u64) -> String) -> (u64, Vec<Sent>) {
+        let (reply, answer) = oneshot::channel();
+        let id = self.relay.next_id();
+        self.answers.insert(id, answer);
+        let event = CallEvent::Ask {
+            id,
+            flight: Some(flight.to_owned()),
+            request: Bytes::from(request(id)),
+            reply,
+        };
+        (id, self.run(|step| step.on_call_event(event)))
+    }
+
+    /// As [`Machine::call_sends`], for a call whose future was dropped (cancelled) after it
+    /// asked and before the core took its request.
+    pub fn dropped_call_sends(&mut self, flight: &str, request: impl FnOnce(u64) -> String) -> Vec<Sent> {
+        let (id, sent) = {
+            let (reply, answer) = oneshot::channel();
+            drop(answer);
+            let id = self.relay.next_id();
+            let event = CallEvent::Ask {
+                id,
+                flight: Some(flight.to_owned()),
+                request: Bytes::from(request(id)),
+                reply,
+            };
+            (id, self.run(|step| step.on_call_event(event)))
+        };
+        debug_assert!(!self.answers.contains_key(&id));
+        sent
+    }
+
+    /// What the call waiting on request `id` has been given: nothing yet (`None`), the
+    /// server's answer (`Ok`), or an error (`Err`, as text).
+    pub fn call_answer(&mut self, id: u64) -> Option<Result<(), String>> {
+        let answer = self.answers.get_mut(&id)?.try_recv().ok()?;
+        self.answers.remove(&id);
+        Some(answer.map(drop).map_err(|e| e.to_string()))
+    }
+
+    /// A call's request `id` got no answer within its limit.
+    pub fn call_timed_out(&mut self, id: u64) -> Vec<Sent> {
+        self.run(|step| step.on_call_event(CallEvent::TimedOut(id)))
+    }
+
+    /// The call of `flight` ended (answered, refused or withdrawn).
+    pub fn call_ended(&mut self, flight: &str) -> Vec<Sent> {
+        self.run(|step| step.call_ended(flight))
     }
 
     /// The client's requests in flight (relayed or gated).

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use super::answer::{error_result, lenient_status, read_result, relay_reply, unsplicable};
 use super::from_client::flight_key;
 use super::jsonrpc::{self, json_string, Envelope, Members};
-use super::machine::{Flight, Relay, Reply, Step};
+use super::machine::{CallEvent, Flight, Relay, Reply, Step};
 use super::pins::{self, PinCheck};
 use super::session::Session;
 use super::{ForwardedCall, ObservedCall, OutboundTraces, ServerRequestPolicy, TransportTrace};
@@ -104,7 +104,11 @@ pub(crate) async fn run(session: Arc<Session>, start: CallStart) {
 /// changed: the relay fetches the server's `tools/list` first, then checks the pin.
 async fn fetch_then_run(session: Arc<Session>, mut request: CallRequest) {
     let checked = match pins::fetch(&session).await {
-        Ok(()) => pins::check(&session.relay.tools, &session.state().seen, &request.name),
+        Ok(seen) => {
+            let checked = pins::check(&session.relay.tools, &seen, &request.name);
+            session.tell(CallEvent::Listed(seen));
+            checked
+        }
         Err(why) => PinCheck::Changed(format!(
             "tool {:?} is pinned and the gate could not read the server's definition of it: {why}",
             request.name
@@ -121,7 +125,6 @@ async fn fetch_then_run(session: Arc<Session>, mut request: CallRequest) {
             request.name
         ),
     };
-    session.state().flights.remove(&request.flight);
     let called = (request.meta.as_deref(), request.trace.as_ref());
     let refusal = Refusal::ToolDefinitionChanged;
     let answer = refusal_answer(
@@ -342,12 +345,10 @@ async fn run_call(session: Arc<Session>, request: CallRequest, retry: bool, prep
     if outcome.dispatch().is_some_and(|d| d.caller_gone()) {
         // Recorded as blocked (the caller went away before the claim); nobody is left to
         // answer.
-        session.state().flights.remove(&request.flight);
         tracing::info!(target: "aml_mcp::relay", tool = %request.name,
                        "the client left before the call was authorized; it was withdrawn and never sent");
         return;
     }
-    session.state().flights.remove(&request.flight);
     if forward.cancelled.load(Ordering::Relaxed) {
         // The client cancelled it: MCP wants no answer.
         return;

@@ -197,7 +197,7 @@ fn forward(
 ) {
     let key = flight_key(&client_id);
     let state = &mut *step.state;
-    let upstream_id = state.next_id();
+    let upstream_id = step.relay.next_id();
     let deadline = limit.map(|limit| (step.now + limit, limit));
     if let Some((at, _)) = deadline {
         state.deadlines.insert((at, upstream_id));

@@ -1,10 +1,12 @@
 //! The session's state and its transitions, without I/O: a message from either side, the
 //! passing of time or the upstream's end goes in with the session's [`State`], and what to
 //! send where comes out, in order ([`Out`]). The engine ([`super::session`]) reads the
-//! connections, runs a transition under the state's lock and sends what it returns; nothing
-//! here awaits, so every transition can be driven (and tested) without a runtime.
+//! connections, runs a transition on the state it owns and sends what it returns; nothing
+//! here awaits, so every transition can be driven (and tested) without a runtime. A call's
+//! future holds no state: what it needs of the session it asks for ([`CallEvent`]).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -67,7 +69,6 @@ pub(crate) enum Flight {
 /// Everything one session keeps between messages: one owner, changed only by transitions.
 #[derive(Default)]
 pub(crate) struct State {
-    next_id: u64,
     pub(crate) pending: HashMap<u64, Pending>,
     pub(crate) flights: HashMap<String, Flight>,
     pub(crate) gone: Option<String>,
@@ -88,11 +89,6 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub(crate) fn next_id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id
-    }
-
     /// Takes what waits for `upstream_id`'s answer, with its time limit.
     pub(crate) fn take_pending(&mut self, upstream_id: u64) -> Option<Pending> {
         let waiting = self.pending.remove(&upstream_id)?;
@@ -168,14 +164,32 @@ pub(crate) enum Out {
     Call(Box<CallStart>),
 }
 
+/// What a call's future asks of the session core: it holds none of the session's state.
+pub(crate) enum CallEvent {
+    /// Send a request of the relay's own, made with `id` (from [`Relay::next_id`]), and give
+    /// the server's answer to `reply`. A call's flight learns the id, so that the client's
+    /// cancellation reaches the server.
+    Ask {
+        id: u64,
+        flight: Option<String>,
+        request: Bytes,
+        reply: oneshot::Sender<Result<Reply, ForwardError>>,
+    },
+    /// Request `id` got no answer in time: the server is told it is cancelled.
+    TimedOut(u64),
+    /// The relay's own complete `tools/list` (to check a pin) replaces what was seen.
+    Listed(super::pins::Seen),
+}
+
 /// What a session shares with its calls, fixed for its life (besides the client's name,
-/// set once).
+/// set once, and the request ids, taken in turn).
 pub(crate) struct Relay {
     pub(crate) tools: RelayTools,
     pub(crate) config: RelayConfig,
-    /// The client software as its first `initialize` named itself (shown to the approver):
-    /// read on every call without the state's lock.
+    /// The client software as its first `initialize` named itself (shown to the approver).
     pub(crate) client: OnceLock<Arc<ClientInfo>>,
+    /// The last id the relay gave a request of its own or relayed.
+    last_id: AtomicU64,
 }
 
 impl Relay {
@@ -184,7 +198,13 @@ impl Relay {
             tools,
             config,
             client: OnceLock::new(),
+            last_id: AtomicU64::new(0),
         }
+    }
+
+    /// A new id for a request to the server; never one given before in this session.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.last_id.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// One record (through the gate, like every call) for a request the relay refused
@@ -316,6 +336,53 @@ impl<'a> Step<'a> {
             self.answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message);
             self.cancel_upstream(upstream_id, CLIENT_WENT_AWAY);
         }
+    }
+
+    /// What a call's future asks (see [`CallEvent`]).
+    pub(crate) fn on_call_event(&mut self, event: CallEvent) {
+        match event {
+            CallEvent::Ask {
+                id,
+                flight,
+                request,
+                reply,
+            } => {
+                if reply.is_closed() {
+                    // Its call was dropped (a cancellation, the drain limit) before the
+                    // request could be sent: it never is.
+                    return;
+                }
+                if let Some(reason) = &self.state.gone {
+                    let why = format!("{reason}; the request was not sent");
+                    let _ = reply.send(Err(ForwardError::UpstreamGone(why)));
+                    return;
+                }
+                self.state.pending.insert(id, Pending::Call { reply });
+                if let Some(Flight::Call { upstream, .. }) =
+                    flight.and_then(|f| self.state.flights.get_mut(&f))
+                {
+                    *upstream = Some(id);
+                }
+                self.upstream(request);
+            }
+            CallEvent::TimedOut(id) => {
+                self.state.pending.insert(id, Pending::Cancelled);
+                let reason = format!("{}: no answer in time", self.relay.config.product);
+                self.cancel_upstream(id, &reason);
+            }
+            CallEvent::Listed(seen) => {
+                let names: Vec<String> = seen.names().cloned().collect();
+                self.state.seen = seen;
+                // The relay's own complete list replaces any the client was walking.
+                self.state.listing.clear();
+                super::advertised::page(self.relay, self.state, names, true);
+            }
+        }
+    }
+
+    /// A call's future has ended (answered, refused, withdrawn or panicked): its id is free.
+    pub(crate) fn call_ended(&mut self, flight: &str) {
+        self.state.flights.remove(flight);
     }
 
     /// The session ends: the server is told every request of ours still open is cancelled

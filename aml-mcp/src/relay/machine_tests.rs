@@ -357,3 +357,89 @@ fn server_requests_beyond_the_limit_the_client_owes_are_refused_upstream() {
     assert_eq!(sent.upstream[0]["id"], 2);
     assert_eq!(sent.upstream[0]["error"]["code"], jsonrpc::REFUSED_BY_HOST);
 }
+
+/// A checked call of `send` under client id `id`: its flight's key.
+fn checked_call(m: &mut Machine, id: &str) -> String {
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                      "params": {"name": "send", "arguments": {"to": "team"}}});
+    let sent = m.client_says(call);
+    let [flight] = &sent.calls[..] else {
+        panic!("one call")
+    };
+    flight.clone()
+}
+
+fn call_request(id: u64) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"send","arguments":{{"to":"team"}}}}}}"#
+    )
+}
+
+#[test]
+fn a_calls_request_goes_up_once_its_flight_learns_the_id_and_its_end_frees_the_flight() {
+    let (mut m, _) = machine(RelayConfig::default().with_max_in_flight(1));
+    let flight = checked_call(&mut m, "c");
+    let (id, sent) = m.call_sends(&flight, call_request);
+    assert_eq!(
+        by(sent).upstream,
+        [serde_json::from_str::<Value>(&call_request(id)).unwrap()]
+    );
+    assert_eq!(m.call_answer(id), None, "nothing before the server answers");
+    let answered = m.server_says(json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}}));
+    assert!(answered.client.is_empty(), "the call's future answers its client");
+    assert_eq!(m.call_answer(id), Some(Ok(())));
+    assert!(m.full(), "the flight lasts until its future ends");
+    m.call_ended(&flight);
+    assert!(!m.full() && m.in_flight() == 0);
+}
+
+#[test]
+fn a_client_cancelling_a_sent_call_reaches_the_server_under_the_calls_id() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let flight = checked_call(&mut m, "c");
+    let (id, _) = m.call_sends(&flight, call_request);
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c"}});
+    let sent = m.client_says(cancel);
+    assert_eq!(sent.upstream[0]["params"]["requestId"], id);
+    assert_eq!(
+        m.call_answer(id),
+        Some(Err("the client cancelled the call after it was forwarded".into()))
+    );
+    let late = m.server_says(json!({"jsonrpc": "2.0", "id": id, "result": {}}));
+    assert!(
+        late.client.is_empty() && late.upstream.is_empty(),
+        "a late answer is dropped"
+    );
+}
+
+#[test]
+fn a_call_dropped_before_its_request_was_taken_sends_nothing() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let flight = checked_call(&mut m, "c");
+    assert!(m.dropped_call_sends(&flight, call_request).is_empty());
+    assert!(m.idle_upstream());
+}
+
+#[test]
+fn once_the_server_is_gone_a_calls_request_is_refused_unsent() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let flight = checked_call(&mut m, "c");
+    m.upstream_gone("it exited");
+    let (id, sent) = m.call_sends(&flight, call_request);
+    assert!(sent.is_empty());
+    let refused = m.call_answer(id).expect("answered at once").unwrap_err();
+    assert!(refused.contains("the request was not sent"), "{refused}");
+}
+
+#[test]
+fn a_calls_request_past_its_limit_is_cancelled_upstream_and_its_late_answer_dropped() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let flight = checked_call(&mut m, "c");
+    let (id, _) = m.call_sends(&flight, call_request);
+    let sent = by(m.call_timed_out(id));
+    assert_eq!(sent.upstream[0]["method"], "notifications/cancelled");
+    assert_eq!(sent.upstream[0]["params"]["requestId"], id);
+    let late = m.server_says(json!({"jsonrpc": "2.0", "id": id, "result": {}}));
+    assert!(late.client.is_empty() && late.upstream.is_empty());
+    assert!(m.idle_upstream());
+}

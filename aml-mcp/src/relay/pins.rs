@@ -39,6 +39,11 @@ pub(crate) struct Seen {
 }
 
 impl Seen {
+    /// The names of the tools seen.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &String> {
+        self.tools.keys()
+    }
+
     /// After `notifications/tools/list_changed`: nothing is known until the next list.
     pub(crate) fn forget(&mut self) {
         self.tools.clear();
@@ -129,8 +134,9 @@ pub(crate) fn observe_answer(relay: &Relay, state: &mut State, message: &[u8]) {
     }
 }
 
-/// Fetches the server's whole `tools/list` (every page) and records it as complete.
-pub(crate) async fn fetch(session: &Session) -> Result<(), String> {
+/// Fetches the server's whole `tools/list` (every page): what was seen, complete (for the
+/// engine to keep, [`super::machine::CallEvent::Listed`]).
+pub(crate) async fn fetch(session: &Session) -> Result<Seen, String> {
     let mut found = HashMap::new();
     let mut cursor: Option<String> = None;
     for _ in 0..MAX_PAGES {
@@ -145,14 +151,10 @@ pub(crate) async fn fetch(session: &Session) -> Result<(), String> {
         match body {
             None => return Err("the server's tools/list answer holds no readable tool list".into()),
             Some(None) => {
-                let names: Vec<String> = found.keys().cloned().collect();
-                let mut state = session.state();
-                state.seen.tools = found;
-                state.seen.complete = true;
-                // The relay's own complete list replaces any the client was walking.
-                state.listing.clear();
-                super::advertised::page(&session.relay, &mut state, names, true);
-                return Ok(());
+                return Ok(Seen {
+                    tools: found,
+                    complete: true,
+                })
             }
             Some(Some(next)) => cursor = Some(next),
         }

@@ -1,13 +1,15 @@
 //! The relay engine: one client session in front of one upstream connection. It reads both
 //! connections and the session's timer, runs each event through the session core
 //! ([`super::machine`]) and sends what that returns. Gated calls are futures of its own,
-//! polled beside the connections: no task, no hand-off between tasks per call.
+//! polled beside the connections: no task, no hand-off between tasks per call. The engine
+//! owns the session's state; a call's future reaches it only through [`CallEvent`]s, which
+//! the engine takes before anything else, so no lock is shared.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::{AbortHandle, Abortable, BoxFuture, FutureExt};
+use futures_util::future::{AbortHandle, Abortable, Aborted, BoxFuture, FutureExt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -16,7 +18,7 @@ use super::frame::Inbound;
 use super::from_client::on_client;
 use super::from_upstream::on_upstream;
 use super::jsonrpc::{Envelope, Kind};
-use super::machine::{Flight, Out, Pending, Relay, Reply, State, Step};
+use super::machine::{CallEvent, Out, Relay, Reply, State, Step};
 use super::{Connection, RelayConfig, RelayTools, Upstream};
 use crate::ForwardError;
 
@@ -89,11 +91,11 @@ pub async fn probe(upstream: &mut Upstream, limit: Duration) -> Result<Vec<Inbou
     }
 }
 
-/// One session as the engine runs it: its settings and state, the two connections' sending
-/// ends, and whether the client has gone. Its calls' futures share it.
+/// What a session's calls share with the engine: its settings, the two connections'
+/// sending ends, the way to the engine's state, and whether the client has gone.
 pub(crate) struct Session {
     pub(crate) relay: Relay,
-    state: Mutex<State>,
+    events: mpsc::UnboundedSender<CallEvent>,
     pub(crate) to_client: mpsc::Sender<Bytes>,
     pub(crate) to_upstream: mpsc::Sender<Bytes>,
     /// Set once the client has gone (end of its input, or its output closed): calls not yet
@@ -102,21 +104,15 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// Asks the engine to change the session's state for a call.
+    pub(crate) fn tell(&self, event: CallEvent) {
+        // The engine outlives its calls' futures: it drops them before it ends.
+        let _ = self.events.send(event);
     }
 
     pub(crate) async fn answer(&self, message: Bytes) {
         // A client that stopped reading has gone; its end is seen on its input.
         let _ = self.to_client.send(message).await;
-    }
-
-    /// Tells the server a request of ours is cancelled.
-    pub(crate) async fn cancel_upstream(&self, upstream_id: u64, reason: &str) {
-        let _ = self
-            .to_upstream
-            .send(Relay::cancel_note(upstream_id, reason))
-            .await;
     }
 
     /// Completes once the client has gone. A call still waiting for approval (or for the
@@ -139,77 +135,102 @@ impl Session {
         flight: Option<&str>,
         request: impl FnOnce(u64) -> (String, G),
     ) -> Result<Reply, ForwardError> {
-        let (tx, rx) = oneshot::channel();
-        let upstream_id = {
-            let mut state = self.state();
-            if let Some(reason) = &state.gone {
-                return Err(ForwardError::UpstreamGone(format!(
-                    "{reason}; the request was not sent"
-                )));
-            }
-            let id = state.next_id();
-            state.pending.insert(id, Pending::Call { reply: tx });
-            if let Some(Flight::Call { upstream, .. }) = flight.and_then(|f| state.flights.get_mut(f)) {
-                *upstream = Some(id);
-            }
-            id
-        };
-        let (request, _guard) = request(upstream_id);
-        if self.to_upstream.send(Bytes::from(request)).await.is_err() {
-            return Err(ForwardError::UpstreamGone("its input is closed".into()));
-        }
+        let (reply, answer) = oneshot::channel();
+        let id = self.relay.next_id();
+        let (request, _guard) = request(id);
+        self.tell(CallEvent::Ask {
+            id,
+            flight: flight.map(str::to_owned),
+            request: Bytes::from(request),
+            reply,
+        });
         let limit = self.relay.config.upstream_timeout;
-        match tokio::time::timeout(limit, rx).await {
+        match tokio::time::timeout(limit, answer).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(ForwardError::UpstreamGone("the relay stopped".into())),
             Err(_) => {
-                self.state().pending.insert(upstream_id, Pending::Cancelled);
-                let reason = format!("{}: no answer in time", self.relay.config.product);
-                self.cancel_upstream(upstream_id, &reason).await;
+                self.tell(CallEvent::TimedOut(id));
                 Err(ForwardError::Timeout(limit))
-            }
-        }
-    }
-
-    /// Runs one transition under the state's lock; what it sends is left in `out`. Returns
-    /// why the session cannot go on, once that is known.
-    fn step(&self, out: &mut Vec<Out>, transition: impl FnOnce(&mut Step<'_>)) -> Option<String> {
-        let now = Instant::now().into_std();
-        let mut state = self.state();
-        transition(&mut Step::new(&self.relay, &mut state, now, out));
-        state.fatal.clone()
-    }
-
-    /// Sends what transitions returned, in order, and starts the calls they checked.
-    async fn send(self: &Arc<Self>, out: &mut Vec<Out>, calls: &mut Calls) {
-        for next in out.drain(..) {
-            match next {
-                Out::Client(message) => self.answer(message).await,
-                Out::Upstream(message) => {
-                    let _ = self.to_upstream.send(message).await;
-                }
-                Out::Call(start) => {
-                    let flight = start.flight().to_owned();
-                    let (abort, registration) = AbortHandle::new_pair();
-                    // A panic in a call ends that call, as a task's would, not the session.
-                    let call = std::panic::AssertUnwindSafe(super::call::run(Arc::clone(self), *start))
-                        .catch_unwind()
-                        .map(|ended| {
-                            if ended.is_err() {
-                                tracing::error!(target: "aml_mcp::relay", "a call panicked; it was dropped");
-                            }
-                        });
-                    calls.push(Abortable::new(call.boxed(), registration));
-                    self.state().set_stop(&flight, abort);
-                }
             }
         }
     }
 }
 
-/// The session's calls in flight: each stops when its handle (in its flight) aborts it, and
-/// a call dropped before it ends is recorded as such by the gate.
-type Calls = FuturesUnordered<Abortable<BoxFuture<'static, ()>>>;
+/// The session's calls in flight: each ends with its flight's key, and stops when its
+/// handle (in its flight) aborts it; a call dropped before it ends is recorded as such by
+/// the gate.
+type Calls = FuturesUnordered<Abortable<BoxFuture<'static, String>>>;
+
+/// The engine's own part of a session: the state it alone changes, what transitions return,
+/// the calls it polls and what they ask of it.
+struct Engine {
+    session: Arc<Session>,
+    state: State,
+    out: Vec<Out>,
+    calls: Calls,
+    events: mpsc::UnboundedReceiver<CallEvent>,
+}
+
+impl Engine {
+    /// Runs one transition; what it sends is left in `out`. Returns why the session cannot
+    /// go on, once that is known.
+    fn step(&mut self, transition: impl FnOnce(&mut Step<'_>)) -> Option<String> {
+        let now = Instant::now().into_std();
+        transition(&mut Step::new(
+            &self.session.relay,
+            &mut self.state,
+            now,
+            &mut self.out,
+        ));
+        self.state.fatal.clone()
+    }
+
+    /// Takes what calls asked while they were polled, before anything else can happen.
+    fn take_events(&mut self) -> Option<String> {
+        let mut fatal = None;
+        while let Ok(event) = self.events.try_recv() {
+            fatal = self.step(|step| step.on_call_event(event));
+        }
+        fatal
+    }
+
+    /// A call's future ended (or was stopped): its flight ends.
+    fn call_ended(&mut self, ended: Result<String, Aborted>) -> Option<String> {
+        match ended {
+            Ok(flight) => self.step(|step| step.call_ended(&flight)),
+            Err(Aborted) => None,
+        }
+    }
+
+    /// Sends what transitions returned, in order, and starts the calls they checked.
+    async fn send(&mut self) {
+        let session = &self.session;
+        for next in self.out.drain(..) {
+            match next {
+                Out::Client(message) => session.answer(message).await,
+                Out::Upstream(message) => {
+                    let _ = session.to_upstream.send(message).await;
+                }
+                Out::Call(start) => {
+                    let flight = start.flight().to_owned();
+                    let (abort, registration) = AbortHandle::new_pair();
+                    let ended = flight.clone();
+                    // A panic in a call ends that call, as a task's would, not the session.
+                    let call = std::panic::AssertUnwindSafe(super::call::run(Arc::clone(session), *start))
+                        .catch_unwind()
+                        .map(move |result| {
+                            if result.is_err() {
+                                tracing::error!(target: "aml_mcp::relay", "a call panicked; it was dropped");
+                            }
+                            ended
+                        });
+                    self.calls.push(Abortable::new(call.boxed(), registration));
+                    self.state.set_stop(&flight, abort);
+                }
+            }
+        }
+    }
+}
 
 /// Runs one client session against `upstream` until the client goes away (calls in flight
 /// then get up to [`RelayConfig::drain_timeout`] to finish) or the upstream is gone (the
@@ -234,42 +255,52 @@ pub async fn run(
             },
         mut exited,
     } = upstream;
+    let (events, events_rx) = mpsc::unbounded_channel();
     let session = Arc::new(Session {
         relay: Relay::new(tools, config),
         to_client,
         to_upstream,
-        state: Mutex::new(State::default()),
+        events,
         left: tokio::sync::watch::Sender::new(false),
     });
-    let mut out = Vec::new();
-    let mut calls = Calls::new();
+    let mut engine = Engine {
+        session: Arc::clone(&session),
+        state: State::default(),
+        out: Vec::new(),
+        calls: Calls::new(),
+        events: events_rx,
+    };
     let mut handshake: Option<String> = None;
     for inbound in early {
-        handshake = session.step(&mut out, |step| on_upstream(step, inbound));
+        handshake = engine.step(|step| on_upstream(step, inbound));
     }
-    session.send(&mut out, &mut calls).await;
+    engine.send().await;
     let mut upstream_open = true;
     let mut exit_pending = true;
     let mut gone_at: Option<Instant> = None;
     let grace = session.relay.config.gone_grace;
     while handshake.is_none() {
-        let (full, soonest) = {
-            let state = session.state();
-            (state.full(&session.relay.config), state.soonest())
-        };
+        handshake = engine.take_events();
+        engine.send().await;
+        if handshake.is_some() {
+            break;
+        }
+        let full = engine.state.full(&session.relay.config);
+        let soonest = engine.state.soonest();
+        let calls_idle = engine.calls.is_empty();
         handshake = tokio::select! {
             status = &mut exited, if exit_pending => {
                 exit_pending = false;
                 gone_at.get_or_insert_with(Instant::now);
                 let why = format!("it exited ({})", status.unwrap_or_else(|_| "status unknown".into()));
-                session.step(&mut out, |step| step.upstream_gone(why))
+                engine.step(|step| step.upstream_gone(why))
             }
             next = from_upstream.recv(), if upstream_open => match next {
-                Some(inbound) => session.step(&mut out, |step| on_upstream(step, inbound)),
+                Some(inbound) => engine.step(|step| on_upstream(step, inbound)),
                 None => {
                     upstream_open = false;
                     gone_at.get_or_insert_with(Instant::now);
-                    session.step(&mut out, |step| step.upstream_gone("it closed its output".into()))
+                    engine.step(|step| step.upstream_gone("it closed its output".into()))
                 }
             },
             next = from_client.recv(), if !full => match next {
@@ -279,58 +310,65 @@ pub async fn run(
                     session.left.send_replace(true);
                     break;
                 }
-                Some(inbound) => session.step(&mut out, |step| on_client(step, inbound)),
+                Some(inbound) => engine.step(|step| on_client(step, inbound)),
                 None => {
                     session.left.send_replace(true);
                     break;
                 }
             },
-            Some(_) = calls.next(), if !calls.is_empty() => None,
-            () = sleep_until(soonest), if soonest.is_some() => session.step(&mut out, |step| step.expire_due()),
+            Some(ended) = engine.calls.next(), if !calls_idle => engine.call_ended(ended),
+            Some(event) = engine.events.recv() => engine.step(|step| step.on_call_event(event)),
+            () = sleep_until(soonest), if soonest.is_some() => engine.step(|step| step.expire_due()),
             _ = sleep_until(gone_at.map(|at| (at + grace).into_std())), if gone_at.is_some() => break,
         };
         // Calls in flight still answer their clients and leave their receipts.
-        session.send(&mut out, &mut calls).await;
+        engine.send().await;
     }
     // Requests already read still get their answers (and calls their receipts), within a
     // bound: a client that writes its requests and closes its input at once (`printf … |`)
     // is answered like any other.
     let deadline = Instant::now() + session.relay.config.drain_timeout;
-    while !calls.is_empty() || (!session.to_client.is_closed() && session.state().awaits_answers()) {
-        let soonest = session.state().soonest();
+    loop {
+        engine.take_events();
+        engine.send().await;
+        let waiting = !session.to_client.is_closed() && engine.state.awaits_answers();
+        if engine.calls.is_empty() && !waiting {
+            break;
+        }
+        let soonest = engine.state.soonest();
+        let calls_idle = engine.calls.is_empty();
         tokio::select! {
             next = from_upstream.recv(), if upstream_open => match next {
-                Some(inbound) => session.step(&mut out, |step| on_upstream(step, inbound)),
+                Some(inbound) => engine.step(|step| on_upstream(step, inbound)),
                 None => {
                     upstream_open = false;
-                    session.step(&mut out, |step| step.upstream_gone("it closed its output".into()))
+                    engine.step(|step| step.upstream_gone("it closed its output".into()))
                 }
             },
             status = &mut exited, if exit_pending => {
                 exit_pending = false;
                 let why = format!("it exited ({})", status.unwrap_or_default());
-                session.step(&mut out, |step| step.upstream_gone(why))
+                engine.step(|step| step.upstream_gone(why))
             }
-            Some(_) = calls.next(), if !calls.is_empty() => None,
-            () = sleep_until(soonest), if soonest.is_some() => session.step(&mut out, |step| step.expire_due()),
+            Some(ended) = engine.calls.next(), if !calls_idle => engine.call_ended(ended),
+            Some(event) = engine.events.recv() => engine.step(|step| step.on_call_event(event)),
+            () = sleep_until(soonest), if soonest.is_some() => engine.step(|step| step.expire_due()),
             _ = tokio::time::sleep_until(deadline) => {
-                tracing::warn!(target: "aml_mcp::relay", calls = calls.len(),
+                tracing::warn!(target: "aml_mcp::relay", calls = engine.calls.len(),
                                "calls still running when the client left are recorded as abandoned");
-                calls.clear();
-                session.step(&mut out, |step| step.answer_unanswered());
-                session.send(&mut out, &mut calls).await;
+                engine.calls.clear();
+                engine.step(|step| step.answer_unanswered());
+                engine.send().await;
                 break;
             }
         };
-        session.send(&mut out, &mut calls).await;
     }
     if let Some(why) = handshake {
         return RelayEnd::Handshake(why);
     }
-    session.step(&mut out, |step| step.end());
-    session.send(&mut out, &mut calls).await;
-    let gone = session.state().gone.clone();
-    match gone {
+    engine.step(|step| step.end());
+    engine.send().await;
+    match engine.state.gone.take() {
         Some(reason) => RelayEnd::UpstreamGone(reason),
         None => RelayEnd::ClientClosed,
     }

@@ -1,7 +1,7 @@
 //! What the transports read from a JSON-RPC message: its kind, id and progress token. The
 //! message itself passes on as it is.
 
-use aml_mcp::relay::jsonrpc::{id_key, key_text, Members};
+use aml_mcp::relay::jsonrpc::{id_key, key_text, Envelope, Members};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
@@ -33,8 +33,6 @@ pub(crate) struct Peek {
     /// `params._meta.progressToken` of a request, or `params.progressToken` of a
     /// notification, as compact JSON text.
     pub(crate) progress_token: Option<String>,
-    /// `result.protocolVersion` (an `initialize` answer).
-    pub(crate) protocol_version: Option<String>,
     /// An `id` member that MCP does not allow (not a string or an integer: `null`, `true`,
     /// `1.5`, an object); `id` is then `None`.
     pub(crate) bad_id: bool,
@@ -47,10 +45,25 @@ impl Peek {
     /// transports read of the wrong type, or a duplicated member where they read). Ids and
     /// progress tokens are keyed as the relay keys them ([`key_text`]).
     pub(crate) fn of(message: &[u8]) -> Option<Peek> {
-        let text = std::str::from_utf8(message).ok()?;
-        let top = Members::of(text).ok()??;
-        let method = optional_string(top.get("method"))?;
-        let params = object(top.get("params"))?;
+        Peek::read(message, true)
+    }
+
+    /// [`Peek::of`] for what the relay sends the client: it checked (or wrote) every answer's
+    /// `result` it reads, so the front, which routes by the envelope alone, skips it.
+    pub(crate) fn of_relayed(message: &[u8]) -> Option<Peek> {
+        Peek::read(message, false)
+    }
+
+    fn read(message: &[u8], check_result: bool) -> Option<Peek> {
+        // Members it skips would not be checked otherwise.
+        std::str::from_utf8(message).ok()?;
+        let top = Envelope::parse(message).ok()?;
+        if check_result {
+            // A `result` is read (`protocolVersion`) by some: each member once for all.
+            object(top.result)?;
+        }
+        let method = top.method.map(String::from);
+        let params = object(top.params)?;
         let member = |name: &str| params.as_ref().and_then(|p| p.get(name));
         let meta = object(member("_meta"))?;
         let progress_token = meta
@@ -63,16 +76,20 @@ impl Peek {
             Some("tools/call") => optional_string(member("name")).flatten(),
             _ => None,
         };
-        let protocol_version = object(top.get("result"))?
-            .and_then(|result| optional_string(result.get("protocolVersion")).flatten());
         Some(Peek {
-            id: top.get("id").and_then(id_key),
-            bad_id: top.get("id").is_some_and(|id| id_key(id).is_none()),
+            id: top.id.and_then(id_key),
+            bad_id: top.id.is_some_and(|id| id_key(id).is_none()),
             method,
             progress_token,
-            protocol_version,
             tool,
         })
+    }
+
+    /// `result.protocolVersion` of an answer (to `initialize`), if it is a string. Read apart
+    /// from [`Peek::of`], which every message meets, so that no other answer's result is read.
+    pub(crate) fn protocol_version(message: &[u8]) -> Option<String> {
+        let result = object(Envelope::parse(message).ok()?.result)??;
+        optional_string(result.get("protocolVersion"))?
     }
 
     /// A request: a method and an id.
@@ -141,10 +158,24 @@ mod tests {
             .unwrap();
         assert!(!n.is_request() && !n.is_response());
         assert_eq!(n.progress_token.as_deref(), Some("3"));
-        let r = Peek::of(br#"{"id":1,"result":{"protocolVersion":"2025-06-18"}}"#).unwrap();
-        assert!(r.is_response());
-        assert_eq!(r.protocol_version.as_deref(), Some("2025-06-18"));
+        let answer = br#"{"id":1,"result":{"protocolVersion":"2025-06-18"}}"#;
+        assert!(Peek::of(answer).unwrap().is_response());
+        assert_eq!(Peek::protocol_version(answer).as_deref(), Some("2025-06-18"));
+        assert_eq!(
+            Peek::protocol_version(br#"{"id":1,"result":{"protocolVersion":7}}"#),
+            None
+        );
+        assert_eq!(
+            Peek::protocol_version(br#"{"id":1,"result":{"protocolVersion":"a","protocolVersion":"b"}}"#),
+            None
+        );
         assert!(Peek::of(b"[1]").is_none());
+        let twice = br#"{"id":6,"result":{"protocolVersion":"a","protocolVersion":"b"}}"#;
+        assert!(Peek::of(twice).is_none(), "a client's answer is read whole");
+        assert!(
+            Peek::of_relayed(twice).is_some_and(|p| p.is_response()),
+            "routed by its id"
+        );
 
         // Ids are keyed as the relay keys them: any integer, one key per string spelling.
         let big =

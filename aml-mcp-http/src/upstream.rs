@@ -386,7 +386,7 @@ impl Client {
                 Ok(messages) => {
                     for m in &messages {
                         let answer = Peek::of(m).unwrap_or_default();
-                        self.note_version(&answer);
+                        self.note_version(m);
                         self.learn_if_listing(&peek, &answer, m);
                         self.deliver(m).await;
                     }
@@ -398,8 +398,10 @@ impl Client {
         }
     }
 
-    fn note_version(&self, message: &Peek) {
-        if let Some(version) = &message.protocol_version {
+    /// Keeps the protocol version an answer names (`initialize`'s), for the later requests'
+    /// header.
+    fn note_version(&self, answer: &[u8]) {
+        if let Some(version) = Peek::protocol_version(answer) {
             if let Ok(value) = HeaderValue::try_from(version.as_str()) {
                 *lock(&self.version) = Some(value);
             }
@@ -440,7 +442,7 @@ impl Client {
                             if let Some(request) = &request {
                                 self.learn_if_listing(request, &peek, &event.data);
                             }
-                            self.note_version(&peek);
+                            self.note_version(&event.data);
                             answered |= request
                                 .as_ref()
                                 .is_some_and(|r| peek.is_response() && peek.id == r.id);

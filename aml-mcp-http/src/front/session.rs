@@ -278,7 +278,7 @@ impl Session {
         if state.closed {
             return;
         }
-        let peek = Peek::of(message).unwrap_or_default();
+        let peek = Peek::of_relayed(message).unwrap_or_default();
         if peek.is_response() {
             let id = peek.id.unwrap_or_default();
             match state.waiting.remove(&id) {
@@ -417,7 +417,6 @@ mod tests {
             id: Some(id.into()),
             method: Some("tools/call".into()),
             progress_token: token.map(str::to_owned),
-            protocol_version: None,
             bad_id: false,
             tool: None,
         }

@@ -25,21 +25,39 @@ pub const UPSTREAM_TIMEOUT: i64 = -32001;
 /// `-32003`: the host does not relay this request from the server (sampling, elicitation).
 pub const REFUSED_BY_HOST: i64 = -32003;
 
-/// The members of one JSON-RPC message, as raw text.
+/// The members of one JSON-RPC message, as raw text borrowed from it: the one reader of the
+/// envelope for stdio, the HTTP front and the upstream client. A member named twice is an
+/// error; members it does not name are skipped.
+///
+/// ```
+/// use aml_mcp::relay::jsonrpc::Envelope;
+///
+/// let env = Envelope::parse(br#"{"jsonrpc":"2.0","id":7,"method":"ping","x":[1]}"#).unwrap();
+/// assert_eq!((env.id.map(|id| id.get()), env.method.as_deref()), (Some("7"), Some("ping")));
+/// assert!(Envelope::parse(br#"{"id":1,"id":2}"#).is_err());
+/// assert!(Envelope::parse(br#"[{"id":1}]"#).is_err(), "an object only");
+/// ```
 #[derive(Debug, Default, Deserialize)]
-pub(crate) struct Envelope<'a> {
+#[non_exhaustive]
+pub struct Envelope<'a> {
+    /// `jsonrpc`, if present.
     #[serde(borrow, default, deserialize_with = "present")]
-    pub(crate) jsonrpc: Option<&'a RawValue>,
+    pub jsonrpc: Option<&'a RawValue>,
+    /// `id`, if present (`null` included).
     #[serde(borrow, default, deserialize_with = "present")]
-    pub(crate) id: Option<&'a RawValue>,
+    pub id: Option<&'a RawValue>,
+    /// `method`, if present and not `null` (another value than a string is an error).
     #[serde(borrow, default)]
-    pub(crate) method: Option<Cow<'a, str>>,
+    pub method: Option<Cow<'a, str>>,
+    /// `params`, if present.
     #[serde(borrow, default, deserialize_with = "present")]
-    pub(crate) params: Option<&'a RawValue>,
+    pub params: Option<&'a RawValue>,
+    /// `result`, if present.
     #[serde(borrow, default, deserialize_with = "present")]
-    pub(crate) result: Option<&'a RawValue>,
+    pub result: Option<&'a RawValue>,
+    /// `error`, if present.
     #[serde(borrow, default, deserialize_with = "present")]
-    pub(crate) error: Option<&'a RawValue>,
+    pub error: Option<&'a RawValue>,
 }
 
 /// A member that is present, even as `null` (which `Option` alone would read as absent).
@@ -58,7 +76,7 @@ pub(crate) enum Kind {
 impl<'a> Envelope<'a> {
     /// Parses a message's members (the values stay raw text).
     /// A JSON object only: serde would also read the envelope from an array of its members.
-    pub(crate) fn parse(message: &'a [u8]) -> serde_json::Result<Self> {
+    pub fn parse(message: &'a [u8]) -> serde_json::Result<Self> {
         serde_json::from_slice(message).map(aml_core::ObjectOnly::into_inner)
     }
 

@@ -118,6 +118,10 @@ for line in upstream:
 machine = client[:4] + ["s" + line for line in upstream[:5]] + ["t\x1f", "g", '{"jsonrpc":"2.0","id":9,"method":"ping"}', "d"]
 add("relay_machine", "\n".join(machine))
 add("relay_machine", "\n".join([client[2], "s" + upstream[0], client[2], "t\x1f", "s" + upstream[0]]))
+# Checked calls whose futures send (`c`), are dropped first (`k`), time out (`x`) and end (`e`).
+call = '{"jsonrpc":"2.0","id":"c%d","method":"tools/call","params":{"name":"send","arguments":{"to":"team"}}}'
+cancel = '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c%d"}}'
+add("relay_machine", "\n".join([call % 1, call % 2, call % 3, "c", "k", "s" + upstream[0], "c", cancel % 3, "x", "e", "e", call % 1, "g", "c", "e"]))
 
 for target, items in sorted(seeds.items()):
     out = os.path.join(corpus, target)

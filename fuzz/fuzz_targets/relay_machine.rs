@@ -1,14 +1,16 @@
 //! The MCP relay's session core, driven directly (no runtime, no channels): each framed line
 //! of the input is one event, chosen by its first byte: `s` a message from the server (`@ID`
 //! becomes the id of the relay's latest request to it), `t` the clock moving on (the next
-//! byte in seconds), `g` the server gone, `d` the drain limit passed, anything else a message
-//! from the client (the whole line). Whatever comes: every message the core sends either
+//! byte in seconds), `g` the server gone, `d` the drain limit passed, `c` the oldest checked
+//! call's future sending its request, `k` the same for a future dropped meanwhile, `x` the
+//! latest call request passing its limit, `e` the oldest call's future ending, anything else
+//! a message from the client (the whole line). Whatever comes: every message the core sends either
 //! side is JSON, each request it sends the server has an id it never used before, no client
 //! id (but `null`) is answered more often than the client used it, and once the session ends nothing
 //! waits on the server.
 #![no_main]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use aml_fuzz::relay::{frames, tools, with_id, UPSTREAM_TIMEOUT};
@@ -39,6 +41,10 @@ struct Seen {
     /// Client lines that are not strict JSON: the relay may answer an id it scans out of
     /// them.
     unreadable: usize,
+    /// Checked calls (their flights) whose futures have not sent their request yet, and
+    /// those that have, with the request's id.
+    unsent: VecDeque<String>,
+    sent_calls: Vec<(String, u64)>,
 }
 
 impl Seen {
@@ -69,7 +75,7 @@ impl Seen {
                         }
                     }
                 }
-                Sent::Call(_) => {}
+                Sent::Call(flight) => self.unsent.push_back(flight),
             }
         }
         for (id, answers) in &self.answered {
@@ -80,6 +86,11 @@ impl Seen {
             );
         }
     }
+}
+
+/// A call's request to the server, made with the id the relay gave it.
+fn call_request(id: u64) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"send","arguments":{{}}}}}}"#)
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -107,6 +118,30 @@ fuzz_target!(|data: &[u8]| {
             }
             Some(b'g') => machine.upstream_gone("it exited (fuzzed)"),
             Some(b'd') => machine.drained(),
+            Some(b'c') => match seen.unsent.pop_front() {
+                Some(flight) => {
+                    let (id, sent) = machine.call_sends(&flight, call_request);
+                    seen.sent_calls.push((flight, id));
+                    sent
+                }
+                None => Vec::new(),
+            },
+            Some(b'k') => match seen.unsent.pop_front() {
+                Some(flight) => machine.dropped_call_sends(&flight, call_request),
+                None => Vec::new(),
+            },
+            Some(b'x') => match seen.sent_calls.last() {
+                Some((_, id)) => machine.call_timed_out(*id),
+                None => Vec::new(),
+            },
+            Some(b'e') => match seen.unsent.pop_front() {
+                Some(flight) => machine.call_ended(&flight),
+                None if !seen.sent_calls.is_empty() => {
+                    let (flight, _) = seen.sent_calls.remove(0);
+                    machine.call_ended(&flight)
+                }
+                None => Vec::new(),
+            },
             _ => {
                 // As the relay reads it: a member twice (which `serde_json` would take the last
                 // of) makes the line unreadable.

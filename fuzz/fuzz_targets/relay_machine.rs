@@ -90,7 +90,9 @@ impl Seen {
 
 /// A call's request to the server, made with the id the relay gave it.
 fn call_request(id: u64) -> String {
-    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"send","arguments":{{}}}}}}"#)
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"send","arguments":{{}}}}}}"#
+    )
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -165,5 +167,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let sent = machine.end();
     seen.check(sent);
-    assert!(machine.idle_upstream(), "requests still wait on the server after the end");
+    assert!(
+        machine.idle_upstream(),
+        "requests still wait on the server after the end"
+    );
 });

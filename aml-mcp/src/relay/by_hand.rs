@@ -99,9 +99,23 @@ impl Machine {
     /// A call's future sends its request (`request`, made with the id returned) for the
     /// checked call of `flight`.
     pub fn call_sends(&mut self, flight: &str, request: impl FnOnce(u64) -> String) -> (u64, Vec<Sent>) {
+        self.ask(flight, request, true)
+    }
+
+    /// As [`Machine::call_sends`], for a call whose future was dropped (cancelled) after it
+    /// asked and before the core took its request.
+    pub fn dropped_call_sends(&mut self, flight: &str, request: impl FnOnce(u64) -> String) -> Vec<Sent> {
+        self.ask(flight, request, false).1
+    }
+
+    fn ask(&mut self, flight: &str, request: impl FnOnce(u64) -> String, waits: bool) -> (u64, Vec<Sent>) {
         let (reply, answer) = oneshot::channel();
         let id = self.relay.next_id();
-        self.answers.insert(id, answer);
+        if waits {
+            self.answers.insert(id, answer);
+        } else {
+            drop(answer);
+        }
         let event = CallEvent::Ask {
             id,
             flight: Some(flight.to_owned()),
@@ -109,25 +123,6 @@ impl Machine {
             reply,
         };
         (id, self.run(|step| step.on_call_event(event)))
-    }
-
-    /// As [`Machine::call_sends`], for a call whose future was dropped (cancelled) after it
-    /// asked and before the core took its request.
-    pub fn dropped_call_sends(&mut self, flight: &str, request: impl FnOnce(u64) -> String) -> Vec<Sent> {
-        let (id, sent) = {
-            let (reply, answer) = oneshot::channel();
-            drop(answer);
-            let id = self.relay.next_id();
-            let event = CallEvent::Ask {
-                id,
-                flight: Some(flight.to_owned()),
-                request: Bytes::from(request(id)),
-                reply,
-            };
-            (id, self.run(|step| step.on_call_event(event)))
-        };
-        debug_assert!(!self.answers.contains_key(&id));
-        sent
     }
 
     /// What the call waiting on request `id` has been given: nothing yet (`None`), the

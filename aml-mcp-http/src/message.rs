@@ -85,8 +85,9 @@ impl Peek {
         })
     }
 
-    /// `result.protocolVersion` of an answer (to `initialize`), if it is a string. Read apart
-    /// from [`Peek::of`], which every message meets, so that no other answer's result is read.
+    /// `result.protocolVersion` of an answer (an `initialize` answer names it), if it is a
+    /// string. Read apart from the envelope, so that the front's router, which meets every
+    /// message the relay sends ([`Peek::of_relayed`]), does not read results.
     pub(crate) fn protocol_version(message: &[u8]) -> Option<String> {
         let result = object(Envelope::parse(message).ok()?.result)??;
         optional_string(result.get("protocolVersion"))?

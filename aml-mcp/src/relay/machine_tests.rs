@@ -54,6 +54,8 @@ trait Drive {
     fn client_says(&mut self, message: Value) -> By;
     fn server_says(&mut self, message: Value) -> By;
     fn later(&mut self, elapsed: Duration) -> By;
+    /// The client's request `method` under `id`, as the relay sends it up (exactly one message).
+    fn relayed(&mut self, id: Value, method: &str) -> Value;
 }
 
 impl Drive for Machine {
@@ -65,6 +67,13 @@ impl Drive for Machine {
     }
     fn later(&mut self, elapsed: Duration) -> By {
         by(self.after(elapsed))
+    }
+    fn relayed(&mut self, id: Value, method: &str) -> Value {
+        let sent = self.client_says(request(id, method));
+        let [up] = &sent.upstream[..] else {
+            panic!("one message up: {:?}", sent.upstream)
+        };
+        up.clone()
     }
 }
 
@@ -97,10 +106,7 @@ fn a_relayed_request_goes_up_under_the_relays_id_and_its_answer_comes_back_under
 fn a_request_unanswered_at_its_limit_is_answered_with_an_error_and_cancelled_upstream() {
     let limit = Duration::from_secs(30);
     let (mut m, _) = machine(RelayConfig::default().with_upstream_timeout(limit));
-    let up = m
-        .client_says(request(json!(7), "prompts/list"))
-        .upstream
-        .remove(0);
+    let up = m.relayed(json!(7), "prompts/list");
     assert_eq!(m.next_timer(), Some(m.now() + limit));
     let early = m.later(limit - Duration::from_millis(1));
     assert!(early.client.is_empty() && early.upstream.is_empty());
@@ -139,10 +145,7 @@ fn a_second_request_under_an_id_in_flight_is_refused_and_not_sent() {
 #[test]
 fn a_clients_cancellation_goes_up_under_the_relays_id_and_the_late_answer_is_dropped() {
     let (mut m, _) = machine(RelayConfig::default());
-    let up = m
-        .client_says(request(json!("slow"), "resources/read"))
-        .upstream
-        .remove(0);
+    let up = m.relayed(json!("slow"), "resources/read");
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                         "params": {"requestId": "slow", "reason": "bored"}});
     let sent = m.client_says(cancel);
@@ -225,7 +228,7 @@ fn a_server_request_the_host_refuses_is_answered_upstream_and_never_reaches_the_
 #[test]
 fn a_server_that_sends_the_clients_initialize_back_ends_the_session() {
     let (mut m, _) = machine(RelayConfig::default());
-    let up = m.client_says(request(json!(0), "initialize")).upstream.remove(0);
+    let up = m.relayed(json!(0), "initialize");
     let sent = m.server_says(up);
     assert_eq!(sent.client[0]["id"], 0);
     assert_eq!(sent.client[0]["error"]["code"], jsonrpc::UPSTREAM_GONE);
@@ -235,10 +238,7 @@ fn a_server_that_sends_the_clients_initialize_back_ends_the_session() {
 #[test]
 fn a_subscriptions_notifications_name_the_clients_request() {
     let (mut m, _) = machine(RelayConfig::default());
-    let up = m
-        .client_says(request(json!("sub"), "subscriptions/listen"))
-        .upstream
-        .remove(0);
+    let up = m.relayed(json!("sub"), "subscriptions/listen");
     assert!(m.next_timer().is_none(), "a subscription stays open by design");
     let note = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
                       "params": {"uri": "x", "_meta": {"io.modelcontextprotocol/subscriptionId": up["id"]}}});
@@ -261,10 +261,7 @@ fn a_batch_is_refused_item_by_item_and_the_end_cancels_what_is_still_open() {
         answers.iter().map(|a| a["id"].clone()).collect::<Vec<_>>(),
         [json!(1), json!("b")]
     );
-    let up = m
-        .client_says(request(json!(2), "resources/list"))
-        .upstream
-        .remove(0);
+    let up = m.relayed(json!(2), "resources/list");
     assert!(m.awaits_answers());
     let sent = by(m.end());
     assert_eq!(sent.upstream[0]["method"], "notifications/cancelled");
@@ -274,7 +271,7 @@ fn a_batch_is_refused_item_by_item_and_the_end_cancels_what_is_still_open() {
 #[test]
 fn at_the_drain_limit_each_waiting_request_is_answered_once_and_cancelled_upstream() {
     let (mut m, _) = machine(RelayConfig::default());
-    let up = m.client_says(request(json!(2), "tools/list")).upstream.remove(0);
+    let up = m.relayed(json!(2), "tools/list");
     let sent = by(m.drained());
     assert_eq!(sent.client[0]["id"], 2);
     assert_eq!(sent.client[0]["error"]["code"], jsonrpc::UPSTREAM_TIMEOUT);
@@ -291,10 +288,7 @@ fn at_the_drain_limit_each_waiting_request_is_answered_once_and_cancelled_upstre
 #[test]
 fn the_servers_tool_list_reaches_the_client_as_the_hosts_tools_with_the_hosts_schemas() {
     let (mut m, _) = machine(RelayConfig::default());
-    let up = m
-        .client_says(request(json!("l"), "tools/list"))
-        .upstream
-        .remove(0);
+    let up = m.relayed(json!("l"), "tools/list");
     let listed = json!({"jsonrpc": "2.0", "id": up["id"], "result": {"tools": [
         {"name": "send", "description": "Send", "inputSchema": {"type": "object", "properties": {}}},
         {"name": "delete_everything", "inputSchema": {"type": "object"}}]}});
@@ -314,10 +308,7 @@ fn the_servers_tool_list_reaches_the_client_as_the_hosts_tools_with_the_hosts_sc
 #[test]
 fn an_answer_the_relay_cannot_read_fails_the_request_it_names_once() {
     let (mut m, _) = machine(RelayConfig::default());
-    let up = m
-        .client_says(request(json!(5), "resources/read"))
-        .upstream
-        .remove(0);
+    let up = m.relayed(json!(5), "resources/read");
     let garbage = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"x\":", up["id"]);
     let sent = by(m.server(Inbound::Message(Bytes::from(garbage))));
     assert_eq!(sent.client[0]["id"], 5);

@@ -244,7 +244,7 @@ pub(crate) fn expire(step: &mut Step<'_>, upstream_id: u64) {
     let product = &relay.config.product;
     let message = format!("{product}: the upstream server did not answer {method} within {limit:?}");
     step.answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message);
-    step.cancel_upstream(upstream_id, &format!("{product}: no answer in time"));
+    step.cancel_upstream(upstream_id, &relay.no_answer_in_time());
     if matches!(&*method, "initialize" | "server/discover") {
         step.fail(format!(
             "the server did not answer the client's {method} within {limit:?}"

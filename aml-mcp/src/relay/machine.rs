@@ -202,6 +202,11 @@ impl Relay {
         }
     }
 
+    /// Why the server is told a request of ours is cancelled when its time limit passed.
+    pub(crate) fn no_answer_in_time(&self) -> String {
+        format!("{}: no answer in time", self.config.product)
+    }
+
     /// A new id for a request to the server; never one given before in this session.
     pub(crate) fn next_id(&self) -> u64 {
         self.last_id.fetch_add(1, Ordering::Relaxed) + 1
@@ -366,9 +371,12 @@ impl<'a> Step<'a> {
                 self.upstream(request);
             }
             CallEvent::TimedOut(id) => {
-                self.state.pending.insert(id, Pending::Cancelled);
-                let reason = format!("{}: no answer in time", self.relay.config.product);
-                self.cancel_upstream(id, &reason);
+                // An answer that came meanwhile has ended the request: nothing to cancel.
+                if let Some(waiting @ Pending::Call { .. }) = self.state.pending.get_mut(&id) {
+                    *waiting = Pending::Cancelled;
+                    let reason = self.relay.no_answer_in_time();
+                    self.cancel_upstream(id, &reason);
+                }
             }
             CallEvent::Listed(seen) => {
                 let names: Vec<String> = seen.names().cloned().collect();

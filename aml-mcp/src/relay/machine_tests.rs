@@ -434,3 +434,16 @@ fn a_calls_request_past_its_limit_is_cancelled_upstream_and_its_late_answer_drop
     assert!(late.client.is_empty() && late.upstream.is_empty());
     assert!(m.idle_upstream());
 }
+
+#[test]
+fn a_calls_timeout_after_its_answer_came_cancels_nothing() {
+    let (mut m, _) = machine(RelayConfig::default());
+    let flight = checked_call(&mut m, "c");
+    let (id, _) = m.call_sends(&flight, call_request);
+    m.server_says(json!({"jsonrpc": "2.0", "id": id, "result": {}}));
+    assert!(
+        m.call_timed_out(id).is_empty(),
+        "no cancellation of an answered request"
+    );
+    assert!(m.idle_upstream(), "nothing left waiting");
+}

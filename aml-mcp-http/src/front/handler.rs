@@ -1,29 +1,32 @@
-//! One HTTP request to the front: checks first (Origin, token, path, version), then POST,
-//! GET or DELETE per the Streamable HTTP transport.
+//! The front's handlers, behind the checks of `layers.rs`: POST, GET and DELETE per the
+//! Streamable HTTP transport.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use aml_mcp::relay::{Connection, Peer, INVALID_REQUEST, PARSE_ERROR};
+use aml_mcp::relay::{Connection, Peer, TransportTrace, INVALID_REQUEST, PARSE_ERROR};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderValue};
+use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::mpsc;
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use super::connections::Slot;
+use super::layers::{
+    Answer, Authenticate, Authenticated, CheckLayer, Era, McpPath, PublicPaths, ReadBody, SameOrigin,
+};
 use super::session::{Refused, Session};
 use super::stateless_post::{self, Routing};
 use super::{SessionInfo, Shared};
-use crate::auth::{self, Client};
+use crate::auth::Client;
 use crate::body::Body;
 use crate::message::{self, Peek};
-use crate::{MCP_PATH, PROTOCOL_VERSIONS, STATELESS_PROTOCOL_VERSIONS};
+use crate::PROTOCOL_VERSIONS;
 
 const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
+pub(super) const VERSION_HEADER: &str = "mcp-protocol-version";
 /// JSON-RPC code for requests the transport refuses (limits, sessions, authentication).
 const TRANSPORT_ERROR: i64 = -32000;
 /// JSON-RPC code for a protocol revision the front does not speak (2026-07-28's
@@ -32,82 +35,54 @@ pub(super) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 pub(super) type Reply = Response<Body>;
 
-pub(crate) async fn handle(
+/// The front's service for one connection: the checks of `layers.rs`, outermost first, then
+/// a handler per method.
+pub(super) fn service(
     shared: Arc<Shared>,
     peer: SocketAddr,
     connection: Arc<Slot>,
+) -> impl Service<Request<Incoming>, Response = Reply, Error = Infallible, Future = Answer> + Clone {
+    let handlers = {
+        let shared = shared.clone();
+        tower::service_fn(move |request| by_method(shared.clone(), peer, request))
+    };
+    ServiceBuilder::new()
+        .layer(CheckLayer(SameOrigin {
+            shared: shared.clone(),
+            peer,
+        }))
+        .layer(CheckLayer(PublicPaths {
+            shared: shared.clone(),
+        }))
+        .layer(CheckLayer(Authenticate {
+            shared: shared.clone(),
+            peer,
+            connection,
+        }))
+        .layer(CheckLayer(McpPath { shared }))
+        .service(handlers)
+}
+
+async fn by_method(
+    shared: Arc<Shared>,
+    peer: SocketAddr,
     request: Request<Incoming>,
 ) -> Result<Reply, Infallible> {
-    let headers = request.headers();
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        if !auth::origin_allowed(
-            origin.as_bytes(),
-            &shared.own_origins,
-            &shared.config.allowed_origins,
-        ) {
-            tracing::warn!(target: "aml_mcp_http", %peer, origin = ?origin, "refused: foreign Origin");
-            return Ok(refuse(StatusCode::FORBIDDEN, None, "Origin not allowed"));
-        }
-    }
-    let path = request.uri().path();
-    let ops = shared.config.ops.as_deref().filter(|_| path != MCP_PATH);
-    if let Some(ops) = ops.filter(|_| crate::ops::PUBLIC_OPS_PATHS.contains(&path)) {
-        return Ok(crate::ops::answer(ops, &request).await);
-    }
-    if let Some(reply) = super::authorize::metadata(&shared, path, request.method()) {
-        return Ok(reply);
-    }
-    let (client, granted) = match super::authorize::client_of(&shared, peer, headers).await {
-        Ok(found) => found,
-        Err(mut reply) => {
-            // The body is left unread, so the connection cannot take another request: say
-            // so, or a client that reuses it finds it closed.
-            reply
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return Ok(reply);
-        }
+    let who = match passed(&request) {
+        Ok((who, _)) => who,
+        Err(reply) => return Ok(*reply),
     };
-    // Checks passed: this connection is a client's, not one of a flood.
-    connection.prove();
-    if let Some(ops) = ops {
-        return Ok(crate::ops::answer(ops, &request).await);
-    }
-    if request.uri().path() != MCP_PATH {
-        return Ok(refuse(
-            StatusCode::NOT_FOUND,
-            None,
-            &format!("MCP is served at {MCP_PATH}"),
-        ));
-    }
-    let mut stateless = false;
-    if let Some(version) = headers.get(VERSION_HEADER) {
-        if !PROTOCOL_VERSIONS
-            .iter()
-            .any(|v| v.as_bytes() == version.as_bytes())
-        {
-            return Ok(unsupported_version(version));
-        }
-        stateless = STATELESS_PROTOCOL_VERSIONS
-            .iter()
-            .any(|v| v.as_bytes() == version.as_bytes());
-    }
-    if stateless && request.method() != Method::POST {
-        // 2026-07-28 has no GET stream and no sessions to DELETE.
-        let mut reply = refuse(
-            StatusCode::METHOD_NOT_ALLOWED,
-            None,
-            "protocol 2026-07-28 uses POST only",
-        );
-        reply
-            .headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return Ok(reply);
-    }
     Ok(match *request.method() {
-        Method::POST => post(&shared, peer, (&client, granted.as_deref()), request, stateless).await,
-        Method::GET => get(&shared, &client, &request),
-        Method::DELETE => delete(&shared, &client, &request),
+        Method::POST => {
+            let check = ReadBody {
+                shared: shared.clone(),
+                peer,
+            };
+            let post = tower::service_fn(move |request| post(shared.clone(), peer, request));
+            return CheckLayer(check).layer(post).oneshot(request).await;
+        }
+        Method::GET => get(&shared, &who.client, &request),
+        Method::DELETE => delete(&shared, &who.client, &request),
         _ => {
             let mut reply = refuse(StatusCode::METHOD_NOT_ALLOWED, None, "use POST, GET or DELETE");
             reply
@@ -115,6 +90,18 @@ pub(crate) async fn handle(
                 .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
             reply
         }
+    })
+}
+
+/// What the checks learned of a request that passed them.
+fn passed<B>(request: &Request<B>) -> Result<(Authenticated, Era), Box<Reply>> {
+    let who = request.extensions().get::<Authenticated>().cloned();
+    let era = request.extensions().get::<Era>().copied();
+    who.zip(era).ok_or_else(|| {
+        // Only a request that passed the checks reaches a handler; fail closed if not.
+        tracing::error!(target: "aml_mcp_http", "a request reached a handler without its checks");
+        let why = "the request was not checked";
+        Box::new(refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why))
     })
 }
 
@@ -134,7 +121,7 @@ pub(super) fn refuse_code(status: StatusCode, id: Option<&str>, code: i64, why: 
 
 /// `400` for a protocol revision the front does not speak, naming those it does (a
 /// 2026-07-28 client that supports an older one falls back to it).
-fn unsupported_version(version: &HeaderValue) -> Reply {
+pub(super) fn unsupported_version(version: &HeaderValue) -> Reply {
     let requested = String::from_utf8_lossy(version.as_bytes());
     let body = serde_json::json!({
         "jsonrpc": "2.0",
@@ -157,9 +144,8 @@ pub(super) fn json_reply(status: StatusCode, body: Bytes) -> Reply {
     reply
 }
 
-fn accepts(request: &Request<Incoming>, kind: &str) -> bool {
-    request
-        .headers()
+fn accepts(headers: &HeaderMap, kind: &str) -> bool {
+    headers
         .get_all(header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
@@ -173,12 +159,8 @@ fn accepts(request: &Request<Incoming>, kind: &str) -> bool {
 /// The session a request names: `Err` is the reply (`400` without the header, `404` for a
 /// session that does not exist, has ended, or was opened with another token: a token's
 /// holder learns nothing about other tokens' sessions, not even that one exists).
-fn session_of(
-    shared: &Shared,
-    client: &Client,
-    request: &Request<Incoming>,
-) -> Result<Arc<Session>, Box<Reply>> {
-    let Some(id) = request.headers().get(SESSION_HEADER) else {
+fn session_of(shared: &Shared, client: &Client, headers: &HeaderMap) -> Result<Arc<Session>, Box<Reply>> {
+    let Some(id) = headers.get(SESSION_HEADER) else {
         return Err(Box::new(refuse(
             StatusCode::BAD_REQUEST,
             None,
@@ -216,75 +198,45 @@ fn session_of(
     })
 }
 
-async fn post(
+/// A POST whose body has been read: a 2026-07-28 request, or messages for a session
+/// (opened here by an `initialize`).
+async fn post(shared: Arc<Shared>, peer: SocketAddr, request: Request<Bytes>) -> Result<Reply, Infallible> {
+    let (who, era) = match passed(&request) {
+        Ok(passed) => passed,
+        Err(reply) => return Ok(*reply),
+    };
+    let (head, body) = request.into_parts();
+    let headers = &head.headers;
+    let asked = (
+        accepts(headers, "text/event-stream"),
+        accepts(headers, "application/json") || !headers.contains_key(header::ACCEPT),
+    );
+    let trace = super::trace::of(headers);
+    let shared = &shared;
+    if let Some(refused) = super::authorize::tool_scopes_refusal(shared, peer, who.granted.as_deref(), &body)
+    {
+        return Ok(refused);
+    }
+    if era.stateless {
+        let version = headers.get(VERSION_HEADER).map(HeaderValue::as_bytes);
+        let routing = Routing::of(headers, &String::from_utf8_lossy(version.unwrap_or_default()));
+        let caller = caller_of(shared, &who.client);
+        return Ok(stateless_post::post(shared, peer, caller, routing, body, asked, trace).await);
+    }
+    let named = session_of(shared, &who.client, headers);
+    Ok(post_in_session(shared, peer, &who.client, named, asked, body, trace).await)
+}
+
+/// A POST of the session-era protocol: one message or a batch.
+async fn post_in_session(
     shared: &Shared,
     peer: SocketAddr,
-    (client, granted): (&Client, Option<&[String]>),
-    request: Request<Incoming>,
-    stateless: bool,
+    client: &Client,
+    named: Result<Arc<Session>, Box<Reply>>,
+    (wants_sse, wants_json): (bool, bool),
+    body: Bytes,
+    trace: Option<TransportTrace>,
 ) -> Reply {
-    let max = shared.config.max_body_bytes;
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let too_big = || {
-        refuse(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            None,
-            &format!("the request body is larger than {max} bytes"),
-        )
-    };
-    if declared.is_some_and(|n| n > max as u64) {
-        return too_big();
-    }
-    let wants_sse = accepts(&request, "text/event-stream");
-    let wants_json = accepts(&request, "application/json") || !request.headers().contains_key(header::ACCEPT);
-    let routing = stateless.then(|| {
-        let version = request
-            .headers()
-            .get(VERSION_HEADER)
-            .map(HeaderValue::as_bytes)
-            .unwrap_or_default();
-        Routing::of(request.headers(), &String::from_utf8_lossy(version))
-    });
-    let named = session_of(shared, client, &request);
-    let trace = super::trace::of(request.headers());
-    let limit = shared.config.body_read_timeout;
-    let read = tokio::time::timeout(limit, Limited::new(request.into_body(), max).collect());
-    let body = match read.await {
-        Err(_) => {
-            tracing::warn!(target: "aml_mcp_http", %peer, "refused: the request body did not arrive within {limit:?}");
-            let mut reply = refuse(
-                StatusCode::REQUEST_TIMEOUT,
-                None,
-                &format!("the request body did not arrive within {limit:?}"),
-            );
-            // The rest of the body may still come: the connection cannot be reused.
-            reply
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return reply;
-        }
-        Ok(Ok(body)) => body.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_big(),
-        Ok(Err(e)) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                None,
-                &format!("cannot read the body: {e}"),
-            )
-        }
-    };
-    if let Some(refused) = super::authorize::tool_scopes_refusal(shared, peer, granted, &body) {
-        return refused;
-    }
-    if let Some(routing) = routing {
-        let asked = (wants_sse, wants_json);
-        let caller = caller_of(shared, client);
-        return stateless_post::post(shared, peer, caller, routing, body, asked, trace).await;
-    }
     let messages = match message::split(&body) {
         Ok(messages) => messages,
         Err(why) => return json_reply(StatusCode::BAD_REQUEST, message::error(None, PARSE_ERROR, why)),
@@ -552,11 +504,11 @@ async fn open_session(
 }
 
 fn get(shared: &Shared, client: &Client, request: &Request<Incoming>) -> Reply {
-    let session = match session_of(shared, client, request) {
+    let session = match session_of(shared, client, request.headers()) {
         Ok(session) => session,
         Err(reply) => return *reply,
     };
-    if !accepts(request, "text/event-stream") {
+    if !accepts(request.headers(), "text/event-stream") {
         return refuse(
             StatusCode::NOT_ACCEPTABLE,
             None,
@@ -586,7 +538,7 @@ fn get(shared: &Shared, client: &Client, request: &Request<Incoming>) -> Reply {
 }
 
 fn delete(shared: &Shared, client: &Client, request: &Request<Incoming>) -> Reply {
-    let session = match session_of(shared, client, request) {
+    let session = match session_of(shared, client, request.headers()) {
         Ok(session) => session,
         Err(reply) => return *reply,
     };

@@ -4,6 +4,7 @@
 mod authorize;
 mod connections;
 mod handler;
+mod layers;
 mod session;
 mod stateless;
 mod stateless_post;
@@ -19,6 +20,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tower::ServiceExt;
 
 use crate::FrontConfig;
 use session::Sessions;
@@ -207,13 +209,10 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, connections: Ar
             }
         };
         let _ = stream.set_nodelay(true);
-        let shared = shared.clone();
-        let slot = Arc::new(slot);
+        let service = handler::service(shared.clone(), peer, Arc::new(slot));
         let served = http.serve_connection(
             TokioIo::new(stream),
-            hyper::service::service_fn(move |request| {
-                handler::handle(shared.clone(), peer, slot.clone(), request)
-            }),
+            hyper::service::service_fn(move |request| service.clone().oneshot(request)),
         );
         tokio::spawn(async move {
             tokio::select! {

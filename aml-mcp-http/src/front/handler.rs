@@ -342,17 +342,7 @@ async fn post_in_session(
         }
         return reply;
     }
-    let mut reply = {
-        let mut reply = Response::new(Body::sse(stream.rx, shared.config.sse_keep_alive));
-        reply.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        reply
-            .headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        reply
-    };
+    let mut reply = sse_reply(Body::sse(stream.rx, shared.config.sse_keep_alive));
     // An initialize whose client takes only SSE: the header goes before the answer is known.
     if initialize {
         if let Ok(value) = HeaderValue::from_str(&session.id) {
@@ -526,14 +516,17 @@ fn get(shared: &Shared, client: &Client, request: &Request<Incoming>) -> Reply {
             "no stream to resume after that event id",
         );
     };
-    let mut reply = Response::new(Body::sse(rx, shared.config.sse_keep_alive));
-    reply.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    reply
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    sse_reply(Body::sse(rx, shared.config.sse_keep_alive))
+}
+
+/// A `200` whose body is an SSE stream, not to be cached or held back by a proxy.
+pub(super) fn sse_reply(body: Body) -> Reply {
+    let mut reply = Response::new(body);
+    let headers = reply.headers_mut();
+    let stream = HeaderValue::from_static("text/event-stream");
+    headers.insert(header::CONTENT_TYPE, stream);
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     reply
 }
 

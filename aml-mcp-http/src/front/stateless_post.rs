@@ -7,11 +7,11 @@ use std::net::SocketAddr;
 
 use aml_mcp::relay::{TransportTrace, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
 use bytes::Bytes;
-use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::header::HeaderMap;
 use hyper::{Response, StatusCode};
 use serde_json::value::RawValue;
 
-use super::handler::{json_reply, refuse, refuse_code, Reply, UNSUPPORTED_PROTOCOL_VERSION};
+use super::handler::{json_reply, refuse, refuse_code, sse_reply, Reply, UNSUPPORTED_PROTOCOL_VERSION};
 use super::stateless::{Link, Refused};
 use super::Shared;
 use crate::body::Body;
@@ -253,19 +253,8 @@ pub(super) async fn post(
     }
     let mut rx = registered.rx;
     if wants_sse {
-        let mut reply = Response::new(Body::watched_sse(
-            rx,
-            shared.config.sse_keep_alive,
-            Box::new(registered.guard),
-        ));
-        let headers = reply.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        return reply;
+        let guard = Box::new(registered.guard);
+        return sse_reply(Body::watched_sse(rx, shared.config.sse_keep_alive, guard));
     }
     // The guard lives as long as this future: hyper drops it if the client goes away.
     let _guard = registered.guard;

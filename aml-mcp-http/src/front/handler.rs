@@ -15,7 +15,7 @@ use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use super::connections::Slot;
 use super::layers::{
-    Answer, Authenticate, Authenticated, CheckLayer, Era, McpPath, PublicPaths, ReadBody, SameOrigin,
+    Answer, Asked, Authenticate, Authenticated, CheckLayer, Era, McpPath, PublicPaths, ReadBody, SameOrigin,
 };
 use super::session::{Refused, Session};
 use super::stateless_post::{self, Routing};
@@ -41,7 +41,7 @@ pub(super) fn service(
     shared: Arc<Shared>,
     peer: SocketAddr,
     connection: Arc<Slot>,
-) -> impl Service<Request<Incoming>, Response = Reply, Error = Infallible, Future = Answer> + Clone {
+) -> impl Service<Asked, Response = Reply, Error = Infallible, Future = Answer> + Clone {
     let handlers = {
         let shared = shared.clone();
         tower::service_fn(move |request| by_method(shared.clone(), peer, request))
@@ -63,11 +63,7 @@ pub(super) fn service(
         .service(handlers)
 }
 
-async fn by_method(
-    shared: Arc<Shared>,
-    peer: SocketAddr,
-    request: Request<Incoming>,
-) -> Result<Reply, Infallible> {
+async fn by_method(shared: Arc<Shared>, peer: SocketAddr, request: Asked) -> Result<Reply, Infallible> {
     let who = match passed(&request) {
         Ok((who, _)) => who,
         Err(reply) => return Ok(*reply),

@@ -77,15 +77,21 @@ where
         let check = self.check.clone();
         // The clone is the one made ready and called, as tower asks of a service moved
         // into a future.
-        let inner = self.inner.clone();
+        let mut inner = self.inner.clone();
         Box::pin(async move {
-            match check.check(request).await {
-                Ok(passed) => tower::ServiceExt::oneshot(inner, passed).await,
-                Err(reply) => Ok(reply),
-            }
+            let passed = match check.check(request).await {
+                Ok(passed) => passed,
+                Err(reply) => return Ok(reply),
+            };
+            std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+            inner.call(passed).await
         })
     }
 }
+
+/// A request as the checks pass it on: boxed, so that each layer moves a pointer rather
+/// than the request's head.
+pub(super) type Asked = Box<Request<Incoming>>;
 
 /// Who sent a request that passed [`Authenticate`], and its token's scopes.
 #[derive(Debug, Clone)]
@@ -108,9 +114,9 @@ pub(super) struct SameOrigin {
     pub(super) peer: SocketAddr,
 }
 
-impl Check<Request<Incoming>> for SameOrigin {
-    type Out = Request<Incoming>;
-    async fn check(&self, request: Request<Incoming>) -> Result<Request<Incoming>, Reply> {
+impl Check<Asked> for SameOrigin {
+    type Out = Asked;
+    async fn check(&self, request: Asked) -> Result<Asked, Reply> {
         let Some(origin) = request.headers().get(header::ORIGIN) else {
             return Ok(request);
         };
@@ -134,9 +140,9 @@ pub(super) struct PublicPaths {
     pub(super) shared: Arc<Shared>,
 }
 
-impl Check<Request<Incoming>> for PublicPaths {
-    type Out = Request<Incoming>;
-    async fn check(&self, request: Request<Incoming>) -> Result<Request<Incoming>, Reply> {
+impl Check<Asked> for PublicPaths {
+    type Out = Asked;
+    async fn check(&self, request: Asked) -> Result<Asked, Reply> {
         let path = request.uri().path();
         let ops = self.shared.config.ops.as_deref().filter(|_| path != MCP_PATH);
         if let Some(ops) = ops.filter(|_| crate::ops::PUBLIC_OPS_PATHS.contains(&path)) {
@@ -158,9 +164,9 @@ pub(super) struct Authenticate {
     pub(super) connection: Arc<Slot>,
 }
 
-impl Check<Request<Incoming>> for Authenticate {
-    type Out = Request<Incoming>;
-    async fn check(&self, mut request: Request<Incoming>) -> Result<Request<Incoming>, Reply> {
+impl Check<Asked> for Authenticate {
+    type Out = Asked;
+    async fn check(&self, mut request: Asked) -> Result<Asked, Reply> {
         let found = super::authorize::client_of(&self.shared, self.peer, request.headers()).await;
         let (client, granted) = found.map_err(|mut reply| {
             // The body is left unread, so the connection cannot take another request: say
@@ -184,9 +190,9 @@ pub(super) struct McpPath {
     pub(super) shared: Arc<Shared>,
 }
 
-impl Check<Request<Incoming>> for McpPath {
-    type Out = Request<Incoming>;
-    async fn check(&self, mut request: Request<Incoming>) -> Result<Request<Incoming>, Reply> {
+impl Check<Asked> for McpPath {
+    type Out = Asked;
+    async fn check(&self, mut request: Asked) -> Result<Asked, Reply> {
         if request.uri().path() != MCP_PATH {
             if let Some(ops) = self.shared.config.ops.as_deref() {
                 return Err(crate::ops::answer(ops, &request).await);
@@ -224,9 +230,9 @@ pub(super) struct ReadBody {
     pub(super) peer: SocketAddr,
 }
 
-impl Check<Request<Incoming>> for ReadBody {
+impl Check<Asked> for ReadBody {
     type Out = Request<Bytes>;
-    async fn check(&self, request: Request<Incoming>) -> Result<Request<Bytes>, Reply> {
+    async fn check(&self, request: Asked) -> Result<Request<Bytes>, Reply> {
         let max = self.shared.config.max_body_bytes;
         let too_big = || {
             let why = format!("the request body is larger than {max} bytes");
@@ -241,7 +247,7 @@ impl Check<Request<Incoming>> for ReadBody {
             return Err(too_big());
         }
         let limit = self.shared.config.body_read_timeout;
-        let (head, body) = request.into_parts();
+        let (head, body) = (*request).into_parts();
         let read = tokio::time::timeout(limit, Limited::new(body, max).collect());
         match read.await {
             Ok(Ok(body)) => Ok(Request::from_parts(head, body.to_bytes())),

@@ -212,7 +212,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, connections: Ar
         let service = handler::service(shared.clone(), peer, Arc::new(slot));
         let served = http.serve_connection(
             TokioIo::new(stream),
-            hyper::service::service_fn(move |request| service.clone().oneshot(request)),
+            hyper::service::service_fn(move |request| service.clone().oneshot(Box::new(request))),
         );
         tokio::spawn(async move {
             tokio::select! {

@@ -213,6 +213,25 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         request(addr, "POST", &old, &call(8, "echo", json!({}))).status,
         400
     );
+    // Two versions named: a proxy and the gate could each take another; nothing forwarded.
+    let twice = [
+        JSON_ONLY,
+        CONTENT_JSON,
+        ("mcp-session-id", one.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
+        ("mcp-protocol-version", "2025-03-26"),
+    ];
+    let reply = request(
+        addr,
+        "POST",
+        &twice,
+        &call(14, "echo", json!({"message": "twice"})),
+    );
+    assert_eq!(
+        (reply.status, reply.json()["error"]["code"].as_i64()),
+        (400, Some(-32020))
+    );
+    assert!(!reached(&dir).contains("twice"));
 
     // Idle: session two had no request for longer than 2 s; it is gone, and its slot free.
     // A new session is refused (two are open) until the idle one is closed; not before 2 s.

@@ -20,7 +20,8 @@ use tower::{Layer, Service};
 
 use super::authorize::Granted;
 use super::connections::Slot;
-use super::handler::{refuse, unsupported_version, Reply};
+use super::handler::{refuse, refuse_code, unsupported_version, Reply};
+use super::stateless_post::HEADER_MISMATCH;
 use super::Shared;
 use crate::auth::{self, Client};
 use crate::{MCP_PATH, PROTOCOL_VERSIONS, STATELESS_PROTOCOL_VERSIONS};
@@ -183,7 +184,7 @@ impl Check<Asked> for Authenticate {
 }
 
 /// The ops endpoints behind the token, `404` for any other path than [`MCP_PATH`], then
-/// `400` for a protocol revision the front does not speak and `405` for a 2026-07-28
+/// `400` for a protocol revision the front does not speak (or named twice) and `405` for a 2026-07-28
 /// request that is not a POST; a request that passes has its [`Era`].
 #[derive(Debug, Clone)]
 pub(super) struct McpPath {
@@ -199,6 +200,12 @@ impl Check<Asked> for McpPath {
             }
             let why = format!("MCP is served at {MCP_PATH}");
             return Err(refuse(StatusCode::NOT_FOUND, None, &why));
+        }
+        let mut versions = request.headers().get_all(super::handler::VERSION_HEADER).iter();
+        if let (Some(_), Some(_)) = (versions.next(), versions.next()) {
+            // Readers (a proxy, the server) could take different copies.
+            let why = "the MCP-Protocol-Version header appears more than once";
+            return Err(refuse_code(StatusCode::BAD_REQUEST, None, HEADER_MISMATCH, why));
         }
         let mut stateless = false;
         if let Some(version) = request.headers().get(super::handler::VERSION_HEADER) {

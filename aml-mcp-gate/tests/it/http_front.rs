@@ -232,6 +232,23 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         (400, Some(-32020))
     );
     assert!(!reached(&dir).contains("twice"));
+    let two_sessions = [
+        JSON_ONLY,
+        CONTENT_JSON,
+        ("mcp-session-id", one.as_str()),
+        ("mcp-session-id", "another"),
+    ];
+    let reply = request(
+        addr,
+        "POST",
+        &two_sessions,
+        &call(15, "echo", json!({"message": "two sessions"})),
+    );
+    assert_eq!(
+        (reply.status, reply.json()["error"]["code"].as_i64()),
+        (400, Some(-32600))
+    );
+    assert!(!reached(&dir).contains("two sessions"));
 
     // Idle: session two had no request for longer than 2 s; it is gone, and its slot free.
     // A new session is refused (two are open) until the idle one is closed; not before 2 s.

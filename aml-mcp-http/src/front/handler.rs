@@ -152,16 +152,17 @@ fn accepts(headers: &HeaderMap, kind: &str) -> bool {
         })
 }
 
-/// The session a request names: `Err` is the reply (`400` without the header, `404` for a
-/// session that does not exist, has ended, or was opened with another token: a token's
-/// holder learns nothing about other tokens' sessions, not even that one exists).
+/// The session a request names: `Err` is the reply (`400` without the header or with two,
+/// `404` for a session that does not exist, has ended, or was opened with another token: a
+/// token's holder learns nothing about other tokens' sessions, not even that one exists).
 fn session_of(shared: &Shared, client: &Client, headers: &HeaderMap) -> Result<Arc<Session>, Box<Reply>> {
-    let Some(id) = headers.get(SESSION_HEADER) else {
-        return Err(Box::new(refuse(
-            StatusCode::BAD_REQUEST,
-            None,
-            "no Mcp-Session-Id: send initialize first",
-        )));
+    let mut named = headers.get_all(SESSION_HEADER).iter();
+    let (Some(id), None) = (named.next(), named.next()) else {
+        let why = match headers.contains_key(SESSION_HEADER) {
+            true => "Mcp-Session-Id appears more than once: name one session",
+            false => "no Mcp-Session-Id: send initialize first",
+        };
+        return Err(Box::new(refuse(StatusCode::BAD_REQUEST, None, why)));
     };
     let found = id
         .to_str()

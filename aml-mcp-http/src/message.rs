@@ -1,7 +1,9 @@
 //! What the transports read from a JSON-RPC message: its kind, id and progress token. The
 //! message itself passes on as it is.
 
-use aml_mcp::relay::jsonrpc::{id_key, key_text, Envelope, Members};
+use std::ops::Range;
+
+use aml_mcp::relay::jsonrpc::{id_key, key_text, range_in, Envelope, Members};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
@@ -104,9 +106,10 @@ impl Peek {
     }
 }
 
-/// The messages of a body: one object, or each member of a batch array, as their own bytes.
-/// `Err` says why the body is not JSON-RPC.
-pub(crate) fn split(body: &[u8]) -> Result<Vec<Bytes>, &'static str> {
+/// The messages of a body: one object, or each member of a batch array, as their own bytes
+/// (sharing the body's where a message has no line break). `Err` says why the body is not
+/// JSON-RPC.
+pub(crate) fn split(body: &Bytes) -> Result<Vec<Bytes>, &'static str> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     match first {
         Some(b'[') => {
@@ -114,13 +117,25 @@ pub(crate) fn split(body: &[u8]) -> Result<Vec<Bytes>, &'static str> {
             if items.is_empty() {
                 return Err("an empty batch");
             }
-            Ok(items.iter().map(|m| one_line(m.get().as_bytes())).collect())
+            Ok(items
+                .iter()
+                .map(|m| one_line_of(body, range_in(body, m)))
+                .collect())
         }
         Some(b'{') => {
             serde_json::from_slice::<&RawValue>(body).map_err(|_| "the body is not JSON")?;
-            Ok(vec![one_line(body.trim_ascii())])
+            let start = body.len() - body.trim_ascii_start().len();
+            Ok(vec![one_line_of(body, start..body.trim_ascii_end().len())])
         }
         _ => Err("the body is not a JSON-RPC message (an object or a batch array)"),
+    }
+}
+
+/// [`one_line`] of `body[range]`, sharing `body`'s bytes when there is no line break.
+fn one_line_of(body: &Bytes, range: Range<usize>) -> Bytes {
+    match body[range.clone()].iter().any(|b| *b == b'\n' || *b == b'\r') {
+        true => one_line(&body[range]),
+        false => body.slice(range),
     }
 }
 
@@ -201,11 +216,16 @@ mod tests {
             .unwrap();
         assert_eq!((call.tool.as_deref(), call.progress_token), (Some("t"), None));
 
-        let batch = split(b" [ {\"id\":1,\n\"x\": 1.50}, {\"method\":\"m\"} ] ").unwrap();
+        let batch = split(&Bytes::from_static(
+            b" [ {\"id\":1,\n\"x\": 1.50}, {\"method\":\"m\"} ] ",
+        ))
+        .unwrap();
         assert_eq!(&batch[0][..], b"{\"id\":1, \"x\": 1.50}");
         assert_eq!(&batch[1][..], b"{\"method\":\"m\"}");
-        assert!(split(b"[]").is_err());
-        assert!(split(b"{\"a\":").is_err());
-        assert!(split(b"42").is_err());
+        assert!(split(&Bytes::from_static(b"[]")).is_err());
+        assert!(split(&Bytes::from_static(b"{\"a\":")).is_err());
+        assert!(split(&Bytes::from_static(b"42")).is_err());
+        let one = split(&Bytes::from_static(b" {\"id\":1} \n")).unwrap();
+        assert_eq!(&one[0][..], b"{\"id\":1}");
     }
 }

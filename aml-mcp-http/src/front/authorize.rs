@@ -123,7 +123,7 @@ pub(super) fn tool_scopes_refusal(
     shared: &Shared,
     peer: SocketAddr,
     granted: Option<&[String]>,
-    body: &[u8],
+    body: &bytes::Bytes,
 ) -> Option<Reply> {
     let (Some(granted), Some(per_tool), Some(verifier)) =
         (granted, &shared.config.tool_scopes, shared.oauth.as_deref())

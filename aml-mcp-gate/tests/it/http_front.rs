@@ -103,6 +103,9 @@ fn without_a_valid_token_401_and_nothing_forwarded_a_foreign_origin_403() {
 /// Method, headers, body, the status and JSON-RPC error code wanted.
 type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, u16, i64);
 
+/// Headers that name one twice, a word the call carries, the JSON-RPC error code wanted.
+type Named<'a> = (&'a [(&'a str, &'a str)], &'a str, i64);
+
 #[test]
 fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving() {
     let dir = work("limits");
@@ -213,42 +216,33 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         request(addr, "POST", &old, &call(8, "echo", json!({}))).status,
         400
     );
-    // Two versions named: a proxy and the gate could each take another; nothing forwarded.
-    let twice = [
-        JSON_ONLY,
-        CONTENT_JSON,
-        ("mcp-session-id", one.as_str()),
-        ("mcp-protocol-version", "2025-06-18"),
-        ("mcp-protocol-version", "2025-03-26"),
+    // A header the gate reads named twice (a proxy and the gate could each take another
+    // copy): 400, nothing forwarded.
+    let session = ("mcp-session-id", one.as_str());
+    let version = |v| ("mcp-protocol-version", v);
+    let twice: [Named<'_>; 2] = [
+        (
+            &[session, version("2025-06-18"), version("2025-03-26")],
+            "two versions",
+            -32020,
+        ),
+        (&[session, ("mcp-session-id", "another")], "two sessions", -32600),
     ];
-    let reply = request(
-        addr,
-        "POST",
-        &twice,
-        &call(14, "echo", json!({"message": "twice"})),
-    );
-    assert_eq!(
-        (reply.status, reply.json()["error"]["code"].as_i64()),
-        (400, Some(-32020))
-    );
-    assert!(!reached(&dir).contains("twice"));
-    let two_sessions = [
-        JSON_ONLY,
-        CONTENT_JSON,
-        ("mcp-session-id", one.as_str()),
-        ("mcp-session-id", "another"),
-    ];
-    let reply = request(
-        addr,
-        "POST",
-        &two_sessions,
-        &call(15, "echo", json!({"message": "two sessions"})),
-    );
-    assert_eq!(
-        (reply.status, reply.json()["error"]["code"].as_i64()),
-        (400, Some(-32600))
-    );
-    assert!(!reached(&dir).contains("two sessions"));
+    for (id, (named, message, code)) in (14..).zip(twice) {
+        let headers = [&[JSON_ONLY, CONTENT_JSON][..], named].concat();
+        let reply = request(
+            addr,
+            "POST",
+            &headers,
+            &call(id, "echo", json!({"message": message})),
+        );
+        assert_eq!(
+            (reply.status, reply.json()["error"]["code"].as_i64()),
+            (400, Some(code)),
+            "{message}"
+        );
+        assert!(!reached(&dir).contains(message), "{message}");
+    }
 
     // Idle: session two had no request for longer than 2 s; it is gone, and its slot free.
     // A new session is refused (two are open) until the idle one is closed; not before 2 s.

@@ -221,25 +221,32 @@ impl Session {
         if state.closed {
             return None;
         }
-        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
-        let number = match last_event {
+        let (number, rx) = match last_event {
             Some(id) => {
                 let (stream, seq) = id.split_once('-')?;
                 let (number, seq): (u64, u64) = (stream.parse().ok()?, seq.parse().ok()?);
                 let stream = state.streams.get_mut(&number)?;
-                for (s, event) in &stream.history {
-                    if *s > seq {
-                        let _ = tx.try_send(event.clone());
-                    }
+                let missed: Vec<&Bytes> = stream
+                    .history
+                    .iter()
+                    .filter(|(s, _)| *s > seq)
+                    .map(|(_, e)| e)
+                    .collect();
+                // Room for the whole replay besides the live queue: a replay loses nothing,
+                // however many events the host keeps.
+                let (tx, rx) = mpsc::channel(STREAM_QUEUE + missed.len());
+                for event in missed {
+                    let _ = tx.try_send(event.clone());
                 }
                 if stream.is_get || stream.owed > 0 {
                     stream.tx = Some(tx);
                 }
                 // A finished stream: the replay is all there is, and the stream stays (among
                 // the last FINISHED_KEPT) for a client that loses this one too.
-                number
+                (number, rx)
             }
             None => {
+                let (tx, rx) = mpsc::channel(STREAM_QUEUE);
                 let number = state.next_stream;
                 state.next_stream += 1;
                 state.streams.insert(
@@ -255,7 +262,7 @@ impl Session {
                         is_get: true,
                     },
                 );
-                number
+                (number, rx)
             }
         };
         if state.streams.get(&number).is_some_and(|s| s.is_get) {
@@ -479,5 +486,31 @@ mod tests {
             a.rx.try_recv(),
             Err(mpsc::error::TryRecvError::Disconnected)
         ));
+    }
+
+    /// A host that keeps more events than a stream's live queue holds gets every one of them
+    /// back on a resume, not the first queue's worth.
+    #[test]
+    fn a_resume_replays_every_kept_event() {
+        let kept_events = STREAM_QUEUE + 44;
+        let s = session(kept_events);
+        let live = s.open_get(None).unwrap();
+        let number = s.state().get_stream.unwrap();
+        for i in 0..kept_events {
+            let note = format!(r#"{{"method":"notifications/message","params":{{"n":{i}}}}}"#);
+            s.route(&Bytes::from(note));
+        }
+        drop(live);
+        let mut resumed = s.open_get(Some(&format!("{number}-0"))).unwrap();
+        let mut replayed = 0;
+        while let Ok(event) = resumed.try_recv() {
+            let wanted = format!(r#""n":{replayed}}}"#);
+            assert!(
+                event.windows(wanted.len()).any(|w| w == wanted.as_bytes()),
+                "event {replayed} in order"
+            );
+            replayed += 1;
+        }
+        assert_eq!(replayed, kept_events);
     }
 }

@@ -98,8 +98,19 @@ impl Drop for CancelGuard {
             "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":{},\"reason\":\"the client closed its response stream\"}}}}",
             self.id
         );
-        if let Some(tx) = self.link.sender() {
-            let _ = tx.try_send(Inbound::Message(Bytes::from(note)));
+        let Some(tx) = self.link.sender() else { return };
+        match tx.try_send(Inbound::Message(Bytes::from(note))) {
+            Err(mpsc::error::TrySendError::Full(note)) => {
+                // The relay is behind: the cancellation waits its turn rather than be lost.
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => drop(runtime.spawn(async move { tx.send(note).await })),
+                    Err(_) => {
+                        tracing::warn!(target: "aml_mcp_http", id = self.id, "a stateless request's cancellation could not be queued; the server is not told")
+                    }
+                }
+            }
+            // Sent, or the relay has ended and nothing runs any more.
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
         }
     }
 }
@@ -583,5 +594,33 @@ mod tests {
             .await
             .unwrap();
         assert!(link.lock().by_id.is_empty());
+    }
+
+    /// A relay too busy to take the cancellation at once still gets it, after what was queued
+    /// before it.
+    #[tokio::test]
+    async fn a_cancellation_waits_for_room_rather_than_be_lost() {
+        let home = Arc::new(Stateless::default());
+        let (link, Some((mut relay, _))) = home.link("127.0.0.1:1".parse().unwrap(), &None, 64).unwrap()
+        else {
+            panic!("a new link")
+        };
+        let id = home.next_id();
+        let registered = link.register(id, b"5", None, (true, false), 4).ok().unwrap();
+        let tx = link.sender().unwrap();
+        let mut queued = 0;
+        while tx.try_send(Inbound::Message(Bytes::from_static(b"{}"))).is_ok() {
+            queued += 1;
+        }
+        drop(registered);
+        for _ in 0..queued {
+            assert!(matches!(relay.incoming.recv().await, Some(Inbound::Message(m)) if &m[..] == b"{}"));
+        }
+        let next = tokio::time::timeout(Duration::from_secs(5), relay.incoming.recv()).await;
+        let Ok(Some(Inbound::Message(note))) = next else {
+            panic!("the cancellation after the queued messages")
+        };
+        let expected = format!(r#""method":"notifications/cancelled","params":{{"requestId":{id},"#);
+        assert!(text(&note).contains(&expected), "{note:?}");
     }
 }

@@ -572,21 +572,31 @@ mod tests {
         drop((stream.guard, json.guard));
     }
 
-    #[tokio::test]
-    async fn a_request_dropped_before_its_answer_is_cancelled_with_the_fronts_id() {
+    /// A link with one request registered (under the front's id, for the client's id `5`),
+    /// and the relay's end of the link.
+    fn one_waiting() -> (Arc<Link>, Connection, u64, Registered) {
         let home = Arc::new(Stateless::default());
-        let (link, Some((mut relay, _))) = home.link("127.0.0.1:1".parse().unwrap(), &None, 64).unwrap()
-        else {
+        let (link, Some((relay, _))) = home.link("127.0.0.1:1".parse().unwrap(), &None, 64).unwrap() else {
             panic!("a new link")
         };
         let id = home.next_id();
         let registered = link.register(id, b"5", None, (true, false), 4).ok().unwrap();
+        (link, relay, id, registered)
+    }
+
+    fn assert_cancels(note: &Bytes, id: u64) {
+        let expected = format!(r#""method":"notifications/cancelled","params":{{"requestId":{id},"#);
+        assert!(text(note).contains(&expected), "{note:?}");
+    }
+
+    #[tokio::test]
+    async fn a_request_dropped_before_its_answer_is_cancelled_with_the_fronts_id() {
+        let (link, mut relay, id, registered) = one_waiting();
         drop(registered);
         let Some(Inbound::Message(note)) = relay.incoming.recv().await else {
             panic!("a cancellation")
         };
-        let expected = format!(r#""method":"notifications/cancelled","params":{{"requestId":{id},"#);
-        assert!(text(&note).contains(&expected), "{note:?}");
+        assert_cancels(&note, id);
         // An answer that comes anyway goes nowhere.
         relay
             .outgoing
@@ -600,13 +610,7 @@ mod tests {
     /// before it.
     #[tokio::test]
     async fn a_cancellation_waits_for_room_rather_than_be_lost() {
-        let home = Arc::new(Stateless::default());
-        let (link, Some((mut relay, _))) = home.link("127.0.0.1:1".parse().unwrap(), &None, 64).unwrap()
-        else {
-            panic!("a new link")
-        };
-        let id = home.next_id();
-        let registered = link.register(id, b"5", None, (true, false), 4).ok().unwrap();
+        let (link, mut relay, id, registered) = one_waiting();
         let tx = link.sender().unwrap();
         let mut queued = 0;
         while tx.try_send(Inbound::Message(Bytes::from_static(b"{}"))).is_ok() {
@@ -620,7 +624,6 @@ mod tests {
         let Ok(Some(Inbound::Message(note))) = next else {
             panic!("the cancellation after the queued messages")
         };
-        let expected = format!(r#""method":"notifications/cancelled","params":{{"requestId":{id},"#);
-        assert!(text(&note).contains(&expected), "{note:?}");
+        assert_cancels(&note, id);
     }
 }

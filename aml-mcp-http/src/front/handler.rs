@@ -64,8 +64,8 @@ pub(super) fn service(
 }
 
 async fn by_method(shared: Arc<Shared>, peer: SocketAddr, request: Asked) -> Result<Reply, Infallible> {
-    let who = match passed(&request) {
-        Ok((who, _)) => who,
+    let (who, era) = match passed(&request) {
+        Ok(passed) => passed,
         Err(reply) => return Ok(*reply),
     };
     Ok(match *request.method() {
@@ -74,7 +74,8 @@ async fn by_method(shared: Arc<Shared>, peer: SocketAddr, request: Asked) -> Res
                 shared: shared.clone(),
                 peer,
             };
-            let post = tower::service_fn(move |request| post(shared.clone(), peer, request));
+            let post =
+                tower::service_fn(move |request| post(shared.clone(), peer, (who.clone(), era), request));
             return CheckLayer(check).layer(post).oneshot(request).await;
         }
         Method::GET => get(&shared, &who.client, &request),
@@ -90,7 +91,7 @@ async fn by_method(shared: Arc<Shared>, peer: SocketAddr, request: Asked) -> Res
 }
 
 /// What the checks learned of a request that passed them.
-fn passed<B>(request: &Request<B>) -> Result<(Authenticated, Era), Box<Reply>> {
+fn passed(request: &Asked) -> Result<(Authenticated, Era), Box<Reply>> {
     let who = request.extensions().get::<Authenticated>().cloned();
     let era = request.extensions().get::<Era>().copied();
     who.zip(era).ok_or_else(|| {
@@ -197,11 +198,12 @@ fn session_of(shared: &Shared, client: &Client, headers: &HeaderMap) -> Result<A
 
 /// A POST whose body has been read: a 2026-07-28 request, or messages for a session
 /// (opened here by an `initialize`).
-async fn post(shared: Arc<Shared>, peer: SocketAddr, request: Request<Bytes>) -> Result<Reply, Infallible> {
-    let (who, era) = match passed(&request) {
-        Ok(passed) => passed,
-        Err(reply) => return Ok(*reply),
-    };
+async fn post(
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    (who, era): (Authenticated, Era),
+    request: Request<Bytes>,
+) -> Result<Reply, Infallible> {
     let (head, body) = request.into_parts();
     let headers = &head.headers;
     let asked = (

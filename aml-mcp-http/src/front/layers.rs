@@ -184,8 +184,8 @@ impl Check<Asked> for Authenticate {
 }
 
 /// The ops endpoints behind the token, `404` for any other path than [`MCP_PATH`], then
-/// `400` for a protocol revision the front does not speak (or named twice) and `405` for a 2026-07-28
-/// request that is not a POST; a request that passes has its [`Era`].
+/// `400` for a protocol revision the front does not speak (or one named twice) and `405`
+/// for a 2026-07-28 request that is not a POST; a request that passes has its [`Era`].
 #[derive(Debug, Clone)]
 pub(super) struct McpPath {
     pub(super) shared: Arc<Shared>,
@@ -202,13 +202,14 @@ impl Check<Asked> for McpPath {
             return Err(refuse(StatusCode::NOT_FOUND, None, &why));
         }
         let mut versions = request.headers().get_all(super::handler::VERSION_HEADER).iter();
-        if let (Some(_), Some(_)) = (versions.next(), versions.next()) {
+        let version = versions.next();
+        if versions.next().is_some() {
             // Readers (a proxy, the server) could take different copies.
             let why = "the MCP-Protocol-Version header appears more than once";
             return Err(refuse_code(StatusCode::BAD_REQUEST, None, HEADER_MISMATCH, why));
         }
         let mut stateless = false;
-        if let Some(version) = request.headers().get(super::handler::VERSION_HEADER) {
+        if let Some(version) = version {
             let named = |known: &[&str]| known.iter().any(|v| v.as_bytes() == version.as_bytes());
             if !named(PROTOCOL_VERSIONS) {
                 return Err(unsupported_version(version));

@@ -47,17 +47,13 @@ impl Routing {
                 .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
             (first, values.next().is_some())
         };
-        let (_, version_twice) = one("mcp-protocol-version");
+        // `MCP-Protocol-Version` named twice is refused before (the `McpPath` layer).
         let (method, method_twice) = one("mcp-method");
         let (name, name_twice) = one("mcp-name");
-        let duplicated = [
-            ("MCP-Protocol-Version", version_twice),
-            ("Mcp-Method", method_twice),
-            ("Mcp-Name", name_twice),
-        ]
-        .into_iter()
-        .find(|(_, twice)| *twice)
-        .map(|(n, _)| n);
+        let duplicated = [("Mcp-Method", method_twice), ("Mcp-Name", name_twice)]
+            .into_iter()
+            .find(|(_, twice)| *twice)
+            .map(|(n, _)| n);
         let mut params = HeaderMap::new();
         for (key, value) in headers {
             if key.as_str().starts_with("mcp-param-") {

@@ -243,6 +243,22 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         );
         assert!(!reached(&dir).contains(message), "{message}");
     }
+    // The same in a batch and in a notification: refused from the headers alone.
+    let two_versions = [&[JSON_ONLY, CONTENT_JSON][..], twice[0].0].concat();
+    let batch = format!("[{}]", call(16, "echo", json!({"message": "batched twice"})));
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"noted twice"}}"#;
+    for body in [batch.as_str(), note] {
+        let reply = request(addr, "POST", &two_versions, body);
+        assert_eq!(
+            (reply.status, reply.json()["error"]["code"].as_i64()),
+            (400, Some(-32020)),
+            "{body}"
+        );
+    }
+    assert!(
+        !reached(&dir).contains("twice\""),
+        "nothing named twice reached the server"
+    );
 
     // Idle: session two had no request for longer than 2 s; it is gone, and its slot free.
     // A new session is refused (two are open) until the idle one is closed; not before 2 s.

@@ -151,6 +151,14 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
         ),
         ("no Mcp-Method", with(&[v, n]), &echo, 400, -32020),
         (
+            "MCP-Protocol-Version twice",
+            with(&[v, ("mcp-protocol-version", "2025-06-18"), m, n]),
+            &echo,
+            400,
+            -32020,
+        ),
+        ("Mcp-Method twice", with(&[v, m, m, n]), &echo, 400, -32020),
+        (
             "Mcp-Name of another tool",
             with(&[v, m, ("mcp-name", "countdown")]),
             &echo,

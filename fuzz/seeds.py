@@ -122,6 +122,12 @@ add("relay_machine", "\n".join([client[2], "s" + upstream[0], client[2], "t\x1f"
 call = '{"jsonrpc":"2.0","id":"c%d","method":"tools/call","params":{"name":"send","arguments":{"to":"team"}}}'
 cancel = '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c%d"}}'
 add("relay_machine", "\n".join([call % 1, call % 2, call % 3, "c", "k", "s" + upstream[0], "c", cancel % 3, "x", "e", "e", call % 1, "g", "c", "e"]))
+# A session of endpoints only (`E`): endpoints open (`o`, streaming when the byte has 0x10),
+# send under the same id (`p`), get progress under the relay's token and answers, close (`q`).
+ask = '{"jsonrpc":"2.0","id":5,"method":"prompts/get","params":{"_meta":{"progressToken":"t"}}}'
+progress = '{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"aml-progress-1","progress":1}}'
+add("relay_machine", "\n".join(["E", "o\x10", "p\x00" + ask, "o\x01", "p\x01" + ask, "s" + progress,
+                                 "s" + upstream[0], "q\x00", "q\x01", "s" + upstream[3], "p\x02" + call % 1, "c", "q\x02"]))
 
 for target, items in sorted(seeds.items()):
     out = os.path.join(corpus, target)

@@ -3,11 +3,15 @@
 //! becomes the id of the relay's latest request to it), `t` the clock moving on (the next
 //! byte in seconds), `g` the server gone, `d` the drain limit passed, `c` the oldest checked
 //! call's future sending its request, `k` the same for a future dropped meanwhile, `x` the
-//! latest call request passing its limit, `e` the oldest call's future ending, anything else
-//! a message from the client (the whole line). Whatever comes: every message the core sends either
-//! side is JSON, each request it sends the server has an id it never used before, no client
-//! id (but `null`) is answered more often than the client used it, and once the session ends nothing
-//! waits on the server.
+//! latest call request passing its limit, `e` the oldest call's future ending, `o`/`q` an
+//! endpoint opening/closing and `p` a message from one (the next byte picks the endpoint,
+//! 1 to 4, and for `o` whether it streams), anything else a message from the client's
+//! standing connection (the whole line). An input that begins with `E` drives a session
+//! without a standing connection (2026-07-28 stateless HTTP). Whatever comes: every message
+//! the core sends either side is JSON, each request it sends the server has an id it never
+//! used before, no client id (but `null`) is answered on an endpoint more often than that
+//! endpoint used it, nothing goes to an endpoint that is not open, and once the session ends
+//! nothing waits on the server.
 #![no_main]
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -15,7 +19,7 @@ use std::time::Duration;
 
 use aml_fuzz::relay::{frames, tools, with_id, UPSTREAM_TIMEOUT};
 use aml_mcp::relay::by_hand::{Machine, Sent};
-use aml_mcp::relay::{Inbound, RelayConfig};
+use aml_mcp::relay::{EndpointEvent, Inbound, RelayConfig, ToEndpoint};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -35,9 +39,14 @@ struct Seen {
     /// The ids the relay gave its requests to the server.
     upstream_ids: HashSet<String>,
     latest_upstream: Option<String>,
-    /// How often the client used each id, and how often the relay answered it.
-    used: HashMap<String, usize>,
-    answered: HashMap<String, usize>,
+    /// How often each endpoint (0: the standing connection) used each id, and how often
+    /// the relay answered it there.
+    used: HashMap<(u64, String), usize>,
+    answered: HashMap<(u64, String), usize>,
+    /// The endpoints open (besides the standing connection).
+    open: HashSet<u64>,
+    /// Whether the session has a standing connection.
+    standing: bool,
     /// Client lines that are not strict JSON: the relay may answer an id it scans out of
     /// them.
     unreadable: usize,
@@ -52,13 +61,25 @@ impl Seen {
         for next in sent {
             match next {
                 Sent::Client(bytes) => {
-                    let Ok(message) = serde_json::from_slice::<Value>(&bytes) else {
-                        panic!("the client was sent unreadable bytes: {bytes:?}");
-                    };
-                    let answer = message.get("method").is_none();
-                    if let (true, Some(id)) = (answer, id_of(&message)) {
-                        *self.answered.entry(id).or_default() += 1;
+                    assert!(
+                        self.standing,
+                        "a standing connection's message in a session without one"
+                    );
+                    self.to_client(0, &bytes)
+                }
+                Sent::Endpoint(endpoint, sent) => {
+                    assert!(self.open.contains(&endpoint), "endpoint {endpoint} is not open");
+                    match sent {
+                        ToEndpoint::Answer(bytes) => self.to_client(endpoint, &bytes),
+                        ToEndpoint::Notification(bytes) => {
+                            let note = serde_json::from_slice::<Value>(&bytes).expect("a JSON notification");
+                            assert!(note.get("method").is_some(), "not a notification: {note}");
+                        }
                     }
+                }
+                Sent::Nowhere(bytes) => {
+                    assert!(!self.standing, "dropped with a standing connection to take it");
+                    serde_json::from_slice::<Value>(&bytes).expect("a JSON message");
                 }
                 Sent::Upstream(bytes) => {
                     let Ok(message) = serde_json::from_slice::<Value>(&bytes) else {
@@ -82,8 +103,36 @@ impl Seen {
             let used = self.used.get(id).copied().unwrap_or_default();
             assert!(
                 *answers <= used + self.unreadable,
-                "client id {id} answered {answers} times, used {used} times"
+                "client id {id:?} answered {answers} times, used {used} times"
             );
+        }
+    }
+
+    fn to_client(&mut self, endpoint: u64, bytes: &Bytes) {
+        let Ok(message) = serde_json::from_slice::<Value>(bytes) else {
+            panic!("the client was sent unreadable bytes: {bytes:?}");
+        };
+        let answer = message.get("method").is_none();
+        if let (true, Some(id)) = (answer, id_of(&message)) {
+            *self.answered.entry((endpoint, id)).or_default() += 1;
+        }
+    }
+
+    /// Counts the ids a client line uses, as the relay reads it: a member twice (which
+    /// `serde_json` would take the last of) makes the line unreadable.
+    fn uses(&mut self, endpoint: u64, line: &[u8]) {
+        match aml_core::strict::parse_slice(line) {
+            Ok(message) => {
+                if let Some(id) = id_of(&message) {
+                    *self.used.entry((endpoint, id)).or_default() += 1;
+                }
+                if let Value::Array(items) = &message {
+                    for id in items.iter().filter_map(id_of) {
+                        *self.used.entry((endpoint, id)).or_default() += 1;
+                    }
+                }
+            }
+            Err(_) => self.unreadable += 1,
         }
     }
 }
@@ -101,8 +150,16 @@ fuzz_target!(|data: &[u8]| {
         .with_handshake_timeout(UPSTREAM_TIMEOUT)
         .with_max_message_bytes(aml_fuzz::relay::MAX_MESSAGE)
         .with_max_in_flight(8);
-    let mut machine = Machine::new(tools(), config);
-    let mut seen = Seen::default();
+    let standing = data.first() != Some(&b'E');
+    let mut machine = if standing {
+        Machine::new(tools(), config)
+    } else {
+        Machine::of_endpoints(tools(), config)
+    };
+    let mut seen = Seen {
+        standing,
+        ..Seen::default()
+    };
     for inbound in frames(data).into_iter().take(64) {
         let line = match &inbound {
             Inbound::Message(bytes) => bytes.clone(),
@@ -144,22 +201,29 @@ fuzz_target!(|data: &[u8]| {
                 }
                 None => Vec::new(),
             },
-            _ => {
-                // As the relay reads it: a member twice (which `serde_json` would take the last
-                // of) makes the line unreadable.
-                match aml_core::strict::parse_slice(&line) {
-                    Ok(message) => {
-                        if let Some(id) = id_of(&message) {
-                            *seen.used.entry(id).or_default() += 1;
-                        }
-                        if let Value::Array(items) = &message {
-                            for id in items.iter().filter_map(id_of) {
-                                *seen.used.entry(id).or_default() += 1;
-                            }
-                        }
+            Some(&kind @ (b'o' | b'p' | b'q')) => {
+                let pick = line.get(1).copied().unwrap_or(0);
+                let endpoint = u64::from(pick % 4) + 1;
+                match kind {
+                    b'o' => {
+                        seen.open.insert(endpoint);
+                        machine.open(endpoint, pick & 0x10 != 0)
                     }
-                    Err(_) => seen.unreadable += 1,
+                    b'q' => {
+                        let sent = machine.endpoint(EndpointEvent::Close { endpoint });
+                        seen.open.remove(&endpoint);
+                        sent
+                    }
+                    _ => {
+                        let message = line.slice(2.min(line.len())..);
+                        seen.uses(endpoint, &message);
+                        let inbound = Inbound::Message(message);
+                        machine.endpoint(EndpointEvent::Message { endpoint, inbound })
+                    }
                 }
+            }
+            _ => {
+                seen.uses(0, &line);
                 machine.client(inbound)
             }
         };

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::from_client::on_client;
+use super::endpoint::{EndpointEvent, EndpointId, ToEndpoint, STANDING};
+use super::from_client::on_client_event;
 use super::from_upstream::on_upstream;
 use super::machine::{CallEvent, Out, Relay, Reply, State, Step};
 use super::{Inbound, RelayConfig, RelayTools};
@@ -25,8 +26,12 @@ pub struct Machine {
 /// What one transition returned, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sent {
-    /// A message for the client.
+    /// A message for the client's standing connection.
     Client(Bytes),
+    /// A message for a client endpoint other than the standing connection.
+    Endpoint(EndpointId, ToEndpoint),
+    /// A message tied to no endpoint, in a session without a standing connection: dropped.
+    Nowhere(Bytes),
     /// A message for the server.
     Upstream(Bytes),
     /// A checked `tools/call` handed to a future of its own, by its client id's key.
@@ -43,31 +48,61 @@ impl std::fmt::Debug for Machine {
 }
 
 impl Machine {
-    /// A session that has seen nothing yet.
+    /// A session with a standing client connection (stdio, an HTTP session) that has
+    /// seen nothing yet.
     pub fn new(tools: RelayTools, config: RelayConfig) -> Machine {
         Machine {
             relay: Relay::new(tools, config),
-            state: State::default(),
+            state: State {
+                standing: true,
+                ..State::default()
+            },
             now: Instant::now(),
             answers: HashMap::new(),
         }
     }
 
+    /// A session whose client side is endpoints only (2026-07-28 stateless HTTP).
+    pub fn of_endpoints(tools: RelayTools, config: RelayConfig) -> Machine {
+        let mut machine = Machine::new(tools, config);
+        machine.state.standing = false;
+        machine
+    }
+
     fn run(&mut self, transition: impl FnOnce(&mut Step<'_>)) -> Vec<Sent> {
         let mut out = Vec::new();
         transition(&mut Step::new(&self.relay, &mut self.state, self.now, &mut out));
+        let standing = self.state.standing;
         out.into_iter()
             .map(|next| match next {
-                Out::Client(b) => Sent::Client(b),
+                Out::Client(STANDING, b) | Out::Notify(STANDING, b) if standing => Sent::Client(b),
+                Out::Client(STANDING, b) | Out::Notify(STANDING, b) => Sent::Nowhere(b),
+                Out::Client(endpoint, b) => Sent::Endpoint(endpoint, ToEndpoint::Answer(b)),
+                Out::Notify(endpoint, b) => Sent::Endpoint(endpoint, ToEndpoint::Notification(b)),
                 Out::Upstream(b) => Sent::Upstream(b),
                 Out::Call(start) => Sent::Call(start.flight().to_owned()),
             })
             .collect()
     }
 
-    /// A message (or an oversized frame) from the client.
+    /// A message (or an oversized frame) from the client's standing connection.
     pub fn client(&mut self, inbound: Inbound) -> Vec<Sent> {
-        self.run(|step| on_client(step, inbound))
+        self.endpoint(EndpointEvent::Message {
+            endpoint: STANDING,
+            inbound,
+        })
+    }
+
+    /// An endpoint's event: opened (`Open`'s channel is not used: what goes to the
+    /// endpoint is returned), a message, closed.
+    pub fn endpoint(&mut self, event: EndpointEvent) -> Vec<Sent> {
+        self.run(|step| on_client_event(step, event))
+    }
+
+    /// Opens `endpoint` (`stream`: it takes notifications).
+    pub fn open(&mut self, endpoint: EndpointId, stream: bool) -> Vec<Sent> {
+        let (to, _) = tokio::sync::mpsc::channel(1);
+        self.endpoint(EndpointEvent::Open { endpoint, to, stream })
     }
 
     /// A message (or an oversized frame) from the server.

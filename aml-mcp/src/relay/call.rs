@@ -14,7 +14,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use super::answer::{error_result, lenient_status, read_result, relay_reply, unsplicable};
-use super::from_client::flight_key;
+use super::endpoint::{flight_key, EndpointId};
 use super::jsonrpc::{self, json_string, Envelope, Members};
 use super::machine::{CallEvent, Flight, Relay, Reply, Step};
 use super::pins::{self, PinCheck};
@@ -28,6 +28,8 @@ const FORWARDED: [&str; 5] = ["name", "arguments", "_meta", "inputResponses", "r
 
 /// One checked call, ready for the gate.
 struct CallRequest {
+    /// Where the answer goes.
+    endpoint: EndpointId,
     client_id: Bytes,
     flight: String,
     name: String,
@@ -62,7 +64,7 @@ pub(crate) fn start_call(
     params: Option<Value>,
     trace: Option<TransportTrace>,
 ) {
-    let mut request = match check(client_id.clone(), env, params) {
+    let mut request = match check(step.endpoint, client_id.clone(), env, params) {
         Ok(request) => CallRequest { trace, ..request },
         Err(Checked::BadParams(why)) => {
             let message = format!("invalid params: {why}");
@@ -135,7 +137,7 @@ async fn fetch_then_run(session: Arc<Session>, mut request: CallRequest) {
         refusal,
         &detail,
     );
-    session.answer(answer).await
+    session.answer(request.endpoint, answer).await
 }
 
 enum Checked {
@@ -144,7 +146,12 @@ enum Checked {
 }
 
 /// `params` is the strictly parsed params object; `env` gives its raw text.
-fn check(client_id: Bytes, env: &Envelope<'_>, params: Option<Value>) -> Result<CallRequest, Checked> {
+fn check(
+    endpoint: EndpointId,
+    client_id: Bytes,
+    env: &Envelope<'_>,
+    params: Option<Value>,
+) -> Result<CallRequest, Checked> {
     let bad = |why: &str| Checked::BadParams(why.to_owned());
     let Some(Value::Object(mut params)) = params else {
         return Err(bad("tools/call needs params {\"name\": …, \"arguments\": {…}}"));
@@ -190,7 +197,8 @@ fn check(client_id: Bytes, env: &Envelope<'_>, params: Option<Value>) -> Result<
         }
     }
     Ok(CallRequest {
-        flight: flight_key(&client_id),
+        flight: flight_key(endpoint, &client_id),
+        endpoint,
         client_id,
         name,
         arguments,
@@ -367,9 +375,8 @@ async fn run_call(session: Arc<Session>, request: CallRequest, retry: bool, prep
         let text = format!(
             "The server answered this call (it was made: do not send it again without checking), but its answer cannot carry the gate's verdict safely, so it is not relayed: {why}."
         );
-        return session
-            .answer(error_result(&request.client_id, &text, &verdict.to_json()))
-            .await;
+        let answer = error_result(&request.client_id, &text, &verdict.to_json());
+        return session.answer(request.endpoint, answer).await;
     }
     let answer = match (verdict.status(), answered.map(|a| a.reply)) {
         (ResultStatus::InputRequired, Some(reply)) => match refused_input(relay, &reply) {
@@ -393,7 +400,7 @@ async fn run_call(session: Arc<Session>, request: CallRequest, retry: bool, prep
             error_result(&request.client_id, &text, &verdict.to_json())
         }
     };
-    session.answer(answer).await;
+    session.answer(request.endpoint, answer).await;
 }
 
 fn relayed(client_id: &[u8], reply: &Reply, verdict: &McpVerdict) -> Bytes {

@@ -10,10 +10,11 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::call::{refuse_call, start_call};
+use super::endpoint::{flight_key, EndpointEvent, STANDING};
 use super::frame::Inbound;
 use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
 use super::kinds::{drop_client_request_without_id, is_notification_method, takes_client_answer};
-use super::machine::{Flight, Pending, Relay, Step};
+use super::machine::{Flight, Pending, Relay, State, Step};
 use crate::ForwardError;
 
 fn strict_limits(relay: &Relay) -> Limits {
@@ -23,11 +24,24 @@ fn strict_limits(relay: &Relay) -> Limits {
     }
 }
 
-pub(super) fn on_client(step: &mut Step<'_>, inbound: Inbound) {
+/// What the client side delivered: a message from one of its endpoints, or an endpoint
+/// opening or closing.
+pub(super) fn on_client_event(step: &mut Step<'_>, event: EndpointEvent) {
+    match event {
+        EndpointEvent::Message { endpoint, inbound } => {
+            step.endpoint = endpoint;
+            on_client(step, inbound);
+        }
+        EndpointEvent::Open { endpoint, to, stream } => step.endpoint_opened(endpoint, to, stream),
+        EndpointEvent::Close { endpoint } => step.endpoint_closed(endpoint),
+    }
+}
+
+fn on_client(step: &mut Step<'_>, inbound: Inbound) {
     let relay = step.relay;
     let (bytes, trace) = match inbound {
-        Inbound::Message(bytes) => (bytes, None),
-        Inbound::Traced { message, trace } => (message, Some(trace)),
+        Inbound::Message(bytes) => (with_relay_token(step, bytes), None),
+        Inbound::Traced { message, trace } => (with_relay_token(step, message), Some(trace)),
         Inbound::Oversized { prefix, len } => {
             let message = format!(
                 "invalid request: the message is {len} bytes, over {}'s limit of {} bytes",
@@ -78,7 +92,10 @@ pub(super) fn on_client(step: &mut Step<'_>, inbound: Inbound) {
             let Some(id) = env.id else { return };
             let client_id = Bytes::copy_from_slice(id.get().as_bytes());
             let gone = step.state.gone.clone();
-            let taken = step.state.flights.contains_key(&flight_key(&client_id));
+            let taken = step
+                .state
+                .flights
+                .contains_key(&flight_key(step.endpoint, &client_id));
             if taken {
                 // Two requests under one id could not be told apart (their answers, a
                 // cancellation), and the in-flight limit counts ids.
@@ -180,7 +197,32 @@ fn answer_batch(step: &mut Step<'_>, items: &[Value]) {
     step.answer(Bytes::from(format!("[{}]", answers.join(","))));
 }
 
-pub(crate) use super::jsonrpc::key_text as flight_key;
+/// The prefix of the progress tokens the relay gives endpoints' requests.
+const TOKEN_PREFIX: &str = "aml-progress-";
+
+/// A request from an endpoint other than the standing connection, with its progress token
+/// (`params._meta.progressToken`) replaced by one of the relay's, mapped back on each
+/// `notifications/progress`: endpoints share one server, so their tokens could collide.
+fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
+    if step.endpoint == STANDING {
+        return bytes;
+    }
+    let token = Envelope::parse(&bytes).ok().and_then(|env| {
+        let meta = Members::parse(env.params?).ok()?.get("_meta")?;
+        let token = Members::parse(meta).ok()?.get("progressToken")?;
+        Some((
+            range_in(&bytes, token),
+            Bytes::copy_from_slice(token.get().as_bytes()),
+        ))
+    });
+    let Some((range, client_token)) = token else {
+        return bytes;
+    };
+    let ours = format!("\"{TOKEN_PREFIX}{}\"", step.relay.next_id());
+    let rewritten = splice(&bytes, &mut [(range, ours.as_bytes())]);
+    step.state.tokens.insert(ours, (step.endpoint, client_token));
+    Bytes::from(rewritten)
+}
 
 /// The 2026-07-28 request that opens a stream of notifications; they carry its id.
 pub(crate) const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
@@ -195,7 +237,7 @@ fn forward(
     method: &str,
     limit: Option<Duration>,
 ) {
-    let key = flight_key(&client_id);
+    let key = flight_key(step.endpoint, &client_id);
     let state = &mut *step.state;
     let upstream_id = step.relay.next_id();
     let deadline = limit.map(|limit| (step.now + limit, limit));
@@ -205,6 +247,7 @@ fn forward(
     state.pending.insert(
         upstream_id,
         Pending::Relayed {
+            endpoint: step.endpoint,
             client_id,
             flight: key.clone(),
             tools_list: method == "tools/list",
@@ -222,8 +265,9 @@ fn forward(
 /// A relayed request's time limit ran out (the session's timer took it off).
 pub(crate) fn expire(step: &mut Step<'_>, upstream_id: u64) {
     let state = &mut *step.state;
-    let (client_id, method, limit) = match state.pending.remove(&upstream_id) {
+    let (endpoint, client_id, method, limit) = match state.pending.remove(&upstream_id) {
         Some(Pending::Relayed {
+            endpoint,
             client_id,
             flight,
             method,
@@ -232,7 +276,7 @@ pub(crate) fn expire(step: &mut Step<'_>, upstream_id: u64) {
         }) => {
             state.flights.remove(&flight);
             state.pending.insert(upstream_id, Pending::Cancelled);
-            (client_id, method, limit)
+            (endpoint, client_id, method, limit)
         }
         Some(other) => {
             state.pending.insert(upstream_id, other);
@@ -243,7 +287,7 @@ pub(crate) fn expire(step: &mut Step<'_>, upstream_id: u64) {
     let relay = step.relay;
     let product = &relay.config.product;
     let message = format!("{product}: the upstream server did not answer {method} within {limit:?}");
-    step.answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message);
+    step.answer_error_at(endpoint, &client_id, jsonrpc::UPSTREAM_TIMEOUT, &message);
     step.cancel_upstream(upstream_id, &relay.no_answer_in_time());
     if matches!(&*method, "initialize" | "server/discover") {
         step.fail(format!(
@@ -259,37 +303,45 @@ fn cancel(step: &mut Step<'_>, message: &[u8], env: &Envelope<'_>) {
     let Some(request_id) = Members::parse(params).ok().and_then(|m| m.get("requestId")) else {
         return;
     };
-    let key = flight_key(request_id.get().as_bytes());
-    let state = &mut *step.state;
-    let upstream_id = match state.flights.remove(&key) {
-        Some(Flight::Relayed(id)) => {
-            state.take_pending(id);
-            state.pending.insert(id, Pending::Cancelled);
-            id
-        }
-        Some(Flight::Call {
-            upstream: Some(id), ..
-        }) => {
-            if let Some(Pending::Call { reply }) = state.pending.insert(id, Pending::Cancelled) {
-                let _ = reply.send(Err(ForwardError::Cancelled));
-            }
-            id
-        }
-        Some(Flight::Call { upstream: None, stop }) => {
-            // Not sent yet: the call's future is dropped, which records it.
-            if let Some(stop) = stop {
-                stop.abort();
-            }
-            return;
-        }
-        None => {
-            tracing::debug!(target: "aml_mcp::relay", "a cancellation for no request in flight was dropped");
-            return;
-        }
+    let key = flight_key(step.endpoint, request_id.get().as_bytes());
+    if !step.state.flights.contains_key(&key) {
+        tracing::debug!(target: "aml_mcp::relay", "a cancellation for no request in flight was dropped");
+        return;
+    }
+    let Some(upstream_id) = cancel_flight(step.state, &key) else {
+        return;
     };
     let relayed = splice(
         message,
         &mut [(range_in(message, request_id), upstream_id.to_string().as_bytes())],
     );
     step.upstream(Bytes::from(relayed));
+}
+
+/// Ends the flight `key` as cancelled by its client: a late answer is dropped, a call waiting
+/// for its answer ends `unknown`, a call not sent yet is dropped (its future records it).
+/// Returns the id the server knows the request by, when it was sent (the server is to be
+/// told).
+pub(crate) fn cancel_flight(state: &mut State, key: &str) -> Option<u64> {
+    match state.flights.remove(key)? {
+        Flight::Relayed(id) => {
+            state.take_pending(id);
+            state.pending.insert(id, Pending::Cancelled);
+            Some(id)
+        }
+        Flight::Call {
+            upstream: Some(id), ..
+        } => {
+            if let Some(Pending::Call { reply }) = state.pending.insert(id, Pending::Cancelled) {
+                let _ = reply.send(Err(ForwardError::Cancelled));
+            }
+            Some(id)
+        }
+        Flight::Call { upstream: None, stop } => {
+            if let Some(stop) = stop {
+                stop.abort();
+            }
+            None
+        }
+    }
 }

@@ -6,8 +6,9 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::answer::{filter_tools_list, relay_reply, without_task_calls};
+use super::endpoint::{EndpointId, STANDING};
 use super::frame::Inbound;
-use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
+use super::jsonrpc::{self, error_response, key_text, range_in, scan_id, splice, Envelope, Kind, Members};
 use super::kinds::{drop_server_request_without_id, expect_client_answer, is_notification_method};
 use super::machine::{Pending, Reply, State, Step};
 use super::pins::{observe_answer, visible};
@@ -71,8 +72,16 @@ pub(super) fn on_upstream(step: &mut Step<'_>, inbound: Inbound) {
             let Some(id) = env.id else { return };
             match policy {
                 ServerRequestPolicy::Refuse => refuse_server_request(step, id.get(), method),
+                // Say so at once rather than let the server wait for nobody.
+                _ if !step.state.standing => {
+                    let message = format!(
+                        "{}: no client can answer a server request here (2026-07-28 stateless HTTP has no stream for it)",
+                        relay.config.product
+                    );
+                    step.upstream(error_response(Some(id.get().as_bytes()), -32601, &message, None));
+                }
                 _ if expect_client_answer(relay, step.state, id.get().as_bytes()) => {
-                    step.answer(bytes.clone())
+                    step.answer_at(STANDING, bytes.clone())
                 }
                 _ => {
                     let message = format!(
@@ -97,9 +106,15 @@ pub(super) fn on_upstream(step: &mut Step<'_>, inbound: Inbound) {
                 // Pinned tools are unknown until the next list (ADR 018).
                 step.state.seen.forget();
             }
-            match subscription_for_client(step.state, &bytes, env.params) {
-                Some(renamed) => step.answer(Bytes::from(renamed)),
-                None => step.answer(bytes.clone()),
+            let progress = env.method.as_deref() == Some("notifications/progress");
+            let routed = if progress {
+                progress_for_endpoint(step.state, &bytes, env.params)
+            } else {
+                subscription_for_client(step.state, &bytes, env.params)
+            };
+            match routed {
+                Some((endpoint, renamed)) => step.notify(endpoint, Bytes::from(renamed)),
+                None => step.notify(STANDING, bytes.clone()),
             }
         }
         Err(why) => {
@@ -111,21 +126,47 @@ pub(super) fn on_upstream(step: &mut Step<'_>, inbound: Inbound) {
 
 /// A notification of a 2026-07-28 subscription names it by the id of the
 /// `subscriptions/listen` request that opened it: the relay's id, which the client never saw.
-/// Returns the notification with the client's id in its place, when it names a subscription
-/// the relay has open for this client (never another kind of request).
-fn subscription_for_client(state: &State, message: &[u8], params: Option<&RawValue>) -> Option<Vec<u8>> {
+/// Returns the subscription's endpoint and the notification with the client's id in its
+/// place, when it names a subscription the relay has open (never another kind of request).
+fn subscription_for_client(
+    state: &State,
+    message: &[u8],
+    params: Option<&RawValue>,
+) -> Option<(EndpointId, Vec<u8>)> {
     let meta = Members::parse(params?).ok()?.get("_meta")?;
     let id = Members::parse(meta).ok()?.get(SUBSCRIPTION_ID_META)?;
     let upstream_id: u64 = id.get().parse().ok()?;
-    let client_id = match state.pending.get(&upstream_id) {
+    let (endpoint, client_id) = match state.pending.get(&upstream_id) {
         Some(Pending::Relayed {
+            endpoint,
             client_id,
             subscription: true,
             ..
-        }) => client_id.clone(),
+        }) => (*endpoint, client_id),
         _ => return None,
     };
-    Some(splice(message, &mut [(range_in(message, id), &client_id[..])]))
+    Some((
+        endpoint,
+        splice(message, &mut [(range_in(message, id), &client_id[..])]),
+    ))
+}
+
+/// A `notifications/progress` whose token the relay gave an endpoint's request: that
+/// endpoint, and the notification with the client's own token in its place.
+fn progress_for_endpoint(
+    state: &State,
+    message: &[u8],
+    params: Option<&RawValue>,
+) -> Option<(EndpointId, Vec<u8>)> {
+    if state.tokens.is_empty() {
+        return None;
+    }
+    let token = Members::parse(params?).ok()?.get("progressToken")?;
+    let (endpoint, client_token) = state.tokens.get(&key_text(token.get().as_bytes()))?;
+    Some((
+        *endpoint,
+        splice(message, &mut [(range_in(message, token), &client_token[..])]),
+    ))
 }
 
 /// The upstream repeats what it is sent: it is not an MCP server. Whoever waits is told.
@@ -136,9 +177,11 @@ fn echoed(step: &mut Step<'_>, method: &str) {
     let pending = step.state.take_all_pending();
     for (_, waiting) in pending {
         match waiting {
-            Pending::Relayed { client_id, .. } => {
+            Pending::Relayed {
+                endpoint, client_id, ..
+            } => {
                 let message = format!("{}: {why}", step.relay.config.product);
-                step.answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message);
+                step.answer_error_at(endpoint, &client_id, jsonrpc::UPSTREAM_GONE, &message);
             }
             // A gated call already sent: it ends unknown, with its receipt (the relay drains
             // its calls before it ends).
@@ -165,6 +208,7 @@ fn reply(step: &mut Step<'_>, id: &str, answer: Reply) {
     }
     match waiting {
         Some(Pending::Relayed {
+            endpoint,
             client_id,
             tools_list,
             handshake,
@@ -180,10 +224,10 @@ fn reply(step: &mut Step<'_>, id: &str, answer: Reply) {
                 Some(relay_reply(&answer, &client_id, None))
             };
             match answer {
-                Some(answer) => step.answer(Bytes::from(answer)),
+                Some(answer) => step.answer_at(endpoint, Bytes::from(answer)),
                 None => {
                     let text = format!("{}: the server's answer could not be read", relay.config.product);
-                    step.answer_error(Some(&client_id), -32603, &text)
+                    step.answer_error_at(endpoint, &client_id, -32603, &text)
                 }
             }
         }
@@ -218,12 +262,14 @@ fn unreadable(step: &mut Step<'_>, id: Option<Bytes>, why: String) {
         Some(waiting)
     });
     match waiting {
-        Some(Pending::Relayed { client_id, .. }) => {
+        Some(Pending::Relayed {
+            endpoint, client_id, ..
+        }) => {
             let message = format!(
                 "{}: the server's answer could not be read: {why}",
                 relay.config.product
             );
-            step.answer_error(Some(&client_id), -32603, &message);
+            step.answer_error_at(endpoint, &client_id, -32603, &message);
         }
         Some(Pending::Call { reply }) => {
             let _ = reply.send(Err(ForwardError::Unreadable(why)));

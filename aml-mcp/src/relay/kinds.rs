@@ -6,7 +6,7 @@
 use aml_core::Refusal;
 
 use super::call::tool_named;
-use super::from_client::flight_key;
+use super::jsonrpc::key_text;
 use super::jsonrpc::Envelope;
 use super::machine::{Relay, State};
 
@@ -67,7 +67,7 @@ pub(crate) fn expect_client_answer(relay: &Relay, state: &mut State, id: &[u8]) 
     if state.asked.len() >= relay.config.max_in_flight {
         return false;
     }
-    state.asked.insert(flight_key(id));
+    state.asked.insert(key_text(id));
     true
 }
 
@@ -75,7 +75,7 @@ pub(crate) fn expect_client_answer(relay: &Relay, state: &mut State, id: &[u8]) 
 /// passed to it (each is relayed once); an answer to anything else is dropped, logged: the
 /// server never asked the client that (a request the host refused, a made-up id).
 pub(crate) fn takes_client_answer(state: &mut State, id: &[u8]) -> bool {
-    let expected = state.asked.remove(&flight_key(id));
+    let expected = state.asked.remove(&key_text(id));
     if !expected {
         tracing::warn!(target: "aml_mcp::relay", id = %String::from_utf8_lossy(id),
                        "the client answered no request the server sent it; dropped");

@@ -16,17 +16,22 @@ use futures_util::future::AbortHandle;
 use tokio::sync::oneshot;
 
 use super::call::CallStart;
+use super::endpoint::{flight_prefix, EndpointId, ToEndpoint, STANDING};
 use super::jsonrpc::{self, error_response, json_string};
 use super::{RelayConfig, RelayTools};
 use crate::ForwardError;
 
 /// Why the server is told the relay's requests still open at the end are cancelled.
 const CLIENT_WENT_AWAY: &str = "the client went away";
+/// Why the server is told an endpoint's requests are cancelled when it closes unanswered.
+const ENDPOINT_CLOSED: &str = "the client closed its response stream";
 
 /// What waits for an answer from the upstream, by the id the relay gave the request.
 pub(crate) enum Pending {
     /// A client request relayed as is.
     Relayed {
+        /// Where the answer goes, with the client's id put back.
+        endpoint: EndpointId,
         client_id: Bytes,
         flight: String,
         tools_list: bool,
@@ -86,6 +91,20 @@ pub(crate) struct State {
     /// The time limits of relayed requests, soonest first, by upstream id: the session's
     /// one timer waits for the first (no task per request).
     pub(crate) deadlines: BTreeSet<(Instant, u64)>,
+    /// Whether the client side has a standing connection (else only [`State::endpoints`]).
+    pub(crate) standing: bool,
+    /// The endpoints open besides the standing connection.
+    pub(crate) endpoints: HashMap<EndpointId, Endpoint>,
+    /// The progress tokens the relay gave endpoints' requests (as key text), with the
+    /// endpoint and the token the client chose (raw text).
+    pub(crate) tokens: HashMap<String, (EndpointId, Bytes)>,
+}
+
+/// An open endpoint.
+pub(crate) struct Endpoint {
+    pub(crate) to: tokio::sync::mpsc::Sender<ToEndpoint>,
+    /// Whether it takes notifications besides its answer.
+    pub(crate) stream: bool,
 }
 
 impl State {
@@ -156,8 +175,11 @@ impl State {
 
 /// What the engine does for a session, in the order a transition returns it.
 pub(crate) enum Out {
-    /// A message for the client.
-    Client(Bytes),
+    /// An answer (or a server's request) for a client endpoint: never dropped while the
+    /// endpoint is open.
+    Client(EndpointId, Bytes),
+    /// A notification for a client endpoint: dropped when the endpoint cannot take it.
+    Notify(EndpointId, Bytes),
     /// A message for the server.
     Upstream(Bytes),
     /// A checked `tools/call` for the gate: the engine runs it as a future of its own.
@@ -179,6 +201,8 @@ pub(crate) enum CallEvent {
     TimedOut(u64),
     /// The relay's own complete `tools/list` (to check a pin) replaces what was seen.
     Listed(super::pins::Seen),
+    /// A call's answer for an endpoint other than the standing connection.
+    Answer(EndpointId, Bytes),
 }
 
 /// What a session shares with its calls, fixed for its life (besides the client's name,
@@ -234,6 +258,8 @@ pub(crate) struct Step<'a> {
     pub(crate) relay: &'a Relay,
     pub(crate) state: &'a mut State,
     pub(crate) now: Instant,
+    /// The endpoint whose message is handled: what answers it goes there.
+    pub(crate) endpoint: EndpointId,
     out: &'a mut Vec<Out>,
 }
 
@@ -243,16 +269,42 @@ impl<'a> Step<'a> {
             relay,
             state,
             now,
+            endpoint: STANDING,
             out,
         }
     }
 
+    /// Answers the message being handled, on its endpoint.
     pub(crate) fn answer(&mut self, message: Bytes) {
-        self.out.push(Out::Client(message));
+        self.answer_at(self.endpoint, message);
     }
 
     pub(crate) fn answer_error(&mut self, id: Option<&[u8]>, code: i64, message: &str) {
         self.answer(error_response(id, code, message, None));
+    }
+
+    /// Answers a request of `endpoint` (nothing, if that endpoint is not open: nobody waits).
+    pub(crate) fn answer_at(&mut self, endpoint: EndpointId, message: Bytes) {
+        if endpoint != STANDING && !self.state.endpoints.contains_key(&endpoint) {
+            tracing::debug!(target: "aml_mcp::relay", endpoint, "an answer for an endpoint that is not open; dropped");
+            return;
+        }
+        self.out.push(Out::Client(endpoint, message));
+    }
+
+    pub(crate) fn answer_error_at(&mut self, endpoint: EndpointId, id: &[u8], code: i64, message: &str) {
+        self.answer_at(endpoint, error_response(Some(id), code, message, None));
+    }
+
+    /// A notification for `endpoint` (the standing connection's, for one tied to no
+    /// request).
+    pub(crate) fn notify(&mut self, endpoint: EndpointId, message: Bytes) {
+        let streams = |e: &Endpoint| e.stream;
+        if endpoint != STANDING && !self.state.endpoints.get(&endpoint).is_some_and(streams) {
+            // A JSON answer has no room for notifications; a closed endpoint none at all.
+            return;
+        }
+        self.out.push(Out::Notify(endpoint, message));
     }
 
     pub(crate) fn upstream(&mut self, message: Bytes) {
@@ -295,9 +347,9 @@ impl<'a> Step<'a> {
         );
         for (_, waiting) in self.state.take_all_pending() {
             match waiting {
-                Pending::Relayed { client_id, .. } => {
-                    self.answer_error(Some(&client_id), jsonrpc::UPSTREAM_GONE, &message)
-                }
+                Pending::Relayed {
+                    endpoint, client_id, ..
+                } => self.answer_error_at(endpoint, &client_id, jsonrpc::UPSTREAM_GONE, &message),
                 Pending::Call { reply } => {
                     let _ = reply.send(Err(ForwardError::UpstreamGone(reason.clone())));
                 }
@@ -331,14 +383,17 @@ impl<'a> Step<'a> {
             .collect();
         for upstream_id in waiting {
             let Some(Pending::Relayed {
-                client_id, flight, ..
+                endpoint,
+                client_id,
+                flight,
+                ..
             }) = self.state.take_pending(upstream_id)
             else {
                 continue;
             };
             self.state.flights.remove(&flight);
             self.state.pending.insert(upstream_id, Pending::Cancelled);
-            self.answer_error(Some(&client_id), jsonrpc::UPSTREAM_TIMEOUT, &message);
+            self.answer_error_at(endpoint, &client_id, jsonrpc::UPSTREAM_TIMEOUT, &message);
             self.cancel_upstream(upstream_id, CLIENT_WENT_AWAY);
         }
     }
@@ -384,6 +439,38 @@ impl<'a> Step<'a> {
                 // The relay's own complete list replaces any the client was walking.
                 self.state.listing.clear();
                 super::advertised::page(self.relay, self.state, names, true);
+            }
+            CallEvent::Answer(endpoint, message) => self.answer_at(endpoint, message),
+        }
+    }
+
+    /// A front opened an endpoint.
+    pub(crate) fn endpoint_opened(
+        &mut self,
+        endpoint: EndpointId,
+        to: tokio::sync::mpsc::Sender<ToEndpoint>,
+        stream: bool,
+    ) {
+        self.state.endpoints.insert(endpoint, Endpoint { to, stream });
+    }
+
+    /// An endpoint closed: each of its requests still in flight is cancelled as if its
+    /// client had cancelled it, and its progress tokens are forgotten.
+    pub(crate) fn endpoint_closed(&mut self, endpoint: EndpointId) {
+        self.state.endpoints.remove(&endpoint);
+        self.state.tokens.retain(|_, (of, _)| *of != endpoint);
+        let prefix = flight_prefix(endpoint);
+        let open: Vec<String> = self
+            .state
+            .flights
+            .keys()
+            .filter(|key| key.starts_with(&prefix))
+            .cloned()
+            .collect();
+        for key in open {
+            if let Some(upstream_id) = super::from_client::cancel_flight(self.state, &key) {
+                tracing::debug!(target: "aml_mcp::relay", endpoint, "an endpoint closed before its answer; its request is cancelled");
+                self.cancel_upstream(upstream_id, ENDPOINT_CLOSED);
             }
         }
     }

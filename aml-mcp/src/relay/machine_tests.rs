@@ -9,10 +9,15 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::relay::by_hand::{Machine, Sent};
-use crate::relay::{jsonrpc, Inbound, RelayConfig, RelayTools, ServerRequestPolicy};
+use crate::relay::{jsonrpc, Inbound, RelayConfig, RelayTools, ServerRequestPolicy, ToEndpoint};
 
 /// A session core with one tool, `send`, allowed to `team`, and the sink of its records.
 fn machine(config: RelayConfig) -> (Machine, MemorySink) {
+    let (tools, sink) = tools();
+    (Machine::new(tools, config), sink)
+}
+
+fn tools() -> (RelayTools, MemorySink) {
     let sink = MemorySink::new();
     let catalog = r#"{"tools": [{"name": "send", "effect": "send", "purpose": "Send a note",
         "resource": {"argument": "to"}, "input_schema": {"type": "object"}}]}"#;
@@ -21,8 +26,7 @@ fn machine(config: RelayConfig) -> (Machine, MemorySink) {
     let boundary = ActionBoundary::builder(Arc::new(policy))
         .sink(sink.clone())
         .build();
-    let tools = RelayTools::from_json(catalog, boundary).unwrap();
-    (Machine::new(tools, config), sink)
+    (RelayTools::from_json(catalog, boundary).unwrap(), sink)
 }
 
 /// What one transition returned, by where it goes.
@@ -31,6 +35,10 @@ struct By {
     client: Vec<Value>,
     upstream: Vec<Value>,
     calls: Vec<String>,
+    /// What went to endpoints other than the standing connection: the endpoint, whether it
+    /// is an answer, the message.
+    endpoints: Vec<(u64, bool, Value)>,
+    nowhere: Vec<Value>,
 }
 
 fn by(sent: Vec<Sent>) -> By {
@@ -41,6 +49,11 @@ fn by(sent: Vec<Sent>) -> By {
             Sent::Client(b) => by.client.push(read(&b)),
             Sent::Upstream(b) => by.upstream.push(read(&b)),
             Sent::Call(flight) => by.calls.push(flight),
+            Sent::Endpoint(endpoint, ToEndpoint::Answer(b)) => by.endpoints.push((endpoint, true, read(&b))),
+            Sent::Endpoint(endpoint, ToEndpoint::Notification(b)) => {
+                by.endpoints.push((endpoint, false, read(&b)))
+            }
+            Sent::Nowhere(b) => by.nowhere.push(read(&b)),
         }
     }
     by
@@ -447,3 +460,6 @@ fn a_calls_timeout_after_its_answer_came_cancels_nothing() {
     );
     assert!(m.idle_upstream(), "nothing left waiting");
 }
+
+#[path = "endpoint_tests.rs"]
+mod endpoints;

@@ -33,6 +33,7 @@ mod answer;
 pub mod by_hand;
 mod call;
 mod deferred;
+mod endpoint;
 pub mod frame;
 mod from_client;
 mod from_upstream;
@@ -51,6 +52,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 pub use deferred::DeferredSink;
+pub use endpoint::{Client, EndpointEvent, EndpointId, ToEndpoint};
 pub use frame::{Inbound, TransportTrace};
 pub use jsonrpc::{
     INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, REFUSED_BY_HOST, UPSTREAM_GONE, UPSTREAM_TIMEOUT,

@@ -14,8 +14,9 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::endpoint::{Client, EndpointEvent, EndpointId, ToEndpoint, STANDING};
 use super::frame::Inbound;
-use super::from_client::on_client;
+use super::from_client::on_client_event;
 use super::from_upstream::on_upstream;
 use super::jsonrpc::{Envelope, Kind};
 use super::machine::{CallEvent, Out, Relay, Reply, State, Step};
@@ -96,7 +97,9 @@ pub async fn probe(upstream: &mut Upstream, limit: Duration) -> Result<Vec<Inbou
 pub(crate) struct Session {
     pub(crate) relay: Relay,
     events: mpsc::UnboundedSender<CallEvent>,
-    pub(crate) to_client: mpsc::Sender<Bytes>,
+    /// The standing connection to the client, if the session has one (else its answers go
+    /// to endpoints, through the engine).
+    pub(crate) to_client: Option<mpsc::Sender<Bytes>>,
     pub(crate) to_upstream: mpsc::Sender<Bytes>,
     /// Set once the client has gone (end of its input, or its output closed): calls not yet
     /// authorized are withdrawn (see [`Session::client_left`]).
@@ -110,9 +113,19 @@ impl Session {
         let _ = self.events.send(event);
     }
 
-    pub(crate) async fn answer(&self, message: Bytes) {
-        // A client that stopped reading has gone; its end is seen on its input.
-        let _ = self.to_client.send(message).await;
+    /// Sends a call's answer to its endpoint.
+    pub(crate) async fn answer(&self, endpoint: EndpointId, message: Bytes) {
+        match (&self.to_client, endpoint) {
+            // A client that stopped reading has gone; its end is seen on its input.
+            (Some(to_client), STANDING) => drop(to_client.send(message).await),
+            _ => self.tell(CallEvent::Answer(endpoint, message)),
+        }
+    }
+
+    /// Whether the standing connection's client closed its end (its answers cannot be
+    /// written).
+    fn client_closed(&self) -> bool {
+        self.to_client.as_ref().is_some_and(|c| c.is_closed())
     }
 
     /// Completes once the client has gone. A call still waiting for approval (or for the
@@ -202,12 +215,26 @@ impl Engine {
         }
     }
 
+    /// Whether anyone can still hear the session's answers: its standing connection is
+    /// open, or an endpoint is.
+    fn heard(&self) -> bool {
+        match &self.session.to_client {
+            Some(to_client) => !to_client.is_closed(),
+            None => !self.state.endpoints.is_empty(),
+        }
+    }
+
     /// Sends what transitions returned, in order, and starts the calls they checked.
     async fn send(&mut self) {
         let session = &self.session;
         for next in self.out.drain(..) {
             match next {
-                Out::Client(message) => session.answer(message).await,
+                Out::Client(endpoint, message) => {
+                    deliver(session, &self.state, endpoint, ToEndpoint::Answer(message)).await
+                }
+                Out::Notify(endpoint, message) => {
+                    deliver(session, &self.state, endpoint, ToEndpoint::Notification(message)).await
+                }
                 Out::Upstream(message) => {
                     let _ = session.to_upstream.send(message).await;
                 }
@@ -232,6 +259,63 @@ impl Engine {
     }
 }
 
+/// Sends one message to a client endpoint. The standing connection is waited on (a client
+/// that stops reading holds the session, as a pipe would); another endpoint is not: its
+/// answer waits for room on a task of its own, and a notification it has no room for is
+/// dropped (the transition sent it only to an endpoint that takes notifications).
+async fn deliver(session: &Session, state: &State, endpoint: EndpointId, message: ToEndpoint) {
+    if endpoint == STANDING {
+        let (ToEndpoint::Answer(bytes) | ToEndpoint::Notification(bytes)) = message;
+        match &session.to_client {
+            Some(to_client) => drop(to_client.send(bytes).await),
+            None => {
+                tracing::debug!(target: "aml_mcp::relay", "a server message tied to no client endpoint; dropped (no stream carries it)")
+            }
+        }
+        return;
+    }
+    let Some(open) = state.endpoints.get(&endpoint) else {
+        tracing::debug!(target: "aml_mcp::relay", endpoint, "a message for an endpoint that has closed; dropped");
+        return;
+    };
+    match message {
+        ToEndpoint::Answer(_) => match open.to.try_send(message) {
+            Err(mpsc::error::TrySendError::Full(answer)) => {
+                let to = open.to.clone();
+                // Behind queued notifications; a client that stopped reading closes its end.
+                tokio::spawn(async move { tokio::time::timeout(ANSWER_WAIT, to.send(answer)).await });
+            }
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+        },
+        ToEndpoint::Notification(_) => {
+            if open.to.try_send(message).is_err() {
+                tracing::debug!(target: "aml_mcp::relay", endpoint, "an endpoint is not reading its stream; a notification was dropped");
+            }
+        }
+    }
+}
+
+/// How long an endpoint's answer waits for room behind its notifications.
+const ANSWER_WAIT: Duration = Duration::from_secs(10);
+
+/// The client side's input: a standing connection's messages, or a front's endpoint events.
+enum ClientInput {
+    Standing(mpsc::Receiver<Inbound>),
+    Endpoints(mpsc::Receiver<EndpointEvent>),
+}
+
+impl ClientInput {
+    async fn recv(&mut self) -> Option<EndpointEvent> {
+        match self {
+            ClientInput::Standing(incoming) => incoming.recv().await.map(|inbound| EndpointEvent::Message {
+                endpoint: STANDING,
+                inbound,
+            }),
+            ClientInput::Endpoints(events) => events.recv().await,
+        }
+    }
+}
+
 /// Runs one client session against `upstream` until the client goes away (calls in flight
 /// then get up to [`RelayConfig::drain_timeout`] to finish) or the upstream is gone (the
 /// client's requests are then refused for [`RelayConfig::gone_grace`]). `early` is what the
@@ -239,14 +323,16 @@ impl Engine {
 pub async fn run(
     tools: RelayTools,
     config: RelayConfig,
-    client: Connection,
+    client: impl Into<Client>,
     upstream: Upstream,
     early: Vec<Inbound>,
 ) -> RelayEnd {
-    let Connection {
-        incoming: mut from_client,
-        outgoing: to_client,
-    } = client;
+    let (mut from_client, to_client) = match client.into() {
+        Client::Connection(Connection { incoming, outgoing }) => {
+            (ClientInput::Standing(incoming), Some(outgoing))
+        }
+        Client::Endpoints(events) => (ClientInput::Endpoints(events), None),
+    };
     let Upstream {
         connection:
             Connection {
@@ -265,7 +351,10 @@ pub async fn run(
     });
     let mut engine = Engine {
         session: Arc::clone(&session),
-        state: State::default(),
+        state: State {
+            standing: session.to_client.is_some(),
+            ..State::default()
+        },
         out: Vec::new(),
         calls: Calls::new(),
         events: events_rx,
@@ -306,11 +395,11 @@ pub async fn run(
             next = from_client.recv(), if !full => match next {
                 // Its answers cannot be written (it closed its end): it has gone, and what
                 // it sent after that is not taken up to run unanswered.
-                Some(_) if session.to_client.is_closed() => {
+                Some(_) if session.client_closed() => {
                     session.left.send_replace(true);
                     break;
                 }
-                Some(inbound) => engine.step(|step| on_client(step, inbound)),
+                Some(event) => engine.step(|step| on_client_event(step, event)),
                 None => {
                     session.left.send_replace(true);
                     break;
@@ -331,7 +420,7 @@ pub async fn run(
     loop {
         engine.take_events();
         engine.send().await;
-        let waiting = !session.to_client.is_closed() && engine.state.awaits_answers();
+        let waiting = engine.heard() && engine.state.awaits_answers();
         if engine.calls.is_empty() && !waiting {
             break;
         }

@@ -1,0 +1,143 @@
+//! A session whose client side is endpoints (ADR 031): one id map for every endpoint, answers
+//! and notifications to the endpoint they belong to, an endpoint that closes cancels what it
+//! asked.
+
+use super::*;
+use crate::relay::EndpointEvent;
+
+fn stateless() -> Machine {
+    Machine::of_endpoints(tools().0, RelayConfig::default())
+}
+
+fn from(m: &mut Machine, endpoint: u64, message: Value) -> By {
+    by(m.endpoint(EndpointEvent::Message {
+        endpoint,
+        inbound: msg(message),
+    }))
+}
+
+fn with_token(id: Value, method: &str, token: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"_meta": {"progressToken": token}}})
+}
+
+#[test]
+fn two_endpoints_with_the_same_id_and_token_never_meet() {
+    let mut m = stateless();
+    m.open(1, true);
+    m.open(2, false);
+    let ups: Vec<Value> = [1, 2]
+        .into_iter()
+        .map(|endpoint| {
+            let sent = from(&mut m, endpoint, with_token(json!(5), "prompts/get", json!("t")));
+            assert!(sent.endpoints.is_empty(), "not refused as an id in flight");
+            sent.upstream[0].clone()
+        })
+        .collect();
+    assert_ne!(ups[0]["id"], ups[1]["id"]);
+    let tokens: Vec<&Value> = ups
+        .iter()
+        .map(|up| &up["params"]["_meta"]["progressToken"])
+        .collect();
+    assert_ne!(tokens[0], tokens[1]);
+    assert_ne!(tokens[0], &json!("t"), "the relay's own token goes up");
+    assert_eq!(m.in_flight(), 2);
+
+    // Progress reaches the streaming endpoint with its own token; the JSON one gets none.
+    for token in &tokens {
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                          "params": {"progressToken": token, "progress": 1}});
+        let sent = m.server_says(note);
+        assert!(sent.client.is_empty() && sent.nowhere.is_empty());
+        if *token == tokens[0] {
+            let [(1, false, note)] = &sent.endpoints[..] else {
+                panic!("progress for endpoint 1: {:?}", sent.endpoints)
+            };
+            assert_eq!(note["params"]["progressToken"], "t");
+        } else {
+            assert!(sent.endpoints.is_empty(), "{:?}", sent.endpoints);
+        }
+    }
+    // Each answer goes to its endpoint with the client's id back.
+    for (endpoint, up) in [(2, &ups[1]), (1, &ups[0])] {
+        let sent = m.server_says(json!({"jsonrpc": "2.0", "id": up["id"], "result": {"n": endpoint}}));
+        assert_eq!(
+            sent.endpoints,
+            [(
+                endpoint,
+                true,
+                json!({"jsonrpc": "2.0", "id": 5, "result": {"n": endpoint}})
+            )]
+        );
+    }
+    assert_eq!(m.in_flight(), 0);
+}
+
+#[test]
+fn an_endpoint_that_closes_before_its_answer_cancels_its_request_upstream() {
+    let mut m = stateless();
+    m.open(3, true);
+    let up = from(&mut m, 3, request(json!("x"), "resources/read")).upstream[0].clone();
+    let closed = by(m.endpoint(EndpointEvent::Close { endpoint: 3 }));
+    let [cancel] = &closed.upstream[..] else {
+        panic!("one cancellation: {:?}", closed.upstream)
+    };
+    assert_eq!(cancel["method"], "notifications/cancelled");
+    assert_eq!(cancel["params"]["requestId"], up["id"]);
+    assert_eq!(m.in_flight(), 0);
+    let late = m.server_says(json!({"jsonrpc": "2.0", "id": up["id"], "result": {}}));
+    assert!(late.endpoints.is_empty() && late.client.is_empty() && late.nowhere.is_empty());
+    // An endpoint closed after its answer cancels nothing.
+    m.open(4, false);
+    let up = from(&mut m, 4, request(json!(1), "resources/read")).upstream[0].clone();
+    m.server_says(json!({"jsonrpc": "2.0", "id": up["id"], "result": {}}));
+    assert!(by(m.endpoint(EndpointEvent::Close { endpoint: 4 }))
+        .upstream
+        .is_empty());
+}
+
+#[test]
+fn a_subscription_notifies_its_own_endpoint_and_what_belongs_to_none_goes_nowhere() {
+    let mut m = stateless();
+    m.open(7, true);
+    m.open(8, true);
+    let up = from(&mut m, 7, request(json!("sub"), "subscriptions/listen")).upstream[0].clone();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+                      "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": up["id"]}}});
+    let sent = m.server_says(note);
+    let [(7, false, note)] = &sent.endpoints[..] else {
+        panic!("the subscription's endpoint: {:?}", sent.endpoints)
+    };
+    assert_eq!(
+        note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "sub"
+    );
+    // No standing connection: a notification tied to no request is dropped, and a server's
+    // request is answered at once, to the server.
+    let loose = m.server_says(json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {}}));
+    assert!(loose.endpoints.is_empty() && loose.nowhere.len() == 1);
+    let asked = m.server_says(json!({"jsonrpc": "2.0", "id": "srv-1", "method": "roots/list"}));
+    assert!(asked.endpoints.is_empty() && asked.nowhere.is_empty());
+    assert_eq!(asked.upstream[0]["id"], "srv-1");
+    assert_eq!(asked.upstream[0]["error"]["code"], -32601);
+}
+
+#[test]
+fn a_gated_call_is_kept_by_its_endpoint_and_a_bad_message_answered_there() {
+    let mut m = stateless();
+    m.open(1, false);
+    m.open(2, false);
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"name": "send", "arguments": {"to": "team"}}});
+    let first = from(&mut m, 1, call.clone());
+    let second = from(&mut m, 2, call);
+    assert_eq!((first.calls.len(), second.calls.len()), (1, 1));
+    assert_ne!(first.calls, second.calls, "one flight per endpoint");
+    let bad = by(m.endpoint(EndpointEvent::Message {
+        endpoint: 2,
+        inbound: Inbound::Message(Bytes::from_static(b"{\"id\":3,")),
+    }));
+    let [(2, true, answer)] = &bad.endpoints[..] else {
+        panic!("the parse error to endpoint 2: {:?}", bad.endpoints)
+    };
+    assert_eq!(answer["error"]["code"], jsonrpc::PARSE_ERROR);
+}

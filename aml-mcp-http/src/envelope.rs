@@ -1,10 +1,8 @@
 //! Reading a 2026-07-28 message without re-encoding it: its members and where their values
-//! are in the bytes, so the front can check the per-request envelope against the headers and
-//! put its own id and progress token in place of the client's (and back) by splicing bytes.
+//! are in the bytes, so the front can check the per-request envelope against the headers.
 
 use std::ops::Range;
 
-pub(crate) use aml_mcp::relay::jsonrpc::splice;
 use aml_mcp::relay::jsonrpc::{range_in, Members};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
@@ -26,8 +24,6 @@ pub(crate) struct ClientMessage {
     /// The id's bytes, `null` included (the front refuses a request whose id is not a string
     /// or an integer).
     pub(crate) id: Option<Range<usize>>,
-    /// `params._meta.progressToken`'s bytes.
-    pub(crate) progress_token: Option<Range<usize>>,
     /// `params._meta["io.modelcontextprotocol/protocolVersion"]`: `Some(None)` if present but
     /// not a string.
     pub(crate) meta_version: Option<Option<String>>,
@@ -66,73 +62,9 @@ impl ClientMessage {
         let Some(meta) = Members::of(meta.get())? else {
             return Ok(read);
         };
-        read.progress_token = meta.get("progressToken").map(|t| range_in(message.as_bytes(), t));
         read.meta_version = meta.get(META_PROTOCOL_VERSION).map(as_string);
         read.has_capabilities = meta.get(META_CLIENT_CAPABILITIES).is_some();
         Ok(read)
-    }
-}
-
-/// Where a 2026-07-28 subscription's notifications name the request that opened it.
-pub(crate) const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
-
-/// Where the relay's message names a request of the front's: the id of an answer, the
-/// `params.progressToken` of a progress notification, or the subscription of a notification.
-#[derive(Debug)]
-pub(crate) enum ServerMessage {
-    /// An answer (`id`, no `method`).
-    Answer { id: Range<usize> },
-    /// A notification with a progress token.
-    Progress { token: Range<usize> },
-    /// A notification of a 2026-07-28 subscription: `id` is the range of the
-    /// `subscriptions/listen` request's id in its `_meta`.
-    Subscription { id: Range<usize> },
-    /// A request from the server (`method` and `id`).
-    Request { id: Range<usize> },
-    /// Anything else: a notification tied to no request the front can see.
-    Other,
-}
-
-impl ServerMessage {
-    /// Reads one message from the relay (which only sends JSON-RPC objects; anything else is
-    /// `Other`).
-    pub(crate) fn read(message: &str) -> ServerMessage {
-        let Ok(Some(top)) = Members::of(message) else {
-            return ServerMessage::Other;
-        };
-        let id = top.get("id").filter(|id| id.get() != "null");
-        match (top.get("method"), id) {
-            (None, Some(id)) => ServerMessage::Answer {
-                id: range_in(message.as_bytes(), id),
-            },
-            (Some(_), Some(id)) => ServerMessage::Request {
-                id: range_in(message.as_bytes(), id),
-            },
-            (Some(_), None) => {
-                let Some(params) = top
-                    .get("params")
-                    .and_then(|p| Members::of(p.get()).ok().flatten())
-                else {
-                    return ServerMessage::Other;
-                };
-                let subscription = params
-                    .get("_meta")
-                    .and_then(|m| Members::of(m.get()).ok().flatten())
-                    .and_then(|m| m.get(SUBSCRIPTION_ID_META));
-                if let Some(id) = subscription {
-                    return ServerMessage::Subscription {
-                        id: range_in(message.as_bytes(), id),
-                    };
-                }
-                params
-                    .get("progressToken")
-                    .map(|t| ServerMessage::Progress {
-                        token: range_in(message.as_bytes(), t),
-                    })
-                    .unwrap_or(ServerMessage::Other)
-            }
-            (None, None) => ServerMessage::Other,
-        }
     }
 }
 
@@ -165,40 +97,14 @@ mod tests {
     const CALL: &str = r#"{"jsonrpc":"2.0","id":"a\"1","method":"tools/call","params":{"name":"echo","arguments":{"id":9},"_meta":{"progressToken":7,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
 
     #[test]
-    fn reads_ranges_and_splices_without_touching_other_bytes() {
+    fn reads_the_envelope_where_the_headers_must_repeat_it() {
         let read = ClientMessage::read(CALL).unwrap();
-        assert!(read.method.is_some());
+        assert_eq!(read.method.as_deref(), Some("tools/call"));
         let id = read.id.clone().unwrap();
-        assert_eq!(&CALL[id.clone()], r#""a\"1""#);
-        let token = read.progress_token.clone().unwrap();
-        assert_eq!(&CALL[token.clone()], "7");
+        assert_eq!(&CALL[id], r#""a\"1""#);
         assert_eq!(read.meta_version, Some(Some("2026-07-28".into())));
         assert!(read.has_capabilities);
         assert_eq!(read.name.as_deref(), Some("echo"));
-        let out = splice(CALL.as_bytes(), &mut [(token, b"\"t-5\""), (id, b"5")]);
-        let expected = CALL
-            .replace(r#""id":"a\"1""#, r#""id":5"#)
-            .replace(r#""progressToken":7"#, r#""progressToken":"t-5""#);
-        assert_eq!(String::from_utf8(out).unwrap(), expected);
-
-        let answer = r#"{"jsonrpc":"2.0","result":{"id":3},"id":5}"#;
-        let ServerMessage::Answer { id } = ServerMessage::read(answer) else {
-            panic!("an answer")
-        };
-        assert_eq!(&answer[id], "5");
-        let progress = r#"{"method":"notifications/progress","params":{"progressToken":"t-5","progress":1}}"#;
-        let ServerMessage::Progress { token } = ServerMessage::read(progress) else {
-            panic!("progress")
-        };
-        assert_eq!(&progress[token], "\"t-5\"");
-        assert!(matches!(
-            ServerMessage::read(r#"{"id":1,"method":"sampling/createMessage"}"#),
-            ServerMessage::Request { .. }
-        ));
-        assert!(matches!(
-            ServerMessage::read(r#"{"method":"notifications/message","params":{}}"#),
-            ServerMessage::Other
-        ));
     }
 
     #[test]

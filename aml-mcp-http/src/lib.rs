@@ -9,8 +9,9 @@
 //!   that opened it), an `Origin` allow-list, header and body read timeouts, a connection
 //!   cap that keeps room for authenticated clients, and limits (body size, sessions,
 //!   sessions per client, idle time, calls in flight per session). Protocol 2026-07-28
-//!   requests (no session, a per-request `_meta` envelope) all come on one more
-//!   [`Connection`](aml_mcp::relay::Connection), with ids the front makes unique.
+//!   requests (no session, a per-request `_meta` envelope) of one caller all go to one more
+//!   relay, each on an endpoint of its own ([`Client::Endpoints`](aml_mcp::relay::Client)):
+//!   the relay keeps their ids and progress tokens apart.
 //! - [`http_upstream`] connects to a remote Streamable HTTP server and gives an
 //!   [`Upstream`](aml_mcp::relay::Upstream) for the relay.
 //!
@@ -23,12 +24,12 @@
 //!
 //! ```no_run
 //! use aml_mcp_http::{FrontConfig, HttpFront};
-//! # async fn serve(start_relay: impl Fn(aml_mcp::relay::Connection)) -> std::io::Result<()> {
+//! # async fn serve(start_relay: impl Fn(aml_mcp::relay::Client)) -> std::io::Result<()> {
 //! let mut front = HttpFront::bind("127.0.0.1:8080".parse().unwrap(), FrontConfig::default()).await?;
 //! println!("MCP at http://{}/mcp", front.local_addr());
-//! while let Some((connection, info)) = front.accept().await {
+//! while let Some((client, info)) = front.accept().await {
 //!     println!("session {} from {}", info.id, info.peer);
-//!     start_relay(connection); // e.g. tokio::spawn(aml_mcp::relay::run(tools, config, connection, upstream, vec![]))
+//!     start_relay(client); // e.g. tokio::spawn(aml_mcp::relay::run(tools, config, client, upstream, vec![]))
 //! }
 //! # Ok(()) }
 //! ```

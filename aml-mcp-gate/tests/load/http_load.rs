@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use aml_core::{Effect, FrozenProposal, ProposalParts};
-use aml_mcp::relay::{Connection, Inbound};
+use aml_mcp::relay::{Client, Connection, Inbound};
 use aml_mcp_http::{http_upstream, FrontConfig, HttpFront, UpstreamConfig};
 use bytes::Bytes;
 use common::*;
@@ -41,8 +41,11 @@ async fn fixture_server() -> String {
         .unwrap();
     let url = format!("http://{}/mcp", front.local_addr());
     tokio::spawn(async move {
-        while let Some((connection, _)) = front.accept().await {
-            tokio::spawn(answer(connection));
+        while let Some((client, _)) = front.accept().await {
+            // Its clients open sessions; a 2026-07-28 relay would have endpoints.
+            if let Client::Connection(connection) = client {
+                tokio::spawn(answer(connection));
+            }
         }
     });
     url

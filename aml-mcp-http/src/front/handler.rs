@@ -480,7 +480,7 @@ async fn open_session(
         stateless: false,
         caller: caller_of(shared, client),
     };
-    if shared.new_sessions.send((connection, info)).await.is_err() {
+    if shared.new_sessions.send((connection.into(), info)).await.is_err() {
         return Err(Box::new(refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             id,

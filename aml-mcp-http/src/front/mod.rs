@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aml_mcp::relay::Connection;
+use aml_mcp::relay::Client;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -55,7 +55,7 @@ pub struct SessionInfo {
 #[derive(Debug)]
 pub struct HttpFront {
     local: SocketAddr,
-    new_sessions: mpsc::Receiver<(Connection, SessionInfo)>,
+    new_sessions: mpsc::Receiver<(Client, SessionInfo)>,
     sessions: Sessions,
     stateless: Arc<stateless::Stateless>,
     tasks: Vec<JoinHandle<()>>,
@@ -66,7 +66,7 @@ pub struct HttpFront {
 pub(crate) struct Shared {
     pub(crate) config: FrontConfig,
     pub(crate) sessions: Sessions,
-    pub(crate) new_sessions: mpsc::Sender<(Connection, SessionInfo)>,
+    pub(crate) new_sessions: mpsc::Sender<(Client, SessionInfo)>,
     pub(crate) stateless: Arc<stateless::Stateless>,
     /// The origins of pages served from the front's own address: allowed besides the
     /// host's list.
@@ -149,9 +149,12 @@ impl HttpFront {
         self.local
     }
 
-    /// The next session a client opened: run a relay on the connection (dropping it answers
-    /// the client's `initialize` with an error and ends the session).
-    pub async fn accept(&mut self) -> Option<(Connection, SessionInfo)> {
+    /// The next session a client opened, or the next caller's 2026-07-28 relay: run a relay
+    /// on its client side ([`aml_mcp::relay::run`]). A session's client side is a
+    /// [`Client::Connection`] (dropping it answers the client's `initialize` with an error
+    /// and ends the session); a 2026-07-28 relay's is [`Client::Endpoints`], one endpoint
+    /// per request.
+    pub async fn accept(&mut self) -> Option<(Client, SessionInfo)> {
         self.new_sessions.recv().await
     }
 

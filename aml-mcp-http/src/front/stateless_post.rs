@@ -1,22 +1,25 @@
 //! One 2026-07-28 POST: the checks the transport specification asks of a server that reads
 //! the body (one message; the `_meta` envelope; `MCP-Protocol-Version`, `Mcp-Method` and
-//! `Mcp-Name` equal to what the body says), then the request goes to the shared stateless
-//! link with the front's own id and its answer comes back on this POST.
+//! `Mcp-Name` equal to what the body says), then the request goes to the caller's stateless
+//! relay on an endpoint of its own, and its answer comes back on this POST.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use aml_mcp::relay::{TransportTrace, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
+use aml_mcp::relay::{
+    ToEndpoint, TransportTrace, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, UPSTREAM_GONE,
+};
 use bytes::Bytes;
 use hyper::header::HeaderMap;
 use hyper::{Response, StatusCode};
 use serde_json::value::RawValue;
 
 use super::handler::{json_reply, refuse, refuse_code, sse_reply, Reply, UNSUPPORTED_PROTOCOL_VERSION};
-use super::stateless::{Link, Refused};
+use super::stateless::{Asked, Refused, Stateless};
 use super::Shared;
 use crate::body::Body;
-use crate::envelope::{decode_header_value, splice, ClientMessage, META_PROTOCOL_VERSION};
-use crate::param_headers;
+use crate::envelope::{decode_header_value, ClientMessage, META_PROTOCOL_VERSION};
+use crate::{message, param_headers, sse};
 
 /// JSON-RPC code for headers that disagree with the body (2026-07-28).
 pub(crate) const HEADER_MISMATCH: i64 = -32020;
@@ -141,7 +144,8 @@ pub(super) async fn post(
                     None => true,
                 };
                 if announced {
-                    link.send(crate::message::one_line(&body), trace.as_ref()).await;
+                    link.tell(super::trace::inbound(message::one_line(&body), trace.as_ref()))
+                        .await;
                 }
             }
         }
@@ -205,16 +209,12 @@ pub(super) async fn post(
             );
         }
     }
-    let ours = shared.stateless.next_id();
-    let token = read.progress_token.clone().map(|r| (r.clone(), &body[r]));
-    let registered = match link.register(
-        ours,
-        id.as_bytes(),
-        token.as_ref().map(|(_, t)| *t),
-        (wants_sse, method == "tools/list"),
-        shared.config.max_stateless_calls,
-    ) {
-        Ok(registered) => registered,
+    let request = super::trace::inbound(message::one_line(&body), trace.as_ref());
+    let asked = match link
+        .ask(request, wants_sse, shared.config.max_stateless_calls)
+        .await
+    {
+        Ok(asked) => asked,
         Err(Refused::Full) => {
             return refuse(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -233,31 +233,59 @@ pub(super) async fn post(
             )
         }
     };
-    let our_id = ours.to_string();
-    let our_token = Link::token_for(ours);
-    let mut replacements = vec![(id_range, our_id.as_bytes())];
-    if let Some((range, _)) = token {
-        replacements.push((range, our_token.as_bytes()));
-    }
-    let rewritten = crate::message::one_line(&splice(&body, &mut replacements));
-    if !link.send(rewritten, trace.as_ref()).await {
-        return refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            Some(id),
-            "the gate's connection to the server has ended: try again",
-        );
-    }
-    let mut rx = registered.rx;
+    // A tool listing teaches the front what each tool declares as `Mcp-Param-*` headers.
+    let learns = (method == "tools/list").then(|| shared.stateless.clone());
+    let Asked { rx, guard } = asked;
     if wants_sse {
-        let guard = Box::new(registered.guard);
-        return sse_reply(Body::watched_sse(rx, shared.config.sse_keep_alive, guard));
+        let (chunks, body) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(stream_answer(rx, chunks, id.to_owned(), learns));
+        let guard = Box::new(guard);
+        return sse_reply(Body::watched_sse(body, shared.config.sse_keep_alive, guard));
     }
     // The guard lives as long as this future: hyper drops it if the client goes away.
-    let _guard = registered.guard;
-    match rx.recv().await {
-        Some(answer) => json_reply(status_of(&answer), answer),
-        None => refuse(StatusCode::SERVICE_UNAVAILABLE, Some(id), "no answer"),
+    let _guard = guard;
+    let answer = answer_of(rx, None, id, learns.as_deref()).await;
+    json_reply(status_of(&answer), answer)
+}
+
+/// The answer on an endpoint (each notification before it passed to `stream`, if any), or
+/// an error answer when the relay ended without one.
+async fn answer_of(
+    mut rx: tokio::sync::mpsc::Receiver<ToEndpoint>,
+    stream: Option<&tokio::sync::mpsc::Sender<Bytes>>,
+    id: &str,
+    learns: Option<&Stateless>,
+) -> Bytes {
+    while let Some(next) = rx.recv().await {
+        match next {
+            ToEndpoint::Answer(answer) => {
+                if let Some(stateless) = learns {
+                    stateless.param_headers.learn(&answer);
+                }
+                return answer;
+            }
+            ToEndpoint::Notification(note) => {
+                // A client too slow to read its progress loses some, never its answer.
+                if let Some(stream) = stream {
+                    let _ = stream.try_send(sse::message_event(&note));
+                }
+            }
+        }
     }
+    let why = "the gate's connection to the server ended before the server answered";
+    message::error(Some(id), UPSTREAM_GONE, why)
+}
+
+/// Carries an endpoint's notifications and then its answer as SSE events.
+async fn stream_answer(
+    rx: tokio::sync::mpsc::Receiver<ToEndpoint>,
+    chunks: tokio::sync::mpsc::Sender<Bytes>,
+    id: String,
+    learns: Option<Arc<Stateless>>,
+) {
+    let answer = answer_of(rx, Some(&chunks), &id, learns.as_deref()).await;
+    // A client that stopped reading has dropped its stream, and this fails at once.
+    let _ = chunks.send(sse::message_event(&answer)).await;
 }
 
 /// The HTTP status of a JSON answer, by its JSON-RPC error code as 2026-07-28 asks (`404`

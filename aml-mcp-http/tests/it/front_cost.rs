@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use aml_mcp::relay::{Connection, Inbound};
+use aml_mcp::relay::{Client as RelayClient, EndpointEvent, Inbound, ToEndpoint};
 use aml_mcp_http::{FrontConfig, HttpFront};
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -15,13 +15,43 @@ use tokio::net::TcpStream;
 
 const CALLS: usize = 2000;
 
-/// Answers every request with an empty result, at once.
-async fn serve(mut connection: Connection) {
-    while let Some(Inbound::Message(message)) = connection.incoming.recv().await {
-        let request: Value = serde_json::from_slice(&message).unwrap();
-        if let Some(id) = request.get("id") {
-            let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}});
-            let _ = connection.outgoing.send(Bytes::from(answer.to_string())).await;
+/// The answer to `message`, if it is a request: an empty result.
+fn answer(message: &[u8]) -> Option<Bytes> {
+    let request: Value = serde_json::from_slice(message).unwrap();
+    let id = request.get("id")?;
+    Some(Bytes::from(
+        json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}}).to_string(),
+    ))
+}
+
+/// Answers every request at once: a session's on its connection, a 2026-07-28 request's
+/// on its endpoint.
+async fn serve(client: RelayClient) {
+    match client {
+        RelayClient::Connection(mut connection) => {
+            while let Some(Inbound::Message(message)) = connection.incoming.recv().await {
+                if let Some(answer) = answer(&message) {
+                    let _ = connection.outgoing.send(answer).await;
+                }
+            }
+        }
+        RelayClient::Endpoints(mut events) => {
+            let mut endpoints = std::collections::HashMap::new();
+            while let Some(event) = events.recv().await {
+                match event {
+                    EndpointEvent::Open { endpoint, to, .. } => drop(endpoints.insert(endpoint, to)),
+                    EndpointEvent::Message {
+                        endpoint,
+                        inbound: Inbound::Message(message),
+                    } => {
+                        if let (Some(to), Some(answer)) = (endpoints.get(&endpoint), answer(&message)) {
+                            let _ = to.send(ToEndpoint::Answer(answer)).await;
+                        }
+                    }
+                    EndpointEvent::Close { endpoint } => drop(endpoints.remove(&endpoint)),
+                    EndpointEvent::Message { .. } => {}
+                }
+            }
         }
     }
 }

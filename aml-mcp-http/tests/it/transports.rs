@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use aml_mcp::relay::{Connection, Inbound};
+use aml_mcp::relay::{Client, Connection, EndpointEvent, Inbound, ToEndpoint};
 use aml_mcp_http::{http_upstream, FrontConfig, HttpFront, UpstreamConfig};
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -61,14 +61,22 @@ async fn serve(mut connection: Connection) {
     }
 }
 
+/// A session's client side (this file's scripted servers serve sessions, but one).
+fn session(client: Client) -> Connection {
+    match client {
+        Client::Connection(connection) => connection,
+        Client::Endpoints(_) => panic!("a session, not a 2026-07-28 relay"),
+    }
+}
+
 async fn front() -> String {
     let mut front = HttpFront::bind("127.0.0.1:0".parse().unwrap(), FrontConfig::default())
         .await
         .unwrap();
     let url = format!("http://{}/mcp", front.local_addr());
     tokio::spawn(async move {
-        while let Some((connection, _)) = front.accept().await {
-            tokio::spawn(serve(connection));
+        while let Some((client, _)) = front.accept().await {
+            tokio::spawn(serve(session(client)));
         }
     });
     url
@@ -190,8 +198,8 @@ async fn a_session_the_host_drops_answers_its_initialize_with_an_error() {
     let addr = front.local_addr().to_string();
     tokio::spawn(async move {
         // The host cannot start a server for it: it drops the connection.
-        while let Some((connection, _)) = front.accept().await {
-            drop(connection);
+        while let Some((client, _)) = front.accept().await {
+            drop(client);
         }
     });
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
@@ -224,7 +232,8 @@ async fn an_upstream_that_cannot_be_reached_is_reported_gone() {
 /// the request's headers against its envelope): with its own protocol version, `Mcp-Method`
 /// and `Mcp-Name` (encoded when not plain ASCII), no session; its progress and answer come
 /// back; the server's own JSON-RPC error passes as it is; and cancelling it closes its
-/// response stream, which the front passes on to its server as a cancellation.
+/// response stream, which the front passes on to its relay by closing the request's
+/// endpoint (the relay then cancels it upstream: ADR 031).
 #[tokio::test]
 async fn a_2026_07_28_request_goes_without_a_session_with_its_headers_and_is_cancelled_by_closing_its_stream()
 {
@@ -233,28 +242,62 @@ async fn a_2026_07_28_request_goes_without_a_session_with_its_headers_and_is_can
         .unwrap();
     let url = format!("http://{}/mcp", front.local_addr());
     let (seen_tx, mut seen) = tokio::sync::mpsc::channel::<Value>(16);
+    // In place of the relay: each request answered on its own endpoint, and an endpoint's
+    // close reported as `{"closed": endpoint}`.
     tokio::spawn(async move {
-        let (mut connection, info) = front.accept().await.unwrap();
+        let (client, info) = front.accept().await.unwrap();
         assert!(info.stateless, "{info:?}");
-        while let Some(Inbound::Message(message)) = connection.incoming.recv().await {
+        let Client::Endpoints(mut events) = client else {
+            panic!("a 2026-07-28 relay has endpoints")
+        };
+        let mut endpoints = std::collections::HashMap::new();
+        while let Some(event) = events.recv().await {
+            let (endpoint, message) = match event {
+                EndpointEvent::Open { endpoint, to, .. } => {
+                    endpoints.insert(endpoint, to);
+                    continue;
+                }
+                EndpointEvent::Close { endpoint } => {
+                    let _ = seen_tx.send(json!({"closed": endpoint})).await;
+                    continue;
+                }
+                EndpointEvent::Message {
+                    endpoint,
+                    inbound: Inbound::Message(message),
+                } => (endpoint, message),
+                EndpointEvent::Message { inbound, .. } => panic!("{inbound:?}"),
+            };
             let request: Value = serde_json::from_slice(&message).unwrap();
-            let _ = seen_tx.send(request.clone()).await;
-            if request["method"] == "slow" || request.get("id").is_none() {
+            let _ = seen_tx
+                .send(json!({"endpoint": endpoint, "request": request}))
+                .await;
+            let Some(to) = endpoints.get(&endpoint) else {
+                continue;
+            };
+            if request["method"] == "slow" {
                 continue;
             }
+            let say = |m: Value, answer: bool| {
+                let m = Bytes::from(m.to_string());
+                to.try_send(if answer {
+                    ToEndpoint::Answer(m)
+                } else {
+                    ToEndpoint::Notification(m)
+                })
+            };
             if request["method"] == "subscriptions/listen" {
                 let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
                     "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": request["id"]}}});
-                let _ = connection.outgoing.send(Bytes::from(note.to_string())).await;
+                let _ = say(note, false);
             }
             if let Some(token) = request["params"]["_meta"].get("progressToken") {
                 let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
                     "params": {"progressToken": token, "progress": 1}});
-                let _ = connection.outgoing.send(Bytes::from(progress.to_string())).await;
+                let _ = say(progress, false);
             }
             let answer =
                 json!({"jsonrpc": "2.0", "id": request["id"], "result": {"name": request["params"]["name"]}});
-            let _ = connection.outgoing.send(Bytes::from(answer.to_string())).await;
+            let _ = say(answer, true);
         }
         drop(front);
     });
@@ -302,11 +345,15 @@ async fn a_2026_07_28_request_goes_without_a_session_with_its_headers_and_is_can
     assert_eq!(ended["id"], json!(2), "{ended}");
 
     send(3, "slow", json!({})).await;
-    let mut front_id = Value::Null;
-    while front_id.is_null() {
+    let mut slow = Value::Null;
+    while slow.is_null() {
         let m = timeout(LIMIT, seen.recv()).await.expect("in time").unwrap();
-        if m["method"] == "slow" {
-            front_id = m["id"].clone();
+        if m["request"]["method"] == "slow" {
+            assert_eq!(
+                m["request"]["id"], 3,
+                "the client's own id reaches the relay: {m}"
+            );
+            slow = m["endpoint"].clone();
         }
     }
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}});
@@ -320,8 +367,7 @@ async fn a_2026_07_28_request_goes_without_a_session_with_its_headers_and_is_can
             .await
             .expect("a cancellation in time")
             .unwrap();
-        if m["method"] == "notifications/cancelled" {
-            assert_eq!(m["params"]["requestId"], front_id, "{m}");
+        if m.get("closed") == Some(&slow) {
             break;
         }
     }
@@ -336,7 +382,8 @@ async fn slow_front(delay: Duration, keep_alive: Option<Duration>) -> String {
         .unwrap();
     let addr = front.local_addr().to_string();
     tokio::spawn(async move {
-        while let Some((mut connection, _)) = front.accept().await {
+        while let Some((client, _)) = front.accept().await {
+            let mut connection = session(client);
             tokio::spawn(async move {
                 while let Some(Inbound::Message(message)) = connection.incoming.recv().await {
                     let request: Value = serde_json::from_slice(&message).unwrap();
@@ -658,7 +705,8 @@ async fn a_member_read_twice_or_of_the_wrong_type_is_refused_and_nothing_of_its_
     let addr = front.local_addr().to_string();
     let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
     tokio::spawn(async move {
-        while let Some((mut connection, _)) = front.accept().await {
+        while let Some((client, _)) = front.accept().await {
+            let mut connection = session(client);
             let seen_tx = seen_tx.clone();
             tokio::spawn(async move {
                 while let Some(Inbound::Message(message)) = connection.incoming.recv().await {

@@ -27,7 +27,7 @@ pub(crate) struct ClientMessage {
     /// `params._meta["io.modelcontextprotocol/protocolVersion"]`: `Some(None)` if present but
     /// not a string.
     pub(crate) meta_version: Option<Option<String>>,
-    /// Whether `_meta` carries the client's capabilities.
+    /// Whether `_meta` carries the client's capabilities (an object, each member once).
     pub(crate) has_capabilities: bool,
     /// `params.name` (or `params.uri`), as `Mcp-Name` must repeat it, for the methods that
     /// name something.
@@ -63,7 +63,9 @@ impl ClientMessage {
             return Ok(read);
         };
         read.meta_version = meta.get(META_PROTOCOL_VERSION).map(as_string);
-        read.has_capabilities = meta.get(META_CLIENT_CAPABILITIES).is_some();
+        read.has_capabilities = meta
+            .get(META_CLIENT_CAPABILITIES)
+            .is_some_and(|c| Members::parse(c).is_ok());
         Ok(read)
     }
 }

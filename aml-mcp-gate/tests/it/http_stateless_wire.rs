@@ -109,6 +109,9 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
     let huge = call(json!(3), "echo", json!({"message": "x".repeat(5000)}), None);
     let listen = modern(json!(4), "subscriptions/listen", json!({}));
     let object_id = call(json!({"a": 1}), "echo", json!({"message": "hi"}), None);
+    let capabilities = "\"io.modelcontextprotocol/clientCapabilities\":";
+    assert!(echo.contains(&format!("{capabilities}{{}}")), "{echo}");
+    let scalar_capabilities = echo.replace(&format!("{capabilities}{{}}"), &format!("{capabilities}5"));
     let null_id = call(Value::Null, "echo", json!({"message": "hi"}), None);
     let initialize = modern(
         json!(5),
@@ -142,6 +145,13 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
             -32600,
         ),
         ("no envelope", with(&[v, m, n]), &no_meta, 400, -32602),
+        (
+            "capabilities that are not an object",
+            with(&[v, m, n]),
+            &scalar_capabilities,
+            400,
+            -32602,
+        ),
         (
             "envelope of another version",
             with(&[v, m, n]),
@@ -266,6 +276,13 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
         .contains(&m.as_str())),
         "{reached}"
     );
+    // An integer id of any size is an id (as on stdio), answered as it was spelled.
+    let big = "123456789012345678901234567890";
+    let big_id = echo.replacen("\"id\":1,", &format!("\"id\":{big},"), 1);
+    assert_ne!(big_id, echo);
+    let reply = request(addr, "POST", &[JSON_ONLY, CONTENT_JSON, v, m, n], &big_id);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.body.contains(&format!("\"id\":{big},")), "{}", reply.body);
     // A method the server does not know: its -32601, with 404 as 2026-07-28 asks.
     let unknown = modern(json!(6), "no/such-method", json!({}));
     let headers = [JSON_ONLY, CONTENT_JSON, v, ("mcp-method", "no/such-method")];

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use aml_mcp::relay::{
-    ToEndpoint, TransportTrace, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, UPSTREAM_GONE,
+    jsonrpc, ToEndpoint, TransportTrace, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, UPSTREAM_GONE,
 };
 use bytes::Bytes;
 use hyper::header::HeaderMap;
@@ -18,7 +18,7 @@ use super::handler::{json_reply, refuse, refuse_code, sse_reply, Reply, UNSUPPOR
 use super::stateless::{Asked, Refused, Stateless};
 use super::Shared;
 use crate::body::Body;
-use crate::envelope::{decode_header_value, ClientMessage, META_PROTOCOL_VERSION};
+use crate::envelope::{decode_header_value, ClientMessage, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
 use crate::{message, param_headers, sse};
 
 /// JSON-RPC code for headers that disagree with the body (2026-07-28).
@@ -155,9 +155,10 @@ pub(super) async fn post(
         return reply;
     };
     let id = &text[id_range.clone()];
-    let id_value: serde_json::Value = serde_json::from_str(id).unwrap_or_default();
-    if !(id_value.is_string() || id_value.is_i64() || id_value.is_u64()) {
-        // MCP ids are strings or integers; the front would otherwise hide a bad one behind its own.
+    let id_is_valid = serde_json::from_str::<&RawValue>(id).is_ok_and(|id| jsonrpc::id_key(id).is_some());
+    if !id_is_valid {
+        // MCP ids are strings or integers (of any size, as the relay keys them on every
+        // transport); null is no id.
         return bad(
             None,
             INVALID_REQUEST,
@@ -359,7 +360,7 @@ fn check_envelope(routing: &Routing, read: &ClientMessage, method: &str, id: &st
     if !read.has_capabilities {
         return fail(
             INVALID_PARAMS,
-            "params._meta must carry the client's capabilities".into(),
+            format!("params._meta must carry the client's capabilities as an object ({META_CLIENT_CAPABILITIES:?})"),
         );
     }
     if routing.method.as_deref() != Some(method) {

@@ -19,6 +19,14 @@ fn events(client: Client) -> mpsc::Receiver<EndpointEvent> {
     }
 }
 
+/// The link of requests without a token (a new one), and its relay's end.
+fn anyones_link(home: &Arc<Stateless>) -> (Arc<Link>, mpsc::Receiver<EndpointEvent>) {
+    let (link, Some((relay, _))) = home.link(peer(), &None, 64).unwrap() else {
+        panic!("a new link")
+    };
+    (link, events(relay))
+}
+
 /// One link per caller, at most `max`: at the cap the idlest link gives way to a new
 /// caller's (its relay sees its client leave); with every link busy, a new caller is
 /// refused, and a known caller still gets its own link.
@@ -65,10 +73,7 @@ async fn callers_get_links_of_their_own_up_to_the_cap() {
 #[tokio::test]
 async fn each_request_has_an_endpoint_and_an_ended_relay_opens_a_new_link() {
     let home = Arc::new(Stateless::default());
-    let (link, Some((relay, _))) = home.link(peer(), &None, 64).unwrap() else {
-        panic!("a new link")
-    };
-    let mut relay = events(relay);
+    let (link, mut relay) = anyones_link(&home);
     assert!(home.link(peer(), &None, 64).unwrap().1.is_none(), "the same link");
     let first = link.ask(request(5), true, 2).await.ok().unwrap();
     let _second = link.ask(request(5), false, 2).await.ok().unwrap();
@@ -98,10 +103,7 @@ async fn each_request_has_an_endpoint_and_an_ended_relay_opens_a_new_link() {
 #[tokio::test]
 async fn a_close_waits_for_room_rather_than_be_lost() {
     let home = Arc::new(Stateless::default());
-    let (link, Some((relay, _))) = home.link(peer(), &None, 64).unwrap() else {
-        panic!("a new link")
-    };
-    let mut relay = events(relay);
+    let (link, mut relay) = anyones_link(&home);
     let asked = link.ask(request(1), false, 4).await.ok().unwrap();
     let tx = link.sender().unwrap();
     let mut queued = 0;

@@ -319,7 +319,8 @@ impl ClientInput {
 /// Runs one client session against `upstream` until the client goes away (calls in flight
 /// then get up to [`RelayConfig::drain_timeout`] to finish) or the upstream is gone (the
 /// client's requests are then refused for [`RelayConfig::gone_grace`]). `early` is what the
-/// upstream sent before the session (see [`probe`]).
+/// upstream sent before the session (see [`probe`]). `client` is a standing [`Connection`]
+/// or a front's endpoints ([`Client`], ADR 031).
 pub async fn run(
     tools: RelayTools,
     config: RelayConfig,

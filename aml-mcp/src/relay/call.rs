@@ -11,6 +11,7 @@ use aml_core::{
     async_trait, CallerGone, GateOutcome, PreparedCall, Refusal, ToolCall, ToolError, ToolExecutor,
 };
 use bytes::Bytes;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::answer::{error_result, lenient_status, read_result, relay_reply, unsplicable};
@@ -559,21 +560,33 @@ impl Forward {
                 *lock(&self.reply) = Some(answered);
                 return Ok(value);
             }
-            Err(_) if withheld.is_some() => {
-                return Err(ForwardError::Unreadable(withheld.unwrap_or_default()));
-            }
             Err(error) => {
-                let error: Value = serde_json::from_slice(&reply.message[error.clone()]).unwrap_or_default();
+                let text = &reply.message[error.clone()];
+                // An error object read one way only, whose `data` alone cannot take the
+                // verdict (JSON-RPC lets `data` be any value), is the server's answer all the
+                // same; anything else in it that two readers could read apart is not.
+                let readable =
+                    serde_json::from_slice::<&RawValue>(text).is_ok_and(|raw| Members::parse(raw).is_ok());
+                if let (Some(why), false) = (&withheld, readable) {
+                    return Err(ForwardError::Unreadable(why.clone()));
+                }
+                let error: Value = serde_json::from_slice(text).unwrap_or_default();
                 Err(ForwardError::Server {
                     code: error["code"].as_i64().unwrap_or_default() as i32,
                     message: error["message"].as_str().unwrap_or_default().to_owned(),
                 })
             }
         };
+        let withheld = match (&outcome, withheld) {
+            (Err(ForwardError::Server { code, message }), Some(why)) => {
+                Some(format!("{why}; the server's error was {code}: {message:?}"))
+            }
+            (_, withheld) => withheld,
+        };
         let answered = Answered {
             reply,
             not_strict: None,
-            withheld: None,
+            withheld,
         };
         *lock(&self.reply) = Some(answered);
         outcome

@@ -196,6 +196,44 @@ async fn an_answered_call_keeps_the_servers_bytes_and_gains_the_verdict() {
     );
 }
 
+/// A server's error whose `data` is not an object (JSON-RPC lets it be any value) cannot
+/// carry the verdict: the client is told the server answered with that error, not that its
+/// answer could not be read.
+#[tokio::test]
+async fn a_server_error_whose_data_is_not_an_object_is_named_with_its_code_and_message() {
+    let mut ends = start(RelayConfig::default());
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                      "params": {"name": "send", "arguments": {"to": "team"}}});
+    ends.to_relay.send(message(call)).await.unwrap();
+    let forwarded = parse(ends.server_out.recv().await.unwrap());
+    let error = format!(
+        r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":-32602,"message":"Invalid request parameters","data":""}}}}"#,
+        forwarded["id"]
+    );
+    ends.server_in
+        .send(Inbound::Message(Bytes::from(error)))
+        .await
+        .unwrap();
+    let answer = parse(ends.from_relay.recv().await.unwrap());
+    assert_eq!(
+        (&answer["id"], &answer["result"]["isError"]),
+        (&json!(3), &json!(true))
+    );
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains(r#"the server's error was -32602: "Invalid request parameters""#),
+        "{text}"
+    );
+    assert!(!text.contains("could not be read"), "{text}");
+    let verdict = &answer["result"]["_meta"][VERDICT];
+    assert_eq!(verdict["mcp_result_status"], "unknown", "{verdict}");
+    drop(ends.to_relay);
+    ends.relay.await.unwrap();
+    let calls = ends.sink.calls();
+    let detail = calls[0].detail.clone().unwrap_or_default();
+    assert!(detail.contains("answered with an error (-32602)"), "{detail}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn when_the_client_leaves_a_call_still_running_is_recorded_after_the_drain_limit() {
     let config = RelayConfig::default()

@@ -119,6 +119,19 @@ fn a_subscription_notifies_its_own_endpoint_and_what_belongs_to_none_goes_nowher
     assert!(asked.endpoints.is_empty() && asked.nowhere.is_empty());
     assert_eq!(asked.upstream[0]["id"], "srv-1");
     assert_eq!(asked.upstream[0]["error"]["code"], -32601);
+    // One the host refuses by its setting is refused without naming a setting that would not
+    // help here.
+    let sampling = json!({"jsonrpc": "2.0", "id": "srv-2", "method": "sampling/createMessage", "params": {}});
+    let refused = m.server_says(sampling);
+    let why = refused.upstream[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(refused.upstream[0]["error"]["code"], jsonrpc::REFUSED_BY_HOST);
+    assert!(
+        why.contains("no client here could answer it") && !why.contains("`relay`"),
+        "{why}"
+    );
 }
 
 #[test]

@@ -296,8 +296,15 @@ fn refuse_server_request(step: &mut Step<'_>, id: &str, method: &str) {
     } else {
         "elicitation"
     };
+    // Without a standing connection (2026-07-28 stateless HTTP) no setting would help.
+    let hint = match step.state.standing {
+        true => format!("its {setting} setting `relay` allows it"),
+        false => {
+            "and no client here could answer it: 2026-07-28 stateless HTTP has no stream for it".to_owned()
+        }
+    };
     let message = format!(
-        "{}: the host does not relay {method} from this server to the client (its {setting} setting `relay` allows it)",
+        "{}: the host does not relay {method} from this server to the client ({hint})",
         relay.config.product
     );
     relay.record_refusal(method, Refusal::ServerRequestRefused, message.clone());

@@ -143,7 +143,9 @@ impl Server {
     fn records(&self, n: usize) -> Vec<Value> {
         aml_test_support::wait_until(&format!("{n} call records"), WAIT, || {
             let text = std::fs::read_to_string(&self.receipts).unwrap_or_default();
-            let records: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+            // Whole lines only: the writer may be part way through a long one.
+            let whole = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+            let records: Vec<Value> = whole.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
             (records.len() >= n).then_some(records)
         })
     }

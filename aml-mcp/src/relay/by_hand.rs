@@ -178,6 +178,11 @@ impl Machine {
         self.run(|step| step.call_ended(flight))
     }
 
+    /// The progress tokens the relay keeps for endpoints' requests.
+    pub fn mapped_tokens(&self) -> usize {
+        self.state.tokens.len()
+    }
+
     /// The client's requests in flight (relayed or gated).
     pub fn in_flight(&self) -> usize {
         self.state.flights.len()

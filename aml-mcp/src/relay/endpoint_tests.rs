@@ -76,7 +76,15 @@ fn two_endpoints_with_the_same_id_and_token_never_meet() {
 fn an_endpoint_that_closes_before_its_answer_cancels_its_request_upstream() {
     let mut m = stateless();
     m.open(3, true);
-    let up = from(&mut m, 3, request(json!("x"), "resources/read")).upstream[0].clone();
+    let asked = with_token(json!("x"), "resources/read", json!(1));
+    let up = from(&mut m, 3, asked.clone()).upstream[0].clone();
+    assert_eq!(m.mapped_tokens(), 1);
+    // A message from an endpoint never opened (a request without an id, as the front sends
+    // one) keeps no token: nothing would ever forget it.
+    let mut idless = asked.clone();
+    idless.as_object_mut().unwrap().remove("id");
+    from(&mut m, 9, idless);
+    assert_eq!(m.mapped_tokens(), 1);
     let closed = by(m.endpoint(EndpointEvent::Close { endpoint: 3 }));
     let [cancel] = &closed.upstream[..] else {
         panic!("one cancellation: {:?}", closed.upstream)
@@ -84,6 +92,7 @@ fn an_endpoint_that_closes_before_its_answer_cancels_its_request_upstream() {
     assert_eq!(cancel["method"], "notifications/cancelled");
     assert_eq!(cancel["params"]["requestId"], up["id"]);
     assert_eq!(m.in_flight(), 0);
+    assert_eq!(m.mapped_tokens(), 0, "the close forgot the endpoint's tokens");
     let late = m.server_says(json!({"jsonrpc": "2.0", "id": up["id"], "result": {}}));
     assert!(late.endpoints.is_empty() && late.client.is_empty() && late.nowhere.is_empty());
     // An endpoint closed after its answer cancels nothing.

@@ -203,8 +203,10 @@ const TOKEN_PREFIX: &str = "aml-progress-";
 /// A request from an endpoint other than the standing connection, with its progress token
 /// (`params._meta.progressToken`) replaced by one of the relay's, mapped back on each
 /// `notifications/progress`: endpoints share one server, so their tokens could collide.
+/// Only an open endpoint's: its close forgets the mapping, and what answers an endpoint
+/// never opened goes nowhere, so a mapping for one would only be kept forever.
 fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
-    if step.endpoint == STANDING {
+    if step.endpoint == STANDING || !step.state.endpoints.contains_key(&step.endpoint) {
         return bytes;
     }
     let token = Envelope::parse(&bytes).ok().and_then(|env| {

@@ -297,11 +297,10 @@ fn refuse_server_request(step: &mut Step<'_>, id: &str, method: &str) {
         "elicitation"
     };
     // Without a standing connection (2026-07-28 stateless HTTP) no setting would help.
-    let hint = match step.state.standing {
-        true => format!("its {setting} setting `relay` allows it"),
-        false => {
-            "and no client here could answer it: 2026-07-28 stateless HTTP has no stream for it".to_owned()
-        }
+    let hint = if step.state.standing {
+        format!("its {setting} setting `relay` allows it")
+    } else {
+        "and no client here could answer it: 2026-07-28 stateless HTTP has no stream for it".to_owned()
     };
     let message = format!(
         "{}: the host does not relay {method} from this server to the client ({hint})",

@@ -128,6 +128,9 @@ ask = '{"jsonrpc":"2.0","id":5,"method":"prompts/get","params":{"_meta":{"progre
 progress = '{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"aml-progress-1","progress":1}}'
 add("relay_machine", "\n".join(["E", "o\x10", "p\x00" + ask, "o\x01", "p\x01" + ask, "s" + progress,
                                  "s" + upstream[0], "q\x00", "q\x01", "s" + upstream[3], "p\x02" + call % 1, "c", "q\x02"]))
+# One client's endpoints (a Streamable HTTP session): the same events, its ids and tokens shared.
+add("relay_machine", "\n".join(["o\x10", "p\x00" + ask, "o\x01", "p\x01" + ask, "s" + progress.replace("aml-progress-1", "t"),
+                                 "s" + upstream[0], "q\x00", "q\x01", "s" + upstream[3], "p\x02" + call % 1, "c", "q\x02"]))
 
 for target, items in sorted(seeds.items()):
     out = os.path.join(corpus, target)

@@ -8,7 +8,9 @@
 //!   resumption; bearer tokens compared in constant time (a session serves only the token
 //!   that opened it), an `Origin` allow-list, header and body read timeouts, a connection
 //!   cap that keeps room for authenticated clients, and limits (body size, sessions,
-//!   sessions per client, idle time, calls in flight per session). Protocol 2026-07-28
+//!   sessions per client, idle time, calls in flight per session). A session's POSTs are
+//!   endpoints of its relay ([`Client::Session`](aml_mcp::relay::Client)), which addresses
+//!   each answer and notification, so the front reads none of them again. Protocol 2026-07-28
 //!   requests (no session, a per-request `_meta` envelope) of one caller all go to one more
 //!   relay, each on an endpoint of its own ([`Client::Endpoints`](aml_mcp::relay::Client)):
 //!   the relay keeps their ids and progress tokens apart.

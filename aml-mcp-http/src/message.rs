@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use aml_mcp::relay::jsonrpc::{id_key, key_text, range_in, Envelope, Members};
+use aml_mcp::relay::jsonrpc::{id_key, range_in, Envelope, Members};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
@@ -32,9 +32,6 @@ pub(crate) struct Peek {
     /// The id as compact JSON text (`1` and `"1"` differ), if any.
     pub(crate) id: Option<String>,
     pub(crate) method: Option<String>,
-    /// `params._meta.progressToken` of a request, or `params.progressToken` of a
-    /// notification, as compact JSON text.
-    pub(crate) progress_token: Option<String>,
     /// An `id` member that MCP does not allow (not a string or an integer: `null`, `true`,
     /// `1.5`, an object); `id` is then `None`.
     pub(crate) bad_id: bool,
@@ -44,14 +41,15 @@ pub(crate) struct Peek {
 
 impl Peek {
     /// Reads a message; `None` if it is not a JSON object of the right shape (a member the
-    /// transports read of the wrong type, or a duplicated member where they read). Ids and
-    /// progress tokens are keyed as the relay keys them ([`key_text`]).
+    /// transports read of the wrong type, or a duplicated member where they read). Ids are
+    /// keyed as the relay keys them ([`aml_mcp::relay::jsonrpc::key_text`]).
     pub(crate) fn of(message: &[u8]) -> Option<Peek> {
         Peek::read(message, true)
     }
 
     /// [`Peek::of`] for what the relay sends the client: it checked (or wrote) every answer's
-    /// `result` it reads, so the front, which routes by the envelope alone, skips it.
+    /// `result` it reads, so the front, which reads a batch's answers for their ids alone,
+    /// skips it.
     pub(crate) fn of_relayed(message: &[u8]) -> Option<Peek> {
         Peek::read(message, false)
     }
@@ -67,13 +65,8 @@ impl Peek {
         let method = top.method.map(String::from);
         let params = object(top.params)?;
         let member = |name: &str| params.as_ref().and_then(|p| p.get(name));
-        let meta = object(member("_meta"))?;
-        let progress_token = meta
-            .as_ref()
-            .and_then(|m| m.get("progressToken"))
-            .or_else(|| member("progressToken"))
-            .filter(|token| token.get() != "null")
-            .map(|token| key_text(token.get().as_bytes()));
+        // The relay reads it (its progress token): a member named twice is refused here.
+        object(member("_meta"))?;
         let tool = match method.as_deref() {
             Some("tools/call") => optional_string(member("name")).flatten(),
             _ => None,
@@ -82,14 +75,12 @@ impl Peek {
             id: top.id.and_then(id_key),
             bad_id: top.id.is_some_and(|id| id_key(id).is_none()),
             method,
-            progress_token,
             tool,
         })
     }
 
     /// `result.protocolVersion` of an answer (an `initialize` answer names it), if it is a
-    /// string. Read apart from the envelope, so that the front's router, which meets every
-    /// message the relay sends ([`Peek::of_relayed`]), does not read results.
+    /// string. Read apart from the envelope, which most readers need alone.
     pub(crate) fn protocol_version(message: &[u8]) -> Option<String> {
         let result = object(Envelope::parse(message).ok()?.result)??;
         optional_string(result.get("protocolVersion"))?
@@ -169,11 +160,9 @@ mod tests {
         .unwrap();
         assert_eq!(p.id.as_deref(), Some("\"7\""));
         assert!(p.is_request());
-        assert_eq!(p.progress_token.as_deref(), Some("3"));
         let n = Peek::of(br#"{"method":"notifications/progress","params":{"progressToken":3,"progress":1}}"#)
             .unwrap();
         assert!(!n.is_request() && !n.is_response());
-        assert_eq!(n.progress_token.as_deref(), Some("3"));
         let answer = br#"{"id":1,"result":{"protocolVersion":"2025-06-18"}}"#;
         assert!(Peek::of(answer).unwrap().is_response());
         assert_eq!(Peek::protocol_version(answer).as_deref(), Some("2025-06-18"));
@@ -190,7 +179,7 @@ mod tests {
         assert!(Peek::of(twice).is_none(), "a client's answer is read whole");
         assert!(
             Peek::of_relayed(twice).is_some_and(|p| p.is_response()),
-            "routed by its id"
+            "read for its id"
         );
 
         // Ids are keyed as the relay keys them: any integer, one key per string spelling.
@@ -212,9 +201,9 @@ mod tests {
         assert!(Peek::of(br#"{"id":1,"id":2,"method":"m"}"#).is_none());
         assert!(Peek::of(br#"{"id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#).is_none());
         assert!(Peek::of(br#"{"id":1,"method":7}"#).is_none());
-        let call = Peek::of(br#"{"id":1,"method":"tools/call","params":{"name":"t","progressToken":null}}"#)
-            .unwrap();
-        assert_eq!((call.tool.as_deref(), call.progress_token), (Some("t"), None));
+        assert!(Peek::of(br#"{"id":1,"method":"m","params":{"_meta":{"a":1,"a":2}}}"#).is_none());
+        let call = Peek::of(br#"{"id":1,"method":"tools/call","params":{"name":"t"}}"#).unwrap();
+        assert_eq!(call.tool.as_deref(), Some("t"));
 
         let batch = split(&Bytes::from_static(
             b" [ {\"id\":1,\n\"x\": 1.50}, {\"method\":\"m\"} ] ",

@@ -15,6 +15,9 @@
 //! assert_eq!(text, "yes");
 //! ```
 
+#[cfg(feature = "relay")]
+pub mod relay;
+
 use std::future::Future;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;

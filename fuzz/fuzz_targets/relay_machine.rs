@@ -6,7 +6,8 @@
 //! latest call request passing its limit, `e` the oldest call's future ending, `o`/`q` an
 //! endpoint opening/closing and `p` a message from one (the next byte picks the endpoint,
 //! 1 to 4, and for `o` whether it streams), anything else a message from the client's
-//! standing connection (the whole line). An input that begins with `E` drives a session
+//! standing connection (the whole line). The endpoints are one client's (its ids shared: a
+//! Streamable HTTP session), or, in an input that begins with `E`, callers' in a session
 //! without a standing connection (2026-07-28 stateless HTTP). Whatever comes: every message
 //! the core sends either side is JSON, each request it sends the server has an id it never
 //! used before, no client id (but `null`) is answered on an endpoint more often than that
@@ -152,7 +153,7 @@ fuzz_target!(|data: &[u8]| {
         .with_max_in_flight(8);
     let standing = data.first() != Some(&b'E');
     let mut machine = if standing {
-        Machine::new(tools(), config)
+        Machine::of_session(tools(), config)
     } else {
         Machine::of_endpoints(tools(), config)
     };

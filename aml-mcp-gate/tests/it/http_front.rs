@@ -299,6 +299,21 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         reply.json()["result"]["content"][0]["text"],
         "Echo: still serving"
     );
+    // A notification the relay refuses (a member named twice, deep inside) beside a request
+    // in one batch: the POST's answer is the request's, not the refusal's.
+    let bad_note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":{"a":1,"a":2}}}"#;
+    let batch = format!(
+        "[{bad_note},{}]",
+        call(17, "echo", json!({"message": "beside a bad note"}))
+    );
+    let reply = request(addr, "POST", &in_three, &batch);
+    let answers = reply.json();
+    assert_eq!(answers.as_array().map(Vec::len), Some(1), "{}", reply.body);
+    assert_eq!(answers[0]["id"], 17);
+    assert_eq!(
+        answers[0]["result"]["content"][0]["text"],
+        "Echo: beside a bad note"
+    );
     // DELETE ends a session: later requests get 404.
     assert_eq!(
         request(addr, "DELETE", &[("mcp-session-id", three.as_str())], "").status,

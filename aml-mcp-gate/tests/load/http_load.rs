@@ -42,9 +42,9 @@ async fn fixture_server() -> String {
     let url = format!("http://{}/mcp", front.local_addr());
     tokio::spawn(async move {
         while let Some((client, _)) = front.accept().await {
-            // Its clients open sessions; a 2026-07-28 relay would have endpoints.
-            if let Client::Connection(connection) = client {
-                tokio::spawn(answer(connection));
+            // Its clients open sessions; a 2026-07-28 relay's callers are not served.
+            if let Client::Session(_) = client {
+                tokio::spawn(answer(aml_test_support::relay::session_connection(client)));
             }
         }
     });

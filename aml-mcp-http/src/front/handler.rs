@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use aml_mcp::relay::{Connection, Peer, TransportTrace, INVALID_REQUEST, PARSE_ERROR};
+use aml_mcp::relay::{TransportTrace, INVALID_REQUEST, PARSE_ERROR, STANDING};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
@@ -17,7 +17,7 @@ use super::connections::Slot;
 use super::layers::{
     Answer, Asked, Authenticate, Authenticated, CheckLayer, Era, McpPath, PublicPaths, ReadBody, SameOrigin,
 };
-use super::session::{Refused, Session};
+use super::session::{handshake_failed, PostStream, Refused, Session};
 use super::stateless_post::{self, Routing};
 use super::{SessionInfo, Shared};
 use crate::auth::Client;
@@ -283,9 +283,11 @@ async fn post_in_session(
             Err(reply) => return *reply,
         }
     };
+    let asks: Vec<bool> = peeks.iter().map(Peek::is_request).collect();
     let requests: Vec<Peek> = peeks.into_iter().filter(Peek::is_request).collect();
     if requests.is_empty() {
-        if !session.send(messages, trace.as_ref()).await {
+        let messages = messages.into_iter().map(|m| (STANDING, m)).collect();
+        if !session.send(None, messages, trace.as_ref()).await {
             return refuse(StatusCode::NOT_FOUND, None, "the session has ended");
         }
         let mut reply = Response::new(Body::empty());
@@ -303,7 +305,12 @@ async fn post_in_session(
     // An initialize is answered as JSON whenever the client takes it: the answer is then in
     // hand before the headers, and a refused one names no session (ADR 015).
     let as_json = !wants_sse || (initialize && wants_json);
-    let stream = match session.open_post(&requests, as_json, shared.config.max_calls_per_session) {
+    let PostStream {
+        endpoint,
+        rx,
+        from_relay,
+        open,
+    } = match session.open_post(&requests, as_json, shared.config.max_calls_per_session) {
         Ok(stream) => stream,
         Err(Refused::Closed) => {
             return refuse(StatusCode::NOT_FOUND, first.as_deref(), "the session has ended")
@@ -318,19 +325,18 @@ async fn post_in_session(
                 ),
             )
         }
-        Err(Refused::DuplicateId(id)) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                Some(&id),
-                "a request with this id is still waiting for its answer",
-            )
-        }
     };
-    if !session.send(messages, trace.as_ref()).await {
+    let init = first.clone().filter(|_| initialize);
+    tokio::spawn(Arc::clone(&session).pump(endpoint, from_relay, init));
+    // Its requests come from its endpoint, the rest from the standing one: whatever the
+    // relay answers them with (an error, for a malformed one) is not one of its answers.
+    let from = |asks: bool| if asks { endpoint } else { STANDING };
+    let messages = asks.into_iter().map(from).zip(messages).collect();
+    if !session.send(Some(open), messages, trace.as_ref()).await {
         return refuse(StatusCode::NOT_FOUND, first.as_deref(), "the session has ended");
     }
     if as_json {
-        let answer = collect(stream.rx, batch).await;
+        let answer = collect(rx, batch).await;
         let refused =
             initialize && first.as_deref().and_then(|init| handshake_failed(&answer, init)) == Some(true);
         let mut reply = json_reply(StatusCode::OK, answer);
@@ -341,7 +347,7 @@ async fn post_in_session(
         }
         return reply;
     }
-    let mut reply = sse_reply(Body::sse(stream.rx, shared.config.sse_keep_alive));
+    let mut reply = sse_reply(Body::sse(rx, shared.config.sse_keep_alive));
     // An initialize whose client takes only SSE: the header goes before the answer is known.
     if initialize {
         if let Ok(value) = HeaderValue::from_str(&session.id) {
@@ -371,17 +377,6 @@ async fn collect(mut rx: mpsc::Receiver<Bytes>, batch: bool) -> Bytes {
     body.into()
 }
 
-/// Whether `message` answers the `initialize` with id `init` with an error; `None` when it
-/// is not that answer.
-fn handshake_failed(message: &[u8], init: &str) -> Option<bool> {
-    let peek = Peek::of(message)?;
-    if !peek.is_response() || peek.id.as_deref() != Some(init) {
-        return None;
-    }
-    let answer: serde_json::Value = serde_json::from_slice(message).ok()?;
-    Some(answer.get("error").is_some())
-}
-
 /// The caller a client is: its static token's name, its JWT's subject, or none on a front
 /// without tokens.
 fn caller_of(shared: &Shared, client: &Client) -> Option<String> {
@@ -408,22 +403,17 @@ async fn open_session(
         )));
     }
     let session_id: String = token.iter().map(|b| format!("{b:02x}")).collect();
-    let (
-        connection,
-        Peer {
-            to_relay,
-            mut from_relay,
-        },
-    ) = Connection::in_memory(1024);
+    let (to_relay, events) = mpsc::channel(1024);
     let number = shared.opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let name = format!("session {number}");
-    let session = Arc::new(Session::new(
+    let (session, standing) = Session::new(
         session_id.clone(),
         name.clone(),
         client.clone(),
         to_relay,
         shared.config.replay_events,
-    ));
+    );
+    let session = Arc::new(session);
     {
         let mut map = shared.sessions.lock().unwrap_or_else(|e| e.into_inner());
         let quota = shared.config.max_sessions_per_client;
@@ -448,30 +438,12 @@ async fn open_session(
         }
         map.insert(session_id.clone(), session.clone());
     }
-    let routed = session.clone();
-    let sessions = shared.sessions.clone();
-    let mut handshake = id.map(str::to_owned);
+    let (ended, sessions) = (session.clone(), shared.sessions.clone());
     tokio::spawn(async move {
-        while let Some(message) = from_relay.recv().await {
-            routed.route(&message);
-            let Some(failed) = handshake
-                .as_deref()
-                .and_then(|init| handshake_failed(&message, init))
-            else {
-                continue;
-            };
-            handshake = None;
-            if failed {
-                // The server refused the initialize: no session to keep (nor its server).
-                tracing::info!(target: "aml_mcp_http", "{}: the server refused initialize; the session ends", routed.name);
-                break;
-            }
-        }
-        routed.relay_ended();
-        sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&routed.id);
+        // The standing stream's messages until the relay ends; then the session goes.
+        Arc::clone(&ended).pump(STANDING, standing, None).await;
+        let mut map = sessions.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(&ended.id);
     });
     let info = SessionInfo {
         id: session_id,
@@ -480,7 +452,8 @@ async fn open_session(
         stateless: false,
         caller: caller_of(shared, client),
     };
-    if shared.new_sessions.send((connection.into(), info)).await.is_err() {
+    let relay_client = aml_mcp::relay::Client::Session(events);
+    if shared.new_sessions.send((relay_client, info)).await.is_err() {
         return Err(Box::new(refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             id,

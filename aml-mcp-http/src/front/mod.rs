@@ -1,5 +1,6 @@
 //! The HTTP front: accepts connections, checks each request (Origin, token, path, protocol
-//! version, size), and hands every new MCP session to the host as a relay [`Connection`].
+//! version, size), and hands every new MCP session to the host as a relay's client side
+//! ([`Client`]).
 
 mod authorize;
 mod connections;
@@ -49,7 +50,7 @@ pub struct SessionInfo {
 }
 
 /// An MCP Streamable HTTP server at [`crate::MCP_PATH`]: each session a client opens comes
-/// out of [`accept`](Self::accept) as a relay [`Connection`].
+/// out of [`accept`](Self::accept) as a relay's client side ([`Client`]).
 ///
 /// The front ends when this value is dropped: it stops listening and ends every session.
 #[derive(Debug)]
@@ -151,9 +152,10 @@ impl HttpFront {
 
     /// The next session a client opened, or the next caller's 2026-07-28 relay: run a relay
     /// on its client side ([`aml_mcp::relay::run`]). A session's client side is a
-    /// [`Client::Connection`] (dropping it answers the client's `initialize` with an error
-    /// and ends the session); a 2026-07-28 relay's is [`Client::Endpoints`], one endpoint
-    /// per request.
+    /// [`Client::Session`], an endpoint per POST that carries requests and a standing one
+    /// for the GET stream (dropping it answers the client's `initialize` with an error and
+    /// ends the session); a 2026-07-28 relay's is [`Client::Endpoints`], one endpoint per
+    /// request.
     pub async fn accept(&mut self) -> Option<(Client, SessionInfo)> {
         self.new_sessions.recv().await
     }

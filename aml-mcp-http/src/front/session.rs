@@ -1,11 +1,12 @@
-//! One MCP session of the front: where each message from the relay goes (the POST stream
-//! that waits for it, the GET stream, or a queue until one opens), and what each SSE stream
-//! sent, for resumption.
+//! One MCP session of the front: its streams (each POST that carries requests is an
+//! endpoint of the session's relay, the GET stream its standing one; ADR 032), what each SSE
+//! stream sent, for resumption, and the messages kept until a GET stream opens. The relay
+//! addresses every message, so nothing here reads one to route it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use aml_mcp::relay::{Inbound, TransportTrace};
+use aml_mcp::relay::{EndpointEvent, EndpointId, ToEndpoint, TransportTrace, STANDING};
 
 use super::trace::inbound;
 use bytes::Bytes;
@@ -16,7 +17,8 @@ use crate::auth::Client;
 use crate::message::{self, Peek};
 use crate::sse;
 
-/// Chunks queued for one HTTP response before the relay waits for the client.
+/// Chunks queued for one HTTP response before the relay waits for the client; also what the
+/// relay queues for one endpoint.
 const STREAM_QUEUE: usize = 256;
 
 /// Finished POST streams kept for resumption, per session.
@@ -38,15 +40,14 @@ pub(crate) struct Session {
     pub(crate) name: String,
     /// Who opened it: only requests from the same token may use it.
     pub(crate) client: Client,
-    to_relay: Mutex<Option<mpsc::Sender<Inbound>>>,
+    to_relay: Mutex<Option<mpsc::Sender<EndpointEvent>>>,
     state: Mutex<State>,
     replay_events: usize,
 }
 
 #[derive(Debug)]
 struct State {
-    /// Request id (JSON text) → the stream its answer goes to.
-    waiting: HashMap<String, u64>,
+    /// By endpoint (the GET stream is not one: it takes what goes to [`STANDING`]).
     streams: HashMap<u64, Stream>,
     /// The standalone (GET) stream, if one was opened.
     get_stream: Option<u64>,
@@ -69,41 +70,90 @@ struct Stream {
     history: VecDeque<(u64, Bytes)>,
     history_bytes: usize,
     next_seq: u64,
-    /// Answers still owed on this stream (a POST stream ends after the last).
-    owed: usize,
+    /// The ids of the requests still owed an answer (a POST stream ends after the last):
+    /// if the session ends first, each gets an error answer.
+    owed: Vec<String>,
     /// Answers are collected into one JSON body: no other message goes to it.
     json: bool,
-    progress_tokens: Vec<String>,
     is_get: bool,
 }
 
-/// What a POST registers before its messages go to the relay.
+impl Stream {
+    fn new(tx: mpsc::Sender<Bytes>, owed: Vec<String>, json: bool, is_get: bool) -> Self {
+        Stream {
+            tx: Some(tx),
+            history: VecDeque::new(),
+            history_bytes: 0,
+            next_seq: 1,
+            owed,
+            json,
+            is_get,
+        }
+    }
+
+    /// Takes `answer`'s id off what the stream owes. A batch's answer is read for its id;
+    /// one request's is not.
+    fn answered(&mut self, answer: &[u8]) {
+        if self.owed.len() > 1 {
+            let id = Peek::of_relayed(answer).and_then(|p| p.id);
+            if let Some(at) = self.owed.iter().position(|owed| Some(owed) == id.as_ref()) {
+                self.owed.swap_remove(at);
+                return;
+            }
+        }
+        self.owed.pop();
+    }
+}
+
+impl State {
+    fn owes(&self) -> usize {
+        self.streams.values().map(|s| s.owed.len()).sum()
+    }
+}
+
+/// A POST's stream, registered before its messages go to the relay.
 pub(crate) struct PostStream {
+    /// Its endpoint: its messages go to the relay from it, the relay's to it.
+    pub(crate) endpoint: EndpointId,
+    /// What the handler writes to the client.
     pub(crate) rx: mpsc::Receiver<Bytes>,
+    /// What the relay sends the endpoint, for [`Session::pump`].
+    pub(crate) from_relay: mpsc::Receiver<ToEndpoint>,
+    /// The endpoint's opening, for [`Session::send`].
+    pub(crate) open: EndpointEvent,
 }
 
 /// Why a POST could not be registered.
 pub(crate) enum Refused {
     Closed,
     TooManyCalls,
-    DuplicateId(String),
 }
 
 impl Session {
+    /// A new session, and what its relay sends the standing stream (for [`Session::pump`]);
+    /// `to_relay` is the relay's client side ([`aml_mcp::relay::Client::Session`]).
     pub(crate) fn new(
         id: String,
         name: String,
         client: Client,
-        to_relay: mpsc::Sender<Inbound>,
+        to_relay: mpsc::Sender<EndpointEvent>,
         replay_events: usize,
-    ) -> Self {
-        Session {
+    ) -> (Self, mpsc::Receiver<ToEndpoint>) {
+        // As many as wait for a GET stream: a burst of server messages is kept, not dropped.
+        let (to, from_relay) = mpsc::channel(UNROUTED_LIMIT);
+        let open = EndpointEvent::Open {
+            endpoint: STANDING,
+            to,
+            stream: true,
+        };
+        // A new channel: the first event always fits.
+        let _ = to_relay.try_send(open);
+        let session = Session {
             id,
             name,
             client,
             to_relay: Mutex::new(Some(to_relay)),
             state: Mutex::new(State {
-                waiting: HashMap::new(),
                 streams: HashMap::new(),
                 get_stream: None,
                 unrouted: VecDeque::new(),
@@ -114,7 +164,8 @@ impl Session {
                 closed: false,
             }),
             replay_events,
-        }
+        };
+        (session, from_relay)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -130,10 +181,7 @@ impl Session {
     /// for its answer), and whether it was ever used; `None` while a request waits.
     pub(crate) fn idle_since(&self) -> Option<(Instant, bool)> {
         let state = self.state();
-        state
-            .waiting
-            .is_empty()
-            .then_some((state.last_active, state.used))
+        (state.owes() == 0).then_some((state.last_active, state.used))
     }
 
     /// Whether a request other than `initialize` was sent in it.
@@ -147,18 +195,33 @@ impl Session {
         let mut state = self.state();
         state.closed = true;
         state.streams.clear();
-        state.waiting.clear();
     }
 
-    /// Passes client messages to the relay, in order, each with the POST's trace headers.
+    /// Passes client messages to the relay, in order, each from its endpoint and with the
+    /// POST's trace headers, after `open` (the POST's endpoint's opening, if it has one).
     /// False if the session has ended.
-    pub(crate) async fn send(&self, messages: Vec<Bytes>, trace: Option<&TransportTrace>) -> bool {
+    pub(crate) async fn send(
+        &self,
+        open: Option<EndpointEvent>,
+        messages: Vec<(EndpointId, Bytes)>,
+        trace: Option<&TransportTrace>,
+    ) -> bool {
         let Some(tx) = self.to_relay.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
             return false;
         };
         self.state().last_active = Instant::now();
-        for m in messages {
-            if tx.send(inbound(m, trace)).await.is_err() {
+        if let Some(open) = open {
+            if tx.send(open).await.is_err() {
+                return false;
+            }
+        }
+        for (endpoint, m) in messages {
+            let inbound = inbound(m, trace);
+            if tx
+                .send(EndpointEvent::Message { endpoint, inbound })
+                .await
+                .is_err()
+            {
                 return false;
             }
         }
@@ -177,41 +240,32 @@ impl Session {
         if state.closed {
             return Err(Refused::Closed);
         }
-        if state.waiting.len() + requests.len() > max_calls {
+        if state.owes() + requests.len() > max_calls {
             return Err(Refused::TooManyCalls);
-        }
-        let mut ids = std::collections::HashSet::new();
-        for r in requests {
-            let id = r.id.clone().unwrap_or_default();
-            // Twice in one batch, or already waiting: its answer could not be told apart.
-            if state.waiting.contains_key(&id) || !ids.insert(id.clone()) {
-                return Err(Refused::DuplicateId(id));
-            }
         }
         let number = state.next_stream;
         state.next_stream += 1;
         // A JSON body takes exactly one message per request: room for all, so none is lost.
         let room = if json { requests.len() } else { STREAM_QUEUE };
         let (tx, rx) = mpsc::channel(room.max(1));
-        for r in requests {
-            state.waiting.insert(r.id.clone().unwrap_or_default(), number);
-        }
+        let owed = requests
+            .iter()
+            .map(|r| r.id.clone().unwrap_or_default())
+            .collect();
         state.used |= requests.iter().any(|r| r.method.as_deref() != Some("initialize"));
-        state.streams.insert(
-            number,
-            Stream {
-                tx: Some(tx),
-                history: VecDeque::new(),
-                history_bytes: 0,
-                next_seq: 1,
-                owed: requests.len(),
-                json,
-                progress_tokens: requests.iter().filter_map(|r| r.progress_token.clone()).collect(),
-                is_get: false,
-            },
-        );
+        state.streams.insert(number, Stream::new(tx, owed, json, false));
         state.last_active = Instant::now();
-        Ok(PostStream { rx })
+        let (to, from_relay) = mpsc::channel(STREAM_QUEUE);
+        Ok(PostStream {
+            endpoint: number,
+            rx,
+            from_relay,
+            open: EndpointEvent::Open {
+                endpoint: number,
+                to,
+                stream: !json,
+            },
+        })
     }
 
     /// Opens the standalone GET stream, or resumes a stream after `last_event` (`stream-seq`):
@@ -238,7 +292,7 @@ impl Session {
                 for event in missed {
                     let _ = tx.try_send(event.clone());
                 }
-                if stream.is_get || stream.owed > 0 {
+                if stream.is_get || !stream.owed.is_empty() {
                     stream.tx = Some(tx);
                 }
                 // A finished stream: the replay is all there is, and the stream stays (among
@@ -249,19 +303,9 @@ impl Session {
                 let (tx, rx) = mpsc::channel(STREAM_QUEUE);
                 let number = state.next_stream;
                 state.next_stream += 1;
-                state.streams.insert(
-                    number,
-                    Stream {
-                        tx: Some(tx),
-                        history: VecDeque::new(),
-                        history_bytes: 0,
-                        next_seq: 1,
-                        owed: 0,
-                        json: false,
-                        progress_tokens: Vec::new(),
-                        is_get: true,
-                    },
-                );
+                state
+                    .streams
+                    .insert(number, Stream::new(tx, Vec::new(), false, true));
                 (number, rx)
             }
         };
@@ -279,67 +323,98 @@ impl Session {
         Some(rx)
     }
 
-    /// Routes one message from the relay.
-    pub(crate) fn route(&self, message: &Bytes) {
+    /// Writes what the relay sends endpoint `number` to its stream until the relay lets the
+    /// endpoint go (asked to after the stream's last answer, so a client may resume it
+    /// until then), or ends. The standing endpoint's messages go to the GET stream; its end
+    /// is the relay's. `initialize` (its id) ends the session when the server refuses it.
+    pub(crate) async fn pump(
+        self: Arc<Self>,
+        number: EndpointId,
+        mut from_relay: mpsc::Receiver<ToEndpoint>,
+        initialize: Option<String>,
+    ) {
+        while let Some(message) = from_relay.recv().await {
+            match message {
+                ToEndpoint::Answer(answer) if number == STANDING => {
+                    tracing::debug!(target: "aml_mcp_http", "{}: an answer to a message that asked none; dropped", self.name);
+                    drop(answer)
+                }
+                ToEndpoint::Answer(answer) => {
+                    let refused = initialize
+                        .as_deref()
+                        .and_then(|init| handshake_failed(&answer, init))
+                        == Some(true);
+                    if self.answer(number, &answer) {
+                        self.let_go(number);
+                    }
+                    if refused {
+                        // No session to keep (nor its server).
+                        tracing::info!(target: "aml_mcp_http", "{}: the server refused initialize; the session ends", self.name);
+                        self.close();
+                    }
+                }
+                ToEndpoint::Notification(message) => self.notify(number, &message),
+            }
+        }
+        // The relay ended, or never took the endpoint (its POST went away before): what it
+        // did not answer never will be.
+        let why = "the gate's session with the server ended before the server answered";
+        match number {
+            STANDING => self.end(aml_mcp::relay::UPSTREAM_GONE, why),
+            _ => self.answer_owed(Some(number), aml_mcp::relay::UPSTREAM_GONE, why),
+        }
+    }
+
+    /// Writes an answer to stream `number`; true once the stream has every answer it owed
+    /// (its response then ends; its history stays for a client that lost the end).
+    fn answer(&self, number: EndpointId, answer: &Bytes) -> bool {
+        let mut state = self.state();
+        let Some(stream) = state.streams.get_mut(&number) else {
+            return false;
+        };
+        stream.answered(answer);
+        let done = stream.owed.is_empty();
+        self.push(&mut state, number, answer);
+        if !done {
+            return false;
+        }
+        if state.owes() == 0 {
+            // Idle from the last answer on, not from the request (a server that took long
+            // to answer initialize does not shorten the wait).
+            state.last_active = Instant::now();
+        }
+        let json = match state.streams.get_mut(&number) {
+            Some(stream) => {
+                stream.tx = None;
+                stream.json
+            }
+            None => return true,
+        };
+        if json || self.replay_events == 0 {
+            state.streams.remove(&number);
+        } else {
+            state.finished.push_back(number);
+            if state.finished.len() > FINISHED_KEPT {
+                if let Some(old) = state.finished.pop_front() {
+                    state.streams.remove(&old);
+                }
+            }
+        }
+        true
+    }
+
+    /// A message for stream `number` (the standing one: the GET stream's): one that came
+    /// after the stream's last answer goes where the standing one's go.
+    fn notify(&self, number: EndpointId, message: &Bytes) {
         let mut state = self.state();
         if state.closed {
             return;
         }
-        let peek = Peek::of_relayed(message).unwrap_or_default();
-        if peek.is_response() {
-            let id = peek.id.unwrap_or_default();
-            match state.waiting.remove(&id) {
-                Some(number) => {
-                    if state.waiting.is_empty() {
-                        // Idle from the last answer on, not from the request (a server
-                        // that took long to answer initialize does not shorten the wait).
-                        state.last_active = Instant::now();
-                    }
-                    self.push(&mut state, number, message);
-                    if let Some(stream) = state.streams.get_mut(&number) {
-                        stream.owed = stream.owed.saturating_sub(1);
-                        if stream.owed == 0 {
-                            // The client has every answer: end the response. Its history
-                            // stays until the stream is gone, for a client that lost the end.
-                            stream.tx = None;
-                            if stream.json || self.replay_events == 0 {
-                                state.streams.remove(&number);
-                            } else {
-                                state.finished.push_back(number);
-                                if state.finished.len() > FINISHED_KEPT {
-                                    if let Some(old) = state.finished.pop_front() {
-                                        state.streams.remove(&old);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                None => {
-                    tracing::debug!(target: "aml_mcp_http", "an answer to {id} that no request waits for")
-                }
-            }
-            return;
-        }
-        let target = peek
-            .progress_token
-            .as_ref()
-            .and_then(|t| {
-                state
-                    .streams
-                    .iter()
-                    .find(|(_, s)| s.owed > 0 && !s.json && s.progress_tokens.contains(t))
-                    .map(|(n, _)| *n)
-            })
-            .or_else(|| {
-                state
-                    .streams
-                    .iter()
-                    .filter(|(_, s)| s.owed > 0 && !s.json)
-                    .map(|(n, _)| *n)
-                    .max()
-            })
-            .or(state.get_stream);
+        let open = |s: &Stream| !s.owed.is_empty() && !s.json;
+        let target = match state.streams.get(&number) {
+            Some(stream) if number != STANDING && open(stream) => Some(number),
+            _ => state.get_stream,
+        };
         match target {
             Some(number) => self.push(&mut state, number, message),
             None if state.unrouted.len() < UNROUTED_LIMIT
@@ -350,6 +425,18 @@ impl Session {
             None => {
                 tracing::warn!(target: "aml_mcp_http", "{}: no stream open for a server message; dropped", self.name)
             }
+        }
+    }
+
+    /// Tells the relay that endpoint `number` has what it owed.
+    fn let_go(&self, number: EndpointId) {
+        let Some(tx) = self.to_relay.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return;
+        };
+        let close = EndpointEvent::Close { endpoint: number };
+        if let Err(mpsc::error::TrySendError::Full(close)) = tx.try_send(close) {
+            // Nothing else would free the relay's endpoint: wait for room.
+            tokio::spawn(async move { tx.send(close).await });
         }
     }
 
@@ -386,24 +473,42 @@ impl Session {
         }
     }
 
-    /// The relay ended: every request still waiting gets an error answer, then the streams end.
-    pub(crate) fn relay_ended(&self) {
-        self.end(
-            aml_mcp::relay::UPSTREAM_GONE,
-            "the gate's session with the server ended before the server answered",
-        );
-    }
-
     /// Ends the session with an error answer (`code`, `why`) to every request still waiting,
     /// so that no POST's stream ends without the answer it waits for.
     pub(crate) fn end(&self, code: i64, why: &str) {
         self.to_relay.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let waiting: Vec<String> = self.state().waiting.keys().cloned().collect();
-        for id in waiting {
-            self.route(&message::error(Some(&id), code, why));
-        }
+        self.answer_owed(None, code, why);
         self.close();
     }
+
+    /// Answers with an error (`code`, `why`) each request still waiting on stream `number`
+    /// (on every stream, for `None`).
+    fn answer_owed(&self, number: Option<EndpointId>, code: i64, why: &str) {
+        let owed: Vec<(u64, String)> = {
+            let state = self.state();
+            let streams = state
+                .streams
+                .iter()
+                .filter(|(n, _)| number.is_none_or(|x| x == **n));
+            streams
+                .flat_map(|(n, s)| s.owed.iter().map(|id| (*n, id.clone())))
+                .collect()
+        };
+        for (n, id) in owed {
+            self.answer(n, &message::error(Some(&id), code, why));
+        }
+    }
+}
+
+/// Whether `message` answers the `initialize` with id `init` with an error; `None` when it
+/// is not that answer.
+pub(super) fn handshake_failed(message: &[u8], init: &str) -> Option<bool> {
+    let peek = Peek::of(message)?;
+    if !peek.is_response() || peek.id.as_deref() != Some(init) {
+        return None;
+    }
+    let answer: serde_json::Value = serde_json::from_slice(message).ok()?;
+    Some(answer.get("error").is_some())
 }
 
 /// Every open session, by id.
@@ -412,18 +517,19 @@ pub(crate) type Sessions = Arc<Mutex<HashMap<String, Arc<Session>>>>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
-    fn session(replay: usize) -> Session {
-        let (tx, _rx) = mpsc::channel(1);
+    fn session(replay: usize) -> (Session, mpsc::Receiver<EndpointEvent>) {
+        let (tx, rx) = mpsc::channel(8);
         let client = Client::Address([127, 0, 0, 1].into());
-        Session::new("s".into(), "session 1".into(), client, tx, replay)
+        let (session, _standing) = Session::new("s".into(), "session 1".into(), client, tx, replay);
+        (session, rx)
     }
 
-    fn request(id: &str, token: Option<&str>) -> Peek {
+    fn request(id: &str) -> Peek {
         Peek {
             id: Some(id.into()),
             method: Some("tools/call".into()),
-            progress_token: token.map(str::to_owned),
             bad_id: false,
             tool: None,
         }
@@ -435,57 +541,102 @@ mod tests {
         (stream.history.len(), stream.history_bytes)
     }
 
+    fn note(text: &'static str) -> Bytes {
+        Bytes::from_static(text.as_bytes())
+    }
+
     #[test]
-    fn progress_goes_to_its_request_and_the_history_stays_bounded() {
-        let s = session(8);
-        let mut a = s
-            .open_post(&[request("1", Some("\"a\""))], false, 4)
-            .ok()
-            .unwrap();
-        let mut b = s
-            .open_post(&[request("2", Some("\"b\""))], false, 4)
-            .ok()
-            .unwrap();
-        s.route(&Bytes::from_static(
-            br#"{"method":"notifications/progress","params":{"progressToken":"a"}}"#,
+    fn a_stream_ends_after_its_answers_and_lets_its_endpoint_go() {
+        let (s, mut relay) = session(8);
+        assert!(matches!(
+            relay.try_recv(),
+            Ok(EndpointEvent::Open {
+                endpoint: STANDING,
+                ..
+            })
         ));
-        assert!(a.rx.try_recv().unwrap().ends_with(b"\"a\"}}\n\n"));
-        assert!(b.rx.try_recv().is_err());
-        // Unrelated server messages go to the newest open POST stream.
+        let mut a = s.open_post(&[request("1")], false, 4).ok().unwrap();
+        let json = s
+            .open_post(&[request("2"), request("\"x\"")], true, 4)
+            .ok()
+            .unwrap();
+        assert!(matches!(
+            s.open_post(&[request("3"), request("4")], false, 4),
+            Err(Refused::TooManyCalls)
+        ));
         for _ in 0..20 {
-            s.route(&Bytes::from_static(
-                br#"{"method":"notifications/message","params":{}}"#,
-            ));
+            s.notify(
+                a.endpoint,
+                &note(r#"{"method":"notifications/message","params":{}}"#),
+            );
         }
-        assert_eq!(kept(&s, 2).0, 8, "at most replay_events kept");
+        assert_eq!(kept(&s, a.endpoint).0, 8, "at most replay_events kept");
         let big = Bytes::from(format!(
             "{{\"method\":\"m\",\"params\":{{\"x\":\"{}\"}}}}",
             "x".repeat(400_000)
         ));
         for _ in 0..5 {
-            s.route(&big);
+            s.notify(a.endpoint, &big);
         }
-        assert!(kept(&s, 2).1 <= KEPT_BYTES, "{:?}", kept(&s, 2));
-        // Too many requests at once, and an id already waiting.
-        assert!(matches!(
-            s.open_post(
-                &[request("3", None), request("4", None), request("5", None)],
-                false,
-                4
-            ),
-            Err(Refused::TooManyCalls)
-        ));
-        assert!(matches!(
-            s.open_post(&[request("1", None)], false, 4),
-            Err(Refused::DuplicateId(_))
-        ));
-        // The answer ends its stream.
-        s.route(&Bytes::from_static(br#"{"id":1,"result":{}}"#));
-        assert!(a.rx.try_recv().unwrap().windows(7).any(|w| w == b"\"id\":1,"));
+        assert!(kept(&s, a.endpoint).1 <= KEPT_BYTES, "{:?}", kept(&s, a.endpoint));
+        assert!(s.idle_since().is_none(), "requests wait");
+
+        // A batch's answers are told apart by id; the stream ends after the last.
+        assert!(!s.answer(json.endpoint, &note(r#"{"id":"x","result":{}}"#)));
+        assert!(s.answer(json.endpoint, &note(r#"{"id":2,"result":{}}"#)));
+        assert!(s.answer(a.endpoint, &note(r#"{"id":1,"result":{}}"#)));
+        s.let_go(a.endpoint);
+        assert!(matches!(relay.try_recv(), Ok(EndpointEvent::Close { endpoint }) if endpoint == a.endpoint));
+        let mut last = None;
+        while let Ok(event) = a.rx.try_recv() {
+            last = Some(event);
+        }
+        assert!(
+            last.unwrap().windows(7).any(|w| w == b"\"id\":1,"),
+            "the answer came last"
+        );
         assert!(matches!(
             a.rx.try_recv(),
             Err(mpsc::error::TryRecvError::Disconnected)
         ));
+        assert!(s.idle_since().is_some(), "nothing waits");
+
+        // What comes after the last answer waits for the GET stream.
+        s.notify(a.endpoint, &note(r#"{"method":"late","params":{}}"#));
+        let mut get = s.open_get(None).unwrap();
+        assert!(get.try_recv().unwrap().windows(6).any(|w| w == b"\"late\""));
+    }
+
+    #[test]
+    fn an_ended_session_answers_what_waits() {
+        let (s, _relay) = session(0);
+        let mut batch = s.open_post(&[request("1"), request("2")], true, 4).ok().unwrap();
+        let mut other = s.open_post(&[request("3")], false, 4).ok().unwrap();
+        assert!(!s.answer(batch.endpoint, &note(r#"{"id":2,"result":{}}"#)));
+        s.end(-32000, "DELETE");
+        let mut answered = Vec::new();
+        while let Ok(answer) = batch.rx.try_recv() {
+            let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+            answered.push((answer["id"].clone(), answer["error"]["message"].clone()));
+        }
+        assert_eq!(answered, [(json!(2), json!(null)), (json!(1), json!("DELETE"))]);
+        assert!(other.rx.try_recv().unwrap().windows(6).any(|w| w == b"DELETE"));
+        assert!(s.is_closed());
+    }
+
+    /// A POST that went away before its endpoint reached the relay (its opening dropped):
+    /// its stream owes nothing once its endpoint ends, so the session can still idle out.
+    #[tokio::test]
+    async fn a_stream_whose_endpoint_the_relay_never_took_is_answered() {
+        let (s, _relay) = session(0);
+        let s = Arc::new(s);
+        let post = s.open_post(&[request("1")], true, 4).ok().unwrap();
+        drop(post.open);
+        Arc::clone(&s).pump(post.endpoint, post.from_relay, None).await;
+        let mut rx = post.rx;
+        let answer = rx.recv().await.unwrap();
+        assert!(answer.windows(12).any(|w| w == b"server ended"), "{answer:?}");
+        assert!(s.idle_since().is_some());
     }
 
     /// A host that keeps more events than a stream's live queue holds gets every one of them
@@ -493,12 +644,12 @@ mod tests {
     #[test]
     fn a_resume_replays_every_kept_event() {
         let kept_events = STREAM_QUEUE + 44;
-        let s = session(kept_events);
+        let (s, _relay) = session(kept_events);
         let live = s.open_get(None).unwrap();
         let number = s.state().get_stream.unwrap();
         for i in 0..kept_events {
             let note = format!(r#"{{"method":"notifications/message","params":{{"n":{i}}}}}"#);
-            s.route(&Bytes::from(note));
+            s.notify(STANDING, &Bytes::from(note));
         }
         drop(live);
         let mut resumed = s.open_get(Some(&format!("{number}-0"))).unwrap();

@@ -15,7 +15,7 @@ fn request(id: u64) -> Inbound {
 fn events(client: Client) -> mpsc::Receiver<EndpointEvent> {
     match client {
         Client::Endpoints(events) => events,
-        Client::Connection(_) => panic!("a stateless link's relay has endpoints"),
+        _ => panic!("a stateless link's relay has callers' endpoints"),
     }
 }
 

@@ -24,34 +24,25 @@ fn answer(message: &[u8]) -> Option<Bytes> {
     ))
 }
 
-/// Answers every request at once: a session's on its connection, a 2026-07-28 request's
-/// on its endpoint.
+/// Answers every request at once, on its endpoint.
 async fn serve(client: RelayClient) {
-    match client {
-        RelayClient::Connection(mut connection) => {
-            while let Some(Inbound::Message(message)) = connection.incoming.recv().await {
-                if let Some(answer) = answer(&message) {
-                    let _ = connection.outgoing.send(answer).await;
+    let (RelayClient::Endpoints(mut events) | RelayClient::Session(mut events)) = client else {
+        panic!("the front's relays have endpoints")
+    };
+    let mut endpoints = std::collections::HashMap::new();
+    while let Some(event) = events.recv().await {
+        match event {
+            EndpointEvent::Open { endpoint, to, .. } => drop(endpoints.insert(endpoint, to)),
+            EndpointEvent::Message {
+                endpoint,
+                inbound: Inbound::Message(message),
+            } => {
+                if let (Some(to), Some(answer)) = (endpoints.get(&endpoint), answer(&message)) {
+                    let _ = to.send(ToEndpoint::Answer(answer)).await;
                 }
             }
-        }
-        RelayClient::Endpoints(mut events) => {
-            let mut endpoints = std::collections::HashMap::new();
-            while let Some(event) = events.recv().await {
-                match event {
-                    EndpointEvent::Open { endpoint, to, .. } => drop(endpoints.insert(endpoint, to)),
-                    EndpointEvent::Message {
-                        endpoint,
-                        inbound: Inbound::Message(message),
-                    } => {
-                        if let (Some(to), Some(answer)) = (endpoints.get(&endpoint), answer(&message)) {
-                            let _ = to.send(ToEndpoint::Answer(answer)).await;
-                        }
-                    }
-                    EndpointEvent::Close { endpoint } => drop(endpoints.remove(&endpoint)),
-                    EndpointEvent::Message { .. } => {}
-                }
-            }
+            EndpointEvent::Close { endpoint } => drop(endpoints.remove(&endpoint)),
+            EndpointEvent::Message { .. } => {}
         }
     }
 }

@@ -61,12 +61,10 @@ async fn serve(mut connection: Connection) {
     }
 }
 
-/// A session's client side (this file's scripted servers serve sessions, but one).
+/// A session's client side as one connection (this file's scripted servers serve sessions,
+/// but one).
 fn session(client: Client) -> Connection {
-    match client {
-        Client::Connection(connection) => connection,
-        Client::Endpoints(_) => panic!("a session, not a 2026-07-28 relay"),
-    }
+    aml_test_support::relay::session_connection(client)
 }
 
 async fn front() -> String {

@@ -55,6 +55,7 @@ impl Machine {
             relay: Relay::new(tools, config),
             state: State {
                 standing: true,
+                one_client: true,
                 ..State::default()
             },
             now: Instant::now(),
@@ -62,11 +63,18 @@ impl Machine {
         }
     }
 
-    /// A session whose client side is endpoints only (2026-07-28 stateless HTTP).
+    /// A session whose client side is callers' endpoints only (2026-07-28 stateless HTTP).
     pub fn of_endpoints(tools: RelayTools, config: RelayConfig) -> Machine {
         let mut machine = Machine::new(tools, config);
         machine.state.standing = false;
+        machine.state.one_client = false;
         machine
+    }
+
+    /// A session whose client side is one client's endpoints (a Streamable HTTP session):
+    /// [`Sent::Client`] is what goes to its standing stream.
+    pub fn of_session(tools: RelayTools, config: RelayConfig) -> Machine {
+        Machine::new(tools, config)
     }
 
     fn run(&mut self, transition: impl FnOnce(&mut Step<'_>)) -> Vec<Sent> {

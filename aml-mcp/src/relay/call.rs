@@ -65,7 +65,8 @@ pub(crate) fn start_call(
     params: Option<Value>,
     trace: Option<TransportTrace>,
 ) {
-    let mut request = match check(step.endpoint, client_id.clone(), env, params) {
+    let ids = step.state.id_space(step.endpoint);
+    let mut request = match check(step.endpoint, ids, client_id.clone(), env, params) {
         Ok(request) => CallRequest { trace, ..request },
         Err(Checked::BadParams(why)) => {
             let message = format!("invalid params: {why}");
@@ -146,9 +147,11 @@ enum Checked {
     Refused(Refusal, String),
 }
 
-/// `params` is the strictly parsed params object; `env` gives its raw text.
+/// `params` is the strictly parsed params object; `env` gives its raw text. `ids` is the
+/// id space the request's id is in ([`super::machine::State::id_space`]).
 fn check(
     endpoint: EndpointId,
+    ids: EndpointId,
     client_id: Bytes,
     env: &Envelope<'_>,
     params: Option<Value>,
@@ -198,7 +201,7 @@ fn check(
         }
     }
     Ok(CallRequest {
-        flight: flight_key(endpoint, &client_id),
+        flight: flight_key(ids, &client_id),
         endpoint,
         client_id,
         name,

@@ -1,7 +1,8 @@
-//! A session's client side as endpoints (ADR 031): one standing connection (stdio, a
-//! Streamable HTTP session), or endpoints a front opens and closes as requests come and go
-//! (2026-07-28 stateless HTTP: one per POST). The relay renumbers every request's id, and an
-//! endpoint's progress tokens, in one map, so endpoints that pick the same ones never meet.
+//! A session's client side as endpoints (ADR 031, ADR 032): one standing connection
+//! (stdio), one client's streams (a Streamable HTTP session: one per POST, and a standing
+//! one), or callers' endpoints a front opens and closes as requests come and go (2026-07-28
+//! stateless HTTP: one per POST). The relay renumbers every request's id, and a caller's
+//! progress tokens, in one map, so callers that pick the same ones never meet.
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -45,8 +46,10 @@ pub enum EndpointEvent {
         /// The message.
         inbound: Inbound,
     },
-    /// The endpoint is gone (its answer was sent, or its client stopped waiting): what it
-    /// asked and was not answered is cancelled, as if its client had cancelled it.
+    /// The endpoint is gone (its answer was sent, or its client stopped waiting). Of
+    /// [`Client::Endpoints`], what it asked and was not answered is cancelled, as if its
+    /// client had cancelled it; of a [`Client::Session`], nothing is (its client may ask
+    /// again on another endpoint), and what answers it later is dropped.
     Close {
         /// The endpoint's name.
         endpoint: EndpointId,
@@ -62,6 +65,8 @@ pub enum EndpointEvent {
 /// assert!(matches!(Client::from(connection), Client::Connection(_)));
 /// let (_front, endpoints) = tokio::sync::mpsc::channel::<EndpointEvent>(8);
 /// let _stateless = Client::Endpoints(endpoints);
+/// let (_front, streams) = tokio::sync::mpsc::channel::<EndpointEvent>(8);
+/// let _session = Client::Session(streams);
 /// ```
 #[derive(Debug)]
 pub enum Client {
@@ -73,6 +78,14 @@ pub enum Client {
     /// a server's request to the client is refused at once (no endpoint can answer it). The
     /// client has gone when the channel ends (every sender dropped).
     Endpoints(mpsc::Receiver<EndpointEvent>),
+    /// One client's endpoints, opened and closed by a front (a Streamable HTTP session:
+    /// one per POST that carries requests). They share the client's request ids (one in
+    /// flight on any of them is refused on all) and its progress tokens. Endpoint
+    /// [`STANDING`] is the client's standing stream, if the front opens it: a server's
+    /// request, and what is tied to no request, go to the newest open endpoint that takes
+    /// notifications, else to it. A closed endpoint cancels nothing. The client has gone
+    /// when the channel ends.
+    Session(mpsc::Receiver<EndpointEvent>),
 }
 
 impl From<Connection> for Client {
@@ -81,8 +94,8 @@ impl From<Connection> for Client {
     }
 }
 
-/// The standing connection's endpoint.
-pub(crate) const STANDING: EndpointId = 0;
+/// The standing connection's endpoint (of a [`Client::Session`], its standing stream).
+pub const STANDING: EndpointId = 0;
 
 /// Where a request of endpoint `endpoint` is kept while in flight, by its id's key text:
 /// the standing connection's keys are the ids' key texts ([`super::jsonrpc::key_text`],

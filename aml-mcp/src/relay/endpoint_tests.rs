@@ -163,3 +163,86 @@ fn a_gated_call_is_kept_by_its_endpoint_and_a_bad_message_answered_there() {
     };
     assert_eq!(answer["error"]["code"], jsonrpc::PARSE_ERROR);
 }
+
+fn session() -> Machine {
+    Machine::of_session(tools().0, RelayConfig::default())
+}
+
+/// One client's endpoints (a Streamable HTTP session, ADR 032): its ids are one space, its
+/// progress tokens go up as it chose them, and a closed endpoint cancels nothing.
+#[test]
+fn one_clients_endpoints_share_its_ids_and_keep_its_tokens() {
+    let mut m = session();
+    m.open(1, true);
+    m.open(2, true);
+    let up = from(&mut m, 1, with_token(json!(5), "prompts/get", json!("t"))).upstream[0].clone();
+    assert_eq!(
+        up["params"]["_meta"]["progressToken"], "t",
+        "the client's own token"
+    );
+    let twice = from(&mut m, 2, request(json!(5), "prompts/get"));
+    let [(2, true, refused)] = &twice.endpoints[..] else {
+        panic!(
+            "the same id on another endpoint is refused there: {:?}",
+            twice.endpoints
+        )
+    };
+    assert_eq!(refused["error"]["code"], jsonrpc::INVALID_REQUEST);
+    assert!(twice.upstream.is_empty());
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                      "params": {"progressToken": "t", "progress": 1}});
+    let sent = m.server_says(note.clone());
+    assert_eq!(sent.endpoints, [(1, false, note.clone())]);
+    // A cancellation may come on any endpoint (or the standing one): the id is the client's.
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}});
+    let cancelled = by(m.client(msg(cancel)));
+    assert_eq!(cancelled.upstream[0]["params"]["requestId"], up["id"]);
+    assert_eq!(m.in_flight(), 0);
+
+    // An endpoint closed before its answer cancels nothing: the client may still be told.
+    let up = from(&mut m, 2, request(json!(6), "resources/read")).upstream[0].clone();
+    assert!(by(m.endpoint(EndpointEvent::Close { endpoint: 2 }))
+        .upstream
+        .is_empty());
+    assert_eq!(m.in_flight(), 1);
+    let late = m.server_says(json!({"jsonrpc": "2.0", "id": up["id"], "result": {}}));
+    assert!(
+        late.endpoints.is_empty() && late.client.is_empty(),
+        "nobody waits on it"
+    );
+    assert_eq!(m.in_flight(), 0);
+}
+
+/// What is tied to no request goes to the client's newest open stream, else its standing
+/// one; so does progress for a request whose endpoint takes no notifications.
+#[test]
+fn one_client_reads_what_belongs_to_no_request_on_its_newest_stream() {
+    let mut m = session();
+    let loose = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {}});
+    let to_standing = m.server_says(loose.clone()).client;
+    assert_eq!(
+        to_standing,
+        std::slice::from_ref(&loose),
+        "no stream: the standing one"
+    );
+    m.open(3, true);
+    m.open(4, false);
+    m.open(5, true);
+    assert_eq!(
+        m.server_says(loose.clone()).endpoints,
+        [(5, false, loose.clone())]
+    );
+    let asked = json!({"jsonrpc": "2.0", "id": "srv-1", "method": "roots/list"});
+    let sent = m.server_says(asked.clone());
+    assert_eq!(
+        sent.endpoints,
+        [(5, false, asked)],
+        "a server's request, as a message"
+    );
+    from(&mut m, 4, with_token(json!(1), "prompts/get", json!(77)));
+    let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                          "params": {"progressToken": 77, "progress": 1}});
+    assert_eq!(m.server_says(progress.clone()).endpoints, [(5, false, progress)]);
+    m.endpoint(EndpointEvent::Close { endpoint: 5 });
+    assert_eq!(m.server_says(loose.clone()).endpoints, [(3, false, loose)]);
+}

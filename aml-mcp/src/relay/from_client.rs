@@ -95,7 +95,7 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
             let taken = step
                 .state
                 .flights
-                .contains_key(&flight_key(step.endpoint, &client_id));
+                .contains_key(&flight_key(step.state.id_space(step.endpoint), &client_id));
             if taken {
                 // Two requests under one id could not be told apart (their answers, a
                 // cancellation), and the in-flight limit counts ids.
@@ -201,10 +201,12 @@ fn answer_batch(step: &mut Step<'_>, items: &[Value]) {
 const TOKEN_PREFIX: &str = "aml-progress-";
 
 /// A request from an endpoint other than the standing connection, with its progress token
-/// (`params._meta.progressToken`) replaced by one of the relay's, mapped back on each
-/// `notifications/progress`: endpoints share one server, so their tokens could collide.
-/// Only an open endpoint's: its close forgets the mapping, and what answers an endpoint
-/// never opened goes nowhere, so a mapping for one would only be kept forever.
+/// (`params._meta.progressToken`) noted, so that each `notifications/progress` for it goes
+/// to that endpoint. A caller's token is replaced by one of the relay's, and put back on
+/// each notification: callers share one server, so their tokens could collide (one client's
+/// are its own to keep apart). Only an open endpoint's: its close forgets the mapping, and
+/// what answers an endpoint never opened goes nowhere, so a mapping for one would only be
+/// kept forever.
 fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
     if step.endpoint == STANDING || !step.state.endpoints.contains_key(&step.endpoint) {
         return bytes;
@@ -220,6 +222,11 @@ fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
     let Some((range, client_token)) = token else {
         return bytes;
     };
+    if step.state.one_client {
+        let key = jsonrpc::key_text(&client_token);
+        step.state.tokens.insert(key, (step.endpoint, client_token));
+        return bytes;
+    }
     let ours = format!("\"{TOKEN_PREFIX}{}\"", step.relay.next_id());
     let rewritten = splice(&bytes, &mut [(range, ours.as_bytes())]);
     step.state.tokens.insert(ours, (step.endpoint, client_token));
@@ -239,7 +246,7 @@ fn forward(
     method: &str,
     limit: Option<Duration>,
 ) {
-    let key = flight_key(step.endpoint, &client_id);
+    let key = flight_key(step.state.id_space(step.endpoint), &client_id);
     let state = &mut *step.state;
     let upstream_id = step.relay.next_id();
     let deadline = limit.map(|limit| (step.now + limit, limit));
@@ -305,7 +312,7 @@ fn cancel(step: &mut Step<'_>, message: &[u8], env: &Envelope<'_>) {
     let Some(request_id) = Members::parse(params).ok().and_then(|m| m.get("requestId")) else {
         return;
     };
-    let key = flight_key(step.endpoint, request_id.get().as_bytes());
+    let key = flight_key(step.state.id_space(step.endpoint), request_id.get().as_bytes());
     if !step.state.flights.contains_key(&key) {
         tracing::debug!(target: "aml_mcp::relay", "a cancellation for no request in flight was dropped");
         return;

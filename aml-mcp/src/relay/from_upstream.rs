@@ -81,7 +81,7 @@ pub(super) fn on_upstream(step: &mut Step<'_>, inbound: Inbound) {
                     step.upstream(error_response(Some(id.get().as_bytes()), -32601, &message, None));
                 }
                 _ if expect_client_answer(relay, step.state, id.get().as_bytes()) => {
-                    step.answer_at(STANDING, bytes.clone())
+                    step.notify(STANDING, bytes.clone())
                 }
                 _ => {
                     let message = format!(

@@ -93,6 +93,10 @@ pub(crate) struct State {
     pub(crate) deadlines: BTreeSet<(Instant, u64)>,
     /// Whether the client side has a standing connection (else only [`State::endpoints`]).
     pub(crate) standing: bool,
+    /// Whether every endpoint belongs to one client (a standing connection, a Streamable
+    /// HTTP session): they share its request ids and its progress tokens, and what is tied
+    /// to no request goes to its newest stream.
+    pub(crate) one_client: bool,
     /// The endpoints open besides the standing connection.
     pub(crate) endpoints: HashMap<EndpointId, Endpoint>,
     /// The progress tokens the relay gave endpoints' requests (as key text), with the
@@ -108,6 +112,32 @@ pub(crate) struct Endpoint {
 }
 
 impl State {
+    /// The endpoint whose id space `endpoint`'s request ids are in: the standing
+    /// connection's for one client's endpoints, its own for a caller's.
+    pub(crate) fn id_space(&self, endpoint: EndpointId) -> EndpointId {
+        if self.one_client {
+            STANDING
+        } else {
+            endpoint
+        }
+    }
+
+    /// Whether `endpoint` is open and takes notifications.
+    fn streams(&self, endpoint: EndpointId) -> bool {
+        self.endpoints.get(&endpoint).is_some_and(|e| e.stream)
+    }
+
+    /// Where one client's message tied to no request goes: its newest open stream other
+    /// than the standing one (a Streamable HTTP POST's, as the client still reads it), else
+    /// the standing connection.
+    fn loose_target(&self) -> EndpointId {
+        let newest = self
+            .endpoints
+            .iter()
+            .filter(|(id, e)| **id != STANDING && e.stream);
+        newest.map(|(id, _)| *id).max().unwrap_or(STANDING)
+    }
+
     /// Takes what waits for `upstream_id`'s answer, with its time limit.
     pub(crate) fn take_pending(&mut self, upstream_id: u64) -> Option<Pending> {
         let waiting = self.pending.remove(&upstream_id)?;
@@ -175,10 +205,10 @@ impl State {
 
 /// What the engine does for a session, in the order a transition returns it.
 pub(crate) enum Out {
-    /// An answer (or a server's request) for a client endpoint: never dropped while the
-    /// endpoint is open.
+    /// An answer for a client endpoint: never dropped while the endpoint is open.
     Client(EndpointId, Bytes),
-    /// A notification for a client endpoint: dropped when the endpoint cannot take it.
+    /// A notification (or a server's request) for a client endpoint: dropped when an
+    /// endpoint other than the standing connection cannot take it.
     Notify(EndpointId, Bytes),
     /// A message for the server.
     Upstream(Bytes),
@@ -296,14 +326,21 @@ impl<'a> Step<'a> {
         self.answer_at(endpoint, error_response(Some(id), code, message, None));
     }
 
-    /// A notification for `endpoint` (the standing connection's, for one tied to no
-    /// request).
+    /// A notification (or a server's request) for `endpoint` (the standing connection's,
+    /// for one tied to no request).
     pub(crate) fn notify(&mut self, endpoint: EndpointId, message: Bytes) {
-        let streams = |e: &Endpoint| e.stream;
-        if endpoint != STANDING && !self.state.endpoints.get(&endpoint).is_some_and(streams) {
+        let state = &*self.state;
+        let endpoint = match endpoint {
+            // One client reads what is tied to no request (or to a request whose endpoint
+            // takes no notifications) on its newest stream.
+            _ if state.one_client && (endpoint == STANDING || !state.streams(endpoint)) => {
+                state.loose_target()
+            }
             // A JSON answer has no room for notifications; a closed endpoint none at all.
-            return;
-        }
+            STANDING => STANDING,
+            _ if !state.streams(endpoint) => return,
+            _ => endpoint,
+        };
         self.out.push(Out::Notify(endpoint, message));
     }
 
@@ -454,11 +491,15 @@ impl<'a> Step<'a> {
         self.state.endpoints.insert(endpoint, Endpoint { to, stream });
     }
 
-    /// An endpoint closed: each of its requests still in flight is cancelled as if its
-    /// client had cancelled it, and its progress tokens are forgotten.
+    /// An endpoint closed: its progress tokens are forgotten, and a caller's requests still
+    /// in flight are cancelled as if its client had cancelled them (one client's stay: a
+    /// Streamable HTTP session's client may resume the stream, or ask on another).
     pub(crate) fn endpoint_closed(&mut self, endpoint: EndpointId) {
         self.state.endpoints.remove(&endpoint);
         self.state.tokens.retain(|_, (of, _)| *of != endpoint);
+        if self.state.one_client {
+            return;
+        }
         let prefix = flight_prefix(endpoint);
         let open: Vec<String> = self
             .state

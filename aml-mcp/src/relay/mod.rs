@@ -52,7 +52,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 pub use deferred::DeferredSink;
-pub use endpoint::{Client, EndpointEvent, EndpointId, ToEndpoint};
+pub use endpoint::{Client, EndpointEvent, EndpointId, ToEndpoint, STANDING};
 pub use frame::{Inbound, TransportTrace};
 pub use jsonrpc::{
     INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, REFUSED_BY_HOST, UPSTREAM_GONE, UPSTREAM_TIMEOUT,

@@ -264,18 +264,12 @@ impl Engine {
 /// answer waits for room on a task of its own, and a notification it has no room for is
 /// dropped (the transition sent it only to an endpoint that takes notifications).
 async fn deliver(session: &Session, state: &State, endpoint: EndpointId, message: ToEndpoint) {
-    if endpoint == STANDING {
+    if let (STANDING, Some(to_client)) = (endpoint, &session.to_client) {
         let (ToEndpoint::Answer(bytes) | ToEndpoint::Notification(bytes)) = message;
-        match &session.to_client {
-            Some(to_client) => drop(to_client.send(bytes).await),
-            None => {
-                tracing::debug!(target: "aml_mcp::relay", "a server message tied to no client endpoint; dropped (no stream carries it)")
-            }
-        }
-        return;
+        return drop(to_client.send(bytes).await);
     }
     let Some(open) = state.endpoints.get(&endpoint) else {
-        tracing::debug!(target: "aml_mcp::relay", endpoint, "a message for an endpoint that has closed; dropped");
+        tracing::debug!(target: "aml_mcp::relay", endpoint, "a message for an endpoint that is not open; dropped (no stream carries it)");
         return;
     };
     match message {
@@ -328,11 +322,12 @@ pub async fn run(
     upstream: Upstream,
     early: Vec<Inbound>,
 ) -> RelayEnd {
-    let (mut from_client, to_client) = match client.into() {
+    let (mut from_client, to_client, one_client) = match client.into() {
         Client::Connection(Connection { incoming, outgoing }) => {
-            (ClientInput::Standing(incoming), Some(outgoing))
+            (ClientInput::Standing(incoming), Some(outgoing), true)
         }
-        Client::Endpoints(events) => (ClientInput::Endpoints(events), None),
+        Client::Session(events) => (ClientInput::Endpoints(events), None, true),
+        Client::Endpoints(events) => (ClientInput::Endpoints(events), None, false),
     };
     let Upstream {
         connection:
@@ -353,7 +348,8 @@ pub async fn run(
     let mut engine = Engine {
         session: Arc::clone(&session),
         state: State {
-            standing: session.to_client.is_some(),
+            standing: one_client,
+            one_client,
             ..State::default()
         },
         out: Vec::new(),

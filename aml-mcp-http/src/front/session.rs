@@ -3,7 +3,7 @@
 //! stream sent, for resumption, and the messages kept until a GET stream opens. The relay
 //! addresses every message, so nothing here reads one to route it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use aml_mcp::relay::{EndpointEvent, EndpointId, ToEndpoint, TransportTrace, STANDING};
@@ -48,7 +48,7 @@ pub(crate) struct Session {
 #[derive(Debug)]
 struct State {
     /// By endpoint (the GET stream is not one: it takes what goes to [`STANDING`]).
-    streams: HashMap<u64, Stream>,
+    streams: BTreeMap<u64, Stream>,
     /// The standalone (GET) stream, if one was opened.
     get_stream: Option<u64>,
     /// Server messages no stream could take, for the next GET stream.
@@ -154,7 +154,7 @@ impl Session {
             client,
             to_relay: Mutex::new(Some(to_relay)),
             state: Mutex::new(State {
-                streams: HashMap::new(),
+                streams: BTreeMap::new(),
                 get_stream: None,
                 unrouted: VecDeque::new(),
                 finished: VecDeque::new(),
@@ -486,13 +486,12 @@ impl Session {
     fn answer_owed(&self, number: Option<EndpointId>, code: i64, why: &str) {
         let owed: Vec<(u64, String)> = {
             let state = self.state();
-            let streams = state
-                .streams
-                .iter()
-                .filter(|(n, _)| number.is_none_or(|x| x == **n));
-            streams
-                .flat_map(|(n, s)| s.owed.iter().map(|id| (*n, id.clone())))
-                .collect()
+            let owes = |(n, s): (&u64, &Stream)| s.owed.iter().map(|id| (*n, id.clone())).collect::<Vec<_>>();
+            match number {
+                // Most often the stream has had its answers, or is gone.
+                Some(n) => state.streams.get_key_value(&n).map(owes).unwrap_or_default(),
+                None => state.streams.iter().flat_map(owes).collect(),
+            }
         };
         for (n, id) in owed {
             self.answer(n, &message::error(Some(&id), code, why));

@@ -164,6 +164,10 @@ fn a_gated_call_is_kept_by_its_endpoint_and_a_bad_message_answered_there() {
     assert_eq!(answer["error"]["code"], jsonrpc::PARSE_ERROR);
 }
 
+fn msg_raw(text: &'static str) -> Inbound {
+    Inbound::Message(Bytes::from_static(text.as_bytes()))
+}
+
 fn session() -> Machine {
     Machine::of_session(tools().0, RelayConfig::default())
 }
@@ -211,6 +215,18 @@ fn one_clients_endpoints_share_its_ids_and_keep_its_tokens() {
         "nobody waits on it"
     );
     assert_eq!(m.in_flight(), 0);
+
+    // A token is noted however it is spelled, and its progress goes on as the server wrote it.
+    let escaped =
+        r#"{"jsonrpc":"2.0","id":7,"method":"prompts/get","params":{"_meta":{"progressToken":"\u0074x"}}}"#;
+    let inbound = msg_raw(escaped);
+    m.endpoint(EndpointEvent::Message { endpoint: 1, inbound });
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t\u0078"}}"#;
+    let sent = m.server(msg_raw(note));
+    assert_eq!(
+        sent,
+        [Sent::Endpoint(1, ToEndpoint::Notification(Bytes::from(note)))]
+    );
 }
 
 /// What is tied to no request goes to the client's newest open stream, else its standing

@@ -102,6 +102,7 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                 let message = "invalid request: a request with this id is still in flight; use a new id";
                 return step.answer_error(Some(&client_id), jsonrpc::INVALID_REQUEST, message);
             }
+            note_token(step, &message);
             if method == "tools/call" {
                 match gone {
                     Some(reason) => {
@@ -200,15 +201,39 @@ fn answer_batch(step: &mut Step<'_>, items: &[Value]) {
 /// The prefix of the progress tokens the relay gives endpoints' requests.
 const TOKEN_PREFIX: &str = "aml-progress-";
 
-/// A request from an endpoint other than the standing connection, with its progress token
-/// (`params._meta.progressToken`) noted, so that each `notifications/progress` for it goes
-/// to that endpoint. A caller's token is replaced by one of the relay's, and put back on
-/// each notification: callers share one server, so their tokens could collide (one client's
-/// are its own to keep apart). Only an open endpoint's: its close forgets the mapping, and
-/// what answers an endpoint never opened goes nowhere, so a mapping for one would only be
-/// kept forever.
+/// Whether the message being handled comes from an open endpoint other than the standing
+/// connection: only such a request's progress token is mapped (its close forgets the
+/// mapping; what answers an endpoint never opened goes nowhere, so a mapping for one would
+/// only be kept forever).
+fn from_open_endpoint(step: &Step<'_>) -> bool {
+    step.endpoint != STANDING && step.state.endpoints.contains_key(&step.endpoint)
+}
+
+/// Notes one client's request's progress token (`params._meta.progressToken`), read from
+/// its strict parse, so that each `notifications/progress` for it goes to its endpoint. A
+/// token whose text the parse would not keep (an integer past 64 bits) is not noted: its
+/// progress goes where what belongs to no request goes.
+fn note_token(step: &mut Step<'_>, message: &serde_json::Map<String, Value>) {
+    if !step.state.one_client || !from_open_endpoint(step) {
+        return;
+    }
+    let meta = message.get("params").and_then(|p| p.get("_meta"));
+    let token = match meta.and_then(|m| m.get("progressToken")) {
+        Some(token @ Value::String(_)) => token,
+        Some(token @ Value::Number(n)) if n.is_i64() || n.is_u64() => token,
+        _ => return,
+    };
+    // Its progress goes on as the server writes it: nothing to put back.
+    let kept = (step.endpoint, Bytes::new());
+    step.state.tokens.insert(token.to_string(), kept);
+}
+
+/// A caller's request, with its progress token (`params._meta.progressToken`) replaced by
+/// one of the relay's, mapped back on each `notifications/progress` to the caller's
+/// endpoint with the caller's token: callers share one server, so their tokens could
+/// collide.
 fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
-    if step.endpoint == STANDING || !step.state.endpoints.contains_key(&step.endpoint) {
+    if step.state.one_client || !from_open_endpoint(step) {
         return bytes;
     }
     let token = Envelope::parse(&bytes).ok().and_then(|env| {
@@ -222,11 +247,6 @@ fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
     let Some((range, client_token)) = token else {
         return bytes;
     };
-    if step.state.one_client {
-        let key = jsonrpc::key_text(&client_token);
-        step.state.tokens.insert(key, (step.endpoint, client_token));
-        return bytes;
-    }
     let ours = format!("\"{TOKEN_PREFIX}{}\"", step.relay.next_id());
     let rewritten = splice(&bytes, &mut [(range, ours.as_bytes())]);
     step.state.tokens.insert(ours, (step.endpoint, client_token));

@@ -113,7 +113,7 @@ pub(super) fn on_upstream(step: &mut Step<'_>, inbound: Inbound) {
                 subscription_for_client(step.state, &bytes, env.params)
             };
             match routed {
-                Some((endpoint, renamed)) => step.notify(endpoint, Bytes::from(renamed)),
+                Some((endpoint, renamed)) => step.notify(endpoint, renamed),
                 None => step.notify(STANDING, bytes.clone()),
             }
         }
@@ -132,7 +132,7 @@ fn subscription_for_client(
     state: &State,
     message: &[u8],
     params: Option<&RawValue>,
-) -> Option<(EndpointId, Vec<u8>)> {
+) -> Option<(EndpointId, Bytes)> {
     let meta = Members::parse(params?).ok()?.get("_meta")?;
     let id = Members::parse(meta).ok()?.get(SUBSCRIPTION_ID_META)?;
     let upstream_id: u64 = id.get().parse().ok()?;
@@ -145,28 +145,28 @@ fn subscription_for_client(
         }) => (*endpoint, client_id),
         _ => return None,
     };
-    Some((
-        endpoint,
-        splice(message, &mut [(range_in(message, id), &client_id[..])]),
-    ))
+    let renamed = splice(message, &mut [(range_in(message, id), &client_id[..])]);
+    Some((endpoint, Bytes::from(renamed)))
 }
 
-/// A `notifications/progress` whose token the relay gave an endpoint's request: that
-/// endpoint, and the notification with the client's own token in its place.
+/// A `notifications/progress` for an endpoint's request: that endpoint, and the
+/// notification with a caller's own token in the place of the relay's (one client's token
+/// went up as it was).
 fn progress_for_endpoint(
     state: &State,
-    message: &[u8],
+    message: &Bytes,
     params: Option<&RawValue>,
-) -> Option<(EndpointId, Vec<u8>)> {
+) -> Option<(EndpointId, Bytes)> {
     if state.tokens.is_empty() {
         return None;
     }
     let token = Members::parse(params?).ok()?.get("progressToken")?;
     let (endpoint, client_token) = state.tokens.get(&key_text(token.get().as_bytes()))?;
-    Some((
-        *endpoint,
-        splice(message, &mut [(range_in(message, token), &client_token[..])]),
-    ))
+    if state.one_client {
+        return Some((*endpoint, message.clone()));
+    }
+    let renamed = splice(message, &mut [(range_in(message, token), &client_token[..])]);
+    Some((*endpoint, Bytes::from(renamed)))
 }
 
 /// The upstream repeats what it is sent: it is not an MCP server. Whoever waits is told.

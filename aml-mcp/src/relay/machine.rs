@@ -5,7 +5,7 @@
 //! here awaits, so every transition can be driven (and tested) without a runtime. A call's
 //! future holds no state: what it needs of the session it asks for ([`CallEvent`]).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -97,10 +97,12 @@ pub(crate) struct State {
     /// HTTP session): they share its request ids and its progress tokens, and what is tied
     /// to no request goes to its newest stream.
     pub(crate) one_client: bool,
-    /// The endpoints open besides the standing connection.
-    pub(crate) endpoints: HashMap<EndpointId, Endpoint>,
-    /// The progress tokens the relay gave endpoints' requests (as key text), with the
-    /// endpoint and the token the client chose (raw text).
+    /// The endpoints open besides the standing connection (few, by a front's numbers: in
+    /// order, so the newest is the last).
+    pub(crate) endpoints: BTreeMap<EndpointId, Endpoint>,
+    /// The progress tokens of endpoints' requests (as key text): the relay's own for a
+    /// caller's request, with the endpoint and the token the caller chose (raw text); one
+    /// client's own, with its endpoint.
     pub(crate) tokens: HashMap<String, (EndpointId, Bytes)>,
 }
 
@@ -131,11 +133,9 @@ impl State {
     /// than the standing one (a Streamable HTTP POST's, as the client still reads it), else
     /// the standing connection.
     fn loose_target(&self) -> EndpointId {
-        let newest = self
-            .endpoints
-            .iter()
-            .filter(|(id, e)| **id != STANDING && e.stream);
-        newest.map(|(id, _)| *id).max().unwrap_or(STANDING)
+        let mut newest_first = self.endpoints.iter().rev();
+        let streaming = newest_first.find(|(id, e)| **id != STANDING && e.stream);
+        streaming.map_or(STANDING, |(id, _)| *id)
     }
 
     /// Takes what waits for `upstream_id`'s answer, with its time limit.

@@ -308,7 +308,24 @@ impl ClientInput {
             ClientInput::Endpoints(events) => events.recv().await,
         }
     }
+
+    /// The next event if one is ready.
+    fn try_recv(&mut self) -> Option<EndpointEvent> {
+        match self {
+            ClientInput::Standing(incoming) => {
+                incoming.try_recv().ok().map(|inbound| EndpointEvent::Message {
+                    endpoint: STANDING,
+                    inbound,
+                })
+            }
+            ClientInput::Endpoints(events) => events.try_recv().ok(),
+        }
+    }
 }
+
+/// Client events taken in one turn of the engine when they are ready together (an
+/// endpoint's opening and its message).
+const CLIENT_BURST: usize = 16;
 
 /// Runs one client session against `upstream` until the client goes away (calls in flight
 /// then get up to [`RelayConfig::drain_timeout`] to finish) or the upstream is gone (the
@@ -396,7 +413,21 @@ pub async fn run(
                     session.left.send_replace(true);
                     break;
                 }
-                Some(event) => engine.step(|step| on_client_event(step, event)),
+                Some(event) => {
+                    let mut fatal = engine.step(|step| on_client_event(step, event));
+                    for _ in 1..CLIENT_BURST {
+                        // Only past events that sent nothing (an opening, a notification
+                        // dropped): what was sent, and a call started, go out first, as one
+                        // event at a time would have it (a cancellation finds its call).
+                        let room = !engine.state.full(&session.relay.config) && !session.client_closed();
+                        if !room || fatal.is_some() || !engine.out.is_empty() {
+                            break;
+                        }
+                        let Some(event) = from_client.try_recv() else { break };
+                        fatal = engine.step(|step| on_client_event(step, event));
+                    }
+                    fatal
+                }
                 None => {
                     session.left.send_replace(true);
                     break;

@@ -85,6 +85,15 @@ fn an_endpoint_that_closes_before_its_answer_cancels_its_request_upstream() {
     idless.as_object_mut().unwrap().remove("id");
     from(&mut m, 9, idless);
     assert_eq!(m.mapped_tokens(), 1);
+    // A token MCP does not allow (not a string or a number) goes up as it is, unmapped.
+    m.open(5, true);
+    for odd in [json!({"a": 1}), json!(null), json!(true), json!([1])] {
+        let asked = with_token(json!(odd.to_string()), "resources/read", odd.clone());
+        let up = from(&mut m, 5, asked).upstream[0].clone();
+        assert_eq!(up["params"]["_meta"]["progressToken"], odd);
+    }
+    assert_eq!(m.mapped_tokens(), 1);
+    m.endpoint(EndpointEvent::Close { endpoint: 5 });
     let closed = by(m.endpoint(EndpointEvent::Close { endpoint: 3 }));
     let [cancel] = &closed.upstream[..] else {
         panic!("one cancellation: {:?}", closed.upstream)

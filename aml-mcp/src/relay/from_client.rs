@@ -228,10 +228,10 @@ fn note_token(step: &mut Step<'_>, message: &serde_json::Map<String, Value>) {
     step.state.tokens.insert(token.to_string(), kept);
 }
 
-/// A caller's request, with its progress token (`params._meta.progressToken`) replaced by
-/// one of the relay's, mapped back on each `notifications/progress` to the caller's
-/// endpoint with the caller's token: callers share one server, so their tokens could
-/// collide.
+/// A caller's request, with its progress token (`params._meta.progressToken`, a string or a
+/// number) replaced by one of the relay's, mapped back on each `notifications/progress` to
+/// the caller's endpoint with the caller's token: callers share one server, so their
+/// tokens could collide.
 fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
     if step.state.one_client || !from_open_endpoint(step) {
         return bytes;
@@ -239,6 +239,9 @@ fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
     let token = Envelope::parse(&bytes).ok().and_then(|env| {
         let meta = Members::parse(env.params?).ok()?.get("_meta")?;
         let token = Members::parse(meta).ok()?.get("progressToken")?;
+        // MCP's tokens are strings and numbers; anything else goes up as it is, unmapped.
+        let kind = token.get().as_bytes()[0];
+        (kind == b'"' || kind == b'-' || kind.is_ascii_digit()).then_some(())?;
         Some((
             range_in(&bytes, token),
             Bytes::copy_from_slice(token.get().as_bytes()),

@@ -111,6 +111,8 @@ pub(crate) struct Endpoint {
     pub(crate) to: tokio::sync::mpsc::Sender<ToEndpoint>,
     /// Whether it takes notifications besides its answer.
     pub(crate) stream: bool,
+    /// Whether a notification for it was dropped (the operator is told once per endpoint).
+    pub(crate) dropped: std::sync::atomic::AtomicBool,
 }
 
 impl State {
@@ -488,7 +490,10 @@ impl<'a> Step<'a> {
         to: tokio::sync::mpsc::Sender<ToEndpoint>,
         stream: bool,
     ) {
-        self.state.endpoints.insert(endpoint, Endpoint { to, stream });
+        let dropped = Default::default();
+        self.state
+            .endpoints
+            .insert(endpoint, Endpoint { to, stream, dropped });
     }
 
     /// An endpoint closed: its progress tokens are forgotten, and a caller's requests still

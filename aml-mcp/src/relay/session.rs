@@ -283,7 +283,12 @@ async fn deliver(session: &Session, state: &State, endpoint: EndpointId, message
         },
         ToEndpoint::Notification(_) => {
             if open.to.try_send(message).is_err() {
-                tracing::debug!(target: "aml_mcp::relay", endpoint, "an endpoint is not reading its stream; a notification was dropped");
+                if open.dropped.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::debug!(target: "aml_mcp::relay", endpoint, "a notification was dropped");
+                } else {
+                    tracing::warn!(target: "aml_mcp::relay", endpoint,
+                                   "a client endpoint is not reading its stream: its notifications (progress, for one) are dropped until it does; its answer is not");
+                }
             }
         }
     }

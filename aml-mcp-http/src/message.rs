@@ -86,6 +86,16 @@ impl Peek {
         optional_string(result.get("protocolVersion"))?
     }
 
+    /// The id (keyed as [`Peek::id`]) of the request a `notifications/cancelled` cancels;
+    /// `None` for another message.
+    pub(crate) fn cancelled_request(message: &[u8]) -> Option<String> {
+        let top = Envelope::parse(message).ok()?;
+        if top.method.as_deref() != Some("notifications/cancelled") {
+            return None;
+        }
+        id_key(Members::parse(top.params?).ok()?.get("requestId")?)
+    }
+
     /// A request: a method and an id.
     pub(crate) fn is_request(&self) -> bool {
         self.method.is_some() && self.id.is_some()
@@ -202,6 +212,16 @@ mod tests {
         assert!(Peek::of(br#"{"id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#).is_none());
         assert!(Peek::of(br#"{"id":1,"method":7}"#).is_none());
         assert!(Peek::of(br#"{"id":1,"method":"m","params":{"_meta":{"a":1,"a":2}}}"#).is_none());
+        let cancel = br#"{"method":"notifications/cancelled","params":{"requestId":"\u0061"}}"#;
+        assert_eq!(Peek::cancelled_request(cancel).as_deref(), Some("\"a\""));
+        assert_eq!(
+            Peek::cancelled_request(br#"{"method":"notifications/cancelled","params":{}}"#),
+            None
+        );
+        assert_eq!(
+            Peek::cancelled_request(br#"{"method":"n","params":{"requestId":1}}"#),
+            None
+        );
         let call = Peek::of(br#"{"id":1,"method":"tools/call","params":{"name":"t"}}"#).unwrap();
         assert_eq!(call.tool.as_deref(), Some("t"));
 

@@ -178,6 +178,36 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         &call(5, "echo", json!({"message": "third"})),
     );
     assert_eq!(reply.json()["result"]["content"][0]["text"], "Echo: third");
+    // A call the client cancels gets no answer (MCP): its POST ends at once (202, nothing
+    // to answer), long before the tool would, and its place is free for the next call.
+    let long = call(
+        18,
+        "trigger-long-running-operation",
+        json!({"duration": 20, "steps": 4}),
+    );
+    let mut cancelled = send(addr, "POST", &in_one, &long);
+    aml_test_support::wait_until(
+        "the call to be cancelled to reach the server",
+        Duration::from_secs(10),
+        || reached(&dir).contains("\"duration\":20").then_some(()),
+    );
+    let cancelling = std::time::Instant::now();
+    let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":18}}"#;
+    assert_eq!(request(addr, "POST", &in_one, cancel).status, 202);
+    let mut ended = String::new();
+    cancelled.read_to_string(&mut ended).unwrap();
+    assert!(ended.starts_with("HTTP/1.1 202"), "{ended}");
+    assert!(cancelling.elapsed() < Duration::from_secs(10));
+    let reply = request(
+        addr,
+        "POST",
+        &in_one,
+        &call(19, "echo", json!({"message": "after a cancel"})),
+    );
+    assert_eq!(
+        reply.json()["result"]["content"][0]["text"],
+        "Echo: after a cancel"
+    );
 
     // Malformed: each a 4xx with a JSON-RPC error.
     let cases: [Case<'_>; 5] = [

@@ -284,15 +284,21 @@ async fn post_in_session(
         }
     };
     let asks: Vec<bool> = peeks.iter().map(Peek::is_request).collect();
+    // Requests the client cancels: no answer comes for them (MCP), so no POST waits for one.
+    let cancels: Vec<String> = peeks
+        .iter()
+        .zip(&messages)
+        .filter(|(p, _)| p.method.as_deref() == Some("notifications/cancelled"))
+        .filter_map(|(_, m)| Peek::cancelled_request(m))
+        .collect();
     let requests: Vec<Peek> = peeks.into_iter().filter(Peek::is_request).collect();
     if requests.is_empty() {
         let messages = messages.into_iter().map(|m| (STANDING, m)).collect();
         if !session.send(None, messages, trace.as_ref()).await {
             return refuse(StatusCode::NOT_FOUND, None, "the session has ended");
         }
-        let mut reply = Response::new(Body::empty());
-        *reply.status_mut() = StatusCode::ACCEPTED;
-        return reply;
+        cancels.iter().for_each(|id| session.cancelled(id));
+        return accepted();
     }
     let first = requests[0].id.clone();
     if !wants_sse && !wants_json {
@@ -335,8 +341,13 @@ async fn post_in_session(
     if !session.send(Some(open), messages, trace.as_ref()).await {
         return refuse(StatusCode::NOT_FOUND, first.as_deref(), "the session has ended");
     }
+    cancels.iter().for_each(|id| session.cancelled(id));
     if as_json {
         let answer = collect(rx, batch).await;
+        if answer.is_empty() {
+            // Every request of it was cancelled: nothing to answer.
+            return accepted();
+        }
         let refused =
             initialize && first.as_deref().and_then(|init| handshake_failed(&answer, init)) == Some(true);
         let mut reply = json_reply(StatusCode::OK, answer);
@@ -357,11 +368,22 @@ async fn post_in_session(
     reply
 }
 
-/// The answers of a POST as one JSON body (an array for a batch).
+/// `202` without a body: nothing to answer.
+fn accepted() -> Reply {
+    let mut reply = Response::new(Body::empty());
+    *reply.status_mut() = StatusCode::ACCEPTED;
+    reply
+}
+
+/// The answers of a POST as one JSON body (an array for a batch); empty if there are none
+/// (the client cancelled every request of it).
 async fn collect(mut rx: mpsc::Receiver<Bytes>, batch: bool) -> Bytes {
     let mut answers = Vec::new();
     while let Some(answer) = rx.recv().await {
         answers.push(answer);
+    }
+    if answers.is_empty() {
+        return Bytes::new();
     }
     if !batch && answers.len() == 1 {
         return answers.pop().unwrap_or_default();

@@ -76,6 +76,9 @@ struct Stream {
     /// Answers are collected into one JSON body: no other message goes to it.
     json: bool,
     is_get: bool,
+    /// The client cancelled a request of it: each answer is then read for its id, and a
+    /// late one to the cancelled request dropped.
+    cancelled: bool,
 }
 
 impl Stream {
@@ -88,20 +91,25 @@ impl Stream {
             owed,
             json,
             is_get,
+            cancelled: false,
         }
     }
 
-    /// Takes `answer`'s id off what the stream owes. A batch's answer is read for its id;
-    /// one request's is not.
-    fn answered(&mut self, answer: &[u8]) {
-        if self.owed.len() > 1 {
+    /// Takes `answer`'s id off what the stream owes; false if it owes no such answer (one
+    /// to a request the client cancelled). A batch's answer, or any after a cancellation, is
+    /// read for its id; one request's is not.
+    fn answered(&mut self, answer: &[u8]) -> bool {
+        if self.owed.len() > 1 || self.cancelled {
             let id = Peek::of_relayed(answer).and_then(|p| p.id);
             if let Some(at) = self.owed.iter().position(|owed| Some(owed) == id.as_ref()) {
                 self.owed.swap_remove(at);
-                return;
+                return true;
+            }
+            if self.cancelled {
+                return false;
             }
         }
-        self.owed.pop();
+        self.owed.pop().is_some()
     }
 }
 
@@ -372,12 +380,41 @@ impl Session {
         let Some(stream) = state.streams.get_mut(&number) else {
             return false;
         };
-        stream.answered(answer);
-        let done = stream.owed.is_empty();
-        self.push(&mut state, number, answer);
-        if !done {
+        if !stream.answered(answer) {
+            tracing::debug!(target: "aml_mcp_http", "{}: an answer to a request the client cancelled; dropped", self.name);
             return false;
         }
+        let done = stream.owed.is_empty();
+        self.push(&mut state, number, answer);
+        if done {
+            self.finish(&mut state, number);
+        }
+        done
+    }
+
+    /// The client cancelled its request `id` (`notifications/cancelled`): no answer comes
+    /// (MCP), so its stream no longer waits for one, and ends if it owes nothing else.
+    pub(crate) fn cancelled(&self, id: &str) {
+        let mut state = self.state();
+        let owing = state
+            .streams
+            .iter_mut()
+            .find(|(_, s)| s.owed.iter().any(|o| o == id));
+        let Some((&number, stream)) = owing else {
+            return;
+        };
+        stream.owed.retain(|o| o != id);
+        stream.cancelled = true;
+        if stream.owed.is_empty() {
+            self.finish(&mut state, number);
+            drop(state);
+            self.let_go(number);
+        }
+    }
+
+    /// Ends stream `number`, which owes no more answers: its response ends (its history
+    /// stays for a client that lost the end).
+    fn finish(&self, state: &mut State, number: EndpointId) {
         if state.owes() == 0 {
             // Idle from the last answer on, not from the request (a server that took long
             // to answer initialize does not shorten the wait).
@@ -388,7 +425,7 @@ impl Session {
                 stream.tx = None;
                 stream.json
             }
-            None => return true,
+            None => return,
         };
         if json || self.replay_events == 0 {
             state.streams.remove(&number);
@@ -400,7 +437,6 @@ impl Session {
                 }
             }
         }
-        true
     }
 
     /// A message for stream `number` (the standing one: the GET stream's): one that came
@@ -621,6 +657,33 @@ mod tests {
         assert_eq!(answered, [(json!(2), json!(null)), (json!(1), json!("DELETE"))]);
         assert!(other.rx.try_recv().unwrap().windows(6).any(|w| w == b"DELETE"));
         assert!(s.is_closed());
+    }
+
+    /// A request the client cancels is owed no answer: its stream ends when it owes nothing
+    /// else, and a late answer to it is dropped, not taken for another request's.
+    #[test]
+    fn a_cancelled_request_is_owed_no_answer() {
+        let (s, mut relay) = session(8);
+        let _ = relay.try_recv();
+        let mut one = s.open_post(&[request("1")], false, 4).ok().unwrap();
+        let mut batch = s.open_post(&[request("2"), request("3")], true, 4).ok().unwrap();
+        s.cancelled("1");
+        assert!(
+            matches!(relay.try_recv(), Ok(EndpointEvent::Close { endpoint }) if endpoint == one.endpoint)
+        );
+        assert!(matches!(
+            one.rx.try_recv(),
+            Err(mpsc::error::TryRecvError::Disconnected)
+        ));
+        s.cancelled("3");
+        assert!(
+            !s.answer(batch.endpoint, &note(r#"{"id":3,"result":{}}"#)),
+            "late"
+        );
+        assert!(s.answer(batch.endpoint, &note(r#"{"id":2,"result":{}}"#)));
+        assert!(batch.rx.try_recv().unwrap().starts_with(br#"{"id":2"#));
+        assert!(batch.rx.try_recv().is_err());
+        assert!(s.idle_since().is_some(), "nothing waits");
     }
 
     /// A POST that went away before its endpoint reached the relay (its opening dropped):

@@ -333,14 +333,15 @@ impl<'a> Step<'a> {
     pub(crate) fn notify(&mut self, endpoint: EndpointId, message: Bytes) {
         let state = &*self.state;
         let endpoint = match endpoint {
-            // One client reads what is tied to no request (or to a request whose endpoint
-            // takes no notifications) on its newest stream.
-            _ if state.one_client && (endpoint == STANDING || !state.streams(endpoint)) => {
-                state.loose_target()
-            }
-            // A JSON answer has no room for notifications; a closed endpoint none at all.
+            // One client reads what is tied to no request on its newest stream.
+            STANDING if state.one_client => state.loose_target(),
             STANDING => STANDING,
-            _ if !state.streams(endpoint) => return,
+            // A JSON answer has no room for notifications, and another request's stream is
+            // not the place for them; a closed endpoint has none at all.
+            _ if !state.streams(endpoint) => {
+                tracing::debug!(target: "aml_mcp::relay", endpoint, "a notification for a request that takes none (answered as JSON, or gone); dropped");
+                return;
+            }
             _ => endpoint,
         };
         self.out.push(Out::Notify(endpoint, message));

@@ -288,6 +288,10 @@ impl Session {
                 let (stream, seq) = id.split_once('-')?;
                 let (number, seq): (u64, u64) = (stream.parse().ok()?, seq.parse().ok()?);
                 let stream = state.streams.get_mut(&number)?;
+                if seq >= stream.next_seq {
+                    // An event this stream never sent.
+                    return None;
+                }
                 let missed: Vec<&Bytes> = stream
                     .history
                     .iter()
@@ -714,6 +718,8 @@ mod tests {
             s.notify(STANDING, &Bytes::from(note));
         }
         drop(live);
+        let never_sent = format!("{number}-{}", kept_events + 1);
+        assert!(s.open_get(Some(&never_sent)).is_none(), "an event id never given");
         let mut resumed = s.open_get(Some(&format!("{number}-0"))).unwrap();
         let mut replayed = 0;
         while let Ok(event) = resumed.try_recv() {

@@ -19,6 +19,43 @@ fn gate(dir: &Path, extra: &[&str]) -> Gate {
     gate_logging_what_reaches_the_server(dir, extra)
 }
 
+/// Sends a call of the long-running tool (`seconds` long) in a session (`headers`) and
+/// waits until the server has it; the connection, for its answer.
+fn long_call(
+    addr: std::net::SocketAddr,
+    dir: &Path,
+    headers: &[(&str, &str)],
+    id: u64,
+    seconds: u64,
+) -> std::net::TcpStream {
+    let arguments = json!({"duration": seconds, "steps": 2});
+    let stream = send(
+        addr,
+        "POST",
+        headers,
+        &call(id, "trigger-long-running-operation", arguments),
+    );
+    let marker = format!("\"duration\":{seconds},");
+    aml_test_support::wait_until(
+        "the long call to reach the server",
+        Duration::from_secs(10),
+        || reached(dir).contains(&marker).then_some(()),
+    );
+    stream
+}
+
+/// Calls `echo` with `message` in a session (`headers`) and checks its answer.
+fn echoes(addr: std::net::SocketAddr, headers: &[(&str, &str)], id: u64, message: &str) {
+    let reply = request(
+        addr,
+        "POST",
+        headers,
+        &call(id, "echo", json!({"message": message})),
+    );
+    let text = &reply.json()["result"]["content"][0]["text"];
+    assert_eq!(text, &json!(format!("Echo: {message}")), "{}", reply.body);
+}
+
 fn call(id: u64, tool: &str, arguments: serde_json::Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}).to_string()
 }
@@ -144,22 +181,8 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
     assert_eq!(reply.json()["id"], 9);
 
     // Calls per session: one waits for its answer, the next gets 429 with its id.
-    let long = call(
-        3,
-        "trigger-long-running-operation",
-        json!({"duration": 1, "steps": 2}),
-    );
-    let mut waiting = send(addr, "POST", &in_one, &long);
     // The first call holds the session's one place once the server has it.
-    aml_test_support::wait_until(
-        "the long call to reach the server",
-        Duration::from_secs(10),
-        || {
-            reached(&dir)
-                .contains("trigger-long-running-operation")
-                .then_some(())
-        },
-    );
+    let mut waiting = long_call(addr, &dir, &in_one, 3, 1);
     let reply = request(
         addr,
         "POST",
@@ -171,26 +194,10 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
     let mut first = String::new();
     waiting.read_to_string(&mut first).unwrap();
     assert!(first.contains("Long running operation completed"), "{first}");
-    let reply = request(
-        addr,
-        "POST",
-        &in_one,
-        &call(5, "echo", json!({"message": "third"})),
-    );
-    assert_eq!(reply.json()["result"]["content"][0]["text"], "Echo: third");
+    echoes(addr, &in_one, 5, "third");
     // A call the client cancels gets no answer (MCP): its POST ends at once (202, nothing
     // to answer), long before the tool would, and its place is free for the next call.
-    let long = call(
-        18,
-        "trigger-long-running-operation",
-        json!({"duration": 20, "steps": 4}),
-    );
-    let mut cancelled = send(addr, "POST", &in_one, &long);
-    aml_test_support::wait_until(
-        "the call to be cancelled to reach the server",
-        Duration::from_secs(10),
-        || reached(&dir).contains("\"duration\":20").then_some(()),
-    );
+    let mut cancelled = long_call(addr, &dir, &in_one, 18, 20);
     let cancelling = std::time::Instant::now();
     let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":18}}"#;
     assert_eq!(request(addr, "POST", &in_one, cancel).status, 202);
@@ -198,16 +205,7 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
     cancelled.read_to_string(&mut ended).unwrap();
     assert!(ended.starts_with("HTTP/1.1 202"), "{ended}");
     assert!(cancelling.elapsed() < Duration::from_secs(10));
-    let reply = request(
-        addr,
-        "POST",
-        &in_one,
-        &call(19, "echo", json!({"message": "after a cancel"})),
-    );
-    assert_eq!(
-        reply.json()["result"]["content"][0]["text"],
-        "Echo: after a cancel"
-    );
+    echoes(addr, &in_one, 19, "after a cancel");
 
     // Malformed: each a 4xx with a JSON-RPC error.
     let cases: [Case<'_>; 5] = [
@@ -319,16 +317,7 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
     let in_three = [JSON_ONLY, CONTENT_JSON, ("mcp-session-id", three.as_str())];
     let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
     assert_eq!(request(addr, "POST", &in_three, initialized).status, 202);
-    let reply = request(
-        addr,
-        "POST",
-        &in_three,
-        &call(11, "echo", json!({"message": "still serving"})),
-    );
-    assert_eq!(
-        reply.json()["result"]["content"][0]["text"],
-        "Echo: still serving"
-    );
+    echoes(addr, &in_three, 11, "still serving");
     // A notification the relay refuses (a member named twice, deep inside) beside a request
     // in one batch: the POST's answer is the request's, not the refusal's.
     let bad_note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":{"a":1,"a":2}}}"#;

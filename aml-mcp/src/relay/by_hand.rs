@@ -54,7 +54,6 @@ impl Machine {
         Machine {
             relay: Relay::new(tools, config),
             state: State {
-                standing: true,
                 one_client: true,
                 ..State::default()
             },
@@ -66,7 +65,6 @@ impl Machine {
     /// A session whose client side is callers' endpoints only (2026-07-28 stateless HTTP).
     pub fn of_endpoints(tools: RelayTools, config: RelayConfig) -> Machine {
         let mut machine = Machine::new(tools, config);
-        machine.state.standing = false;
         machine.state.one_client = false;
         machine
     }
@@ -80,7 +78,7 @@ impl Machine {
     fn run(&mut self, transition: impl FnOnce(&mut Step<'_>)) -> Vec<Sent> {
         let mut out = Vec::new();
         transition(&mut Step::new(&self.relay, &mut self.state, self.now, &mut out));
-        let standing = self.state.standing;
+        let standing = self.state.one_client;
         out.into_iter()
             .map(|next| match next {
                 Out::Client(STANDING, b) | Out::Notify(STANDING, b) if standing => Sent::Client(b),

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::call::{refuse_call, start_call};
-use super::endpoint::{flight_key, EndpointEvent, STANDING};
+use super::endpoint::{EndpointEvent, STANDING};
 use super::frame::Inbound;
 use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
 use super::kinds::{drop_client_request_without_id, is_notification_method, takes_client_answer};
@@ -95,7 +95,7 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
             let taken = step
                 .state
                 .flights
-                .contains_key(&flight_key(step.state.id_space(step.endpoint), &client_id));
+                .contains_key(&step.state.flight_key(step.endpoint, &client_id));
             if taken {
                 // Two requests under one id could not be told apart (their answers, a
                 // cancellation), and the in-flight limit counts ids.
@@ -269,7 +269,7 @@ fn forward(
     method: &str,
     limit: Option<Duration>,
 ) {
-    let key = flight_key(step.state.id_space(step.endpoint), &client_id);
+    let key = step.state.flight_key(step.endpoint, &client_id);
     let state = &mut *step.state;
     let upstream_id = step.relay.next_id();
     let deadline = limit.map(|limit| (step.now + limit, limit));
@@ -335,7 +335,7 @@ fn cancel(step: &mut Step<'_>, message: &[u8], env: &Envelope<'_>) {
     let Some(request_id) = Members::parse(params).ok().and_then(|m| m.get("requestId")) else {
         return;
     };
-    let key = flight_key(step.state.id_space(step.endpoint), request_id.get().as_bytes());
+    let key = step.state.flight_key(step.endpoint, request_id.get().as_bytes());
     if !step.state.flights.contains_key(&key) {
         tracing::debug!(target: "aml_mcp::relay", "a cancellation for no request in flight was dropped");
         return;

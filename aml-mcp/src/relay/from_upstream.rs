@@ -73,7 +73,7 @@ pub(super) fn on_upstream(step: &mut Step<'_>, inbound: Inbound) {
             match policy {
                 ServerRequestPolicy::Refuse => refuse_server_request(step, id.get(), method),
                 // Say so at once rather than let the server wait for nobody.
-                _ if !step.state.standing => {
+                _ if !step.state.one_client => {
                     let message = format!(
                         "{}: no client can answer a server request here (2026-07-28 stateless HTTP has no stream for it)",
                         relay.config.product
@@ -297,7 +297,7 @@ fn refuse_server_request(step: &mut Step<'_>, id: &str, method: &str) {
         "elicitation"
     };
     // Without a standing connection (2026-07-28 stateless HTTP) no setting would help.
-    let hint = if step.state.standing {
+    let hint = if step.state.one_client {
         format!("its {setting} setting `relay` allows it")
     } else {
         "and no client here could answer it: 2026-07-28 stateless HTTP has no stream for it".to_owned()

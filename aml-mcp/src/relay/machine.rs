@@ -91,11 +91,10 @@ pub(crate) struct State {
     /// The time limits of relayed requests, soonest first, by upstream id: the session's
     /// one timer waits for the first (no task per request).
     pub(crate) deadlines: BTreeSet<(Instant, u64)>,
-    /// Whether the client side has a standing connection (else only [`State::endpoints`]).
-    pub(crate) standing: bool,
     /// Whether every endpoint belongs to one client (a standing connection, a Streamable
     /// HTTP session): they share its request ids and its progress tokens, and what is tied
-    /// to no request goes to its newest stream.
+    /// to no request goes to its newest stream, else its standing one. Else the endpoints
+    /// are callers' (2026-07-28), with no standing connection.
     pub(crate) one_client: bool,
     /// The endpoints open besides the standing connection (few, by a front's numbers: in
     /// order, so the newest is the last).
@@ -124,6 +123,11 @@ impl State {
         } else {
             endpoint
         }
+    }
+
+    /// Where a request of `endpoint` with id `id` is kept while in flight (in its id space).
+    pub(crate) fn flight_key(&self, endpoint: EndpointId, id: &[u8]) -> String {
+        super::endpoint::flight_key(self.id_space(endpoint), id)
     }
 
     /// Whether `endpoint` is open and takes notifications.

@@ -370,7 +370,6 @@ pub async fn run(
     let mut engine = Engine {
         session: Arc::clone(&session),
         state: State {
-            standing: one_client,
             one_client,
             ..State::default()
         },

@@ -11,6 +11,7 @@
 //! share a file should share a time source (NTP); PostgreSQL uses the server's clock.
 
 mod usage;
+mod wal;
 mod writer;
 
 use std::path::Path;
@@ -37,7 +38,8 @@ use crate::shared::OpenGrants;
 /// disk time before the sync returns: the journal and the receipts keep their ids without
 /// `AUTOINCREMENT` (whose `sqlite_sequence` row would be one more page per commit; rows are
 /// never deleted, so ids are never reused), and only granted intents are indexed by grant.
-/// Files created before keep their tables as they are.
+/// Files created before keep their tables as they are. `aml_wal_filler` is one row that an
+/// open rewrites to write the WAL out (see `wal`).
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS aml_grants (
     id TEXT PRIMARY KEY,
@@ -89,7 +91,12 @@ CREATE TABLE IF NOT EXISTS aml_usage (
     tool TEXT NOT NULL,
     at INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS aml_usage_by_caller ON aml_usage (caller, tool, at);";
+CREATE INDEX IF NOT EXISTS aml_usage_by_caller ON aml_usage (caller, tool, at);
+CREATE TABLE IF NOT EXISTS aml_wal_filler (
+    id INTEGER PRIMARY KEY,
+    n INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO aml_wal_filler (id, n) VALUES (0, 0);";
 
 /// How long the first open of a file retries while other processes set it up.
 const OPEN_RETRY: Duration = Duration::from_secs(10);
@@ -156,6 +163,7 @@ impl SqliteStore {
             return Err(StoreError::database("sqlite", "open", cause));
         }
         retry_busy(|| migrate(&mut conn)).map_err(db("schema setup"))?;
+        wal::write_out(&conn, path).map_err(db("write out the WAL"))?;
         let writer = writer::start(connect(path)?, Arc::clone(&clock))?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),

@@ -274,6 +274,36 @@ fn journaled_dispatches_record_their_outcomes() {
     });
 }
 
+/// A commit that grows the WAL costs about a second flush (the file's new length goes
+/// through the filesystem's journal): an open writes the WAL out to the length at which
+/// SQLite checkpoints it, and commits then rewrite it in place.
+#[test]
+fn an_open_writes_the_wal_out_and_commits_then_rewrite_it() {
+    const FRAME: u64 = 4096 + 24;
+    let path = temp_db("wal-written-out");
+    let wal = path.with_file_name("boundary.db-wal");
+    let length = || std::fs::metadata(&wal).unwrap().len();
+    rt().block_on(async {
+        let store = SqliteStore::open(&path).unwrap();
+        let opened = length();
+        assert!(
+            opened >= 32 + 1000 * FRAME,
+            "the WAL is {opened} bytes after the open"
+        );
+        // More commits than one checkpoint's worth of frames.
+        for n in 0..1200 {
+            let d = digest(&format!("wal {n}"));
+            let id = store.issue(d, None).await.unwrap();
+            assert_eq!(store.claim(&grant(d, &id)).await.unwrap(), ClaimStatus::Claimed);
+        }
+        let after = length();
+        assert!(
+            after <= opened + 8 * FRAME,
+            "the WAL grew from {opened} to {after} bytes"
+        );
+    });
+}
+
 /// Child role for the first-open race (run only by it, through `--ignored`): opens each of
 /// the round files at its round's start time and prints how many opens failed.
 #[test]

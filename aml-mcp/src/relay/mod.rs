@@ -40,6 +40,7 @@ mod from_upstream;
 pub mod jsonrpc;
 mod kinds;
 mod machine;
+pub mod names;
 mod pins;
 mod session;
 pub mod stdio;

@@ -1,6 +1,6 @@
 //! A client that writes hostile lines on stdio, in every shape the wire allows (a request, a
 //! notification, a batch, an answer to nothing, an oversized line, a request without an id,
-//! a call the policy blocks), gets a clear answer to each that can be answered,
+//! a call the policy blocks, a progress token MCP does not allow), gets a clear answer to each that can be answered,
 //! within the wait, and no `tools/call` of them reaches the server. The gate keeps serving:
 //! an allowed call made afterwards runs once.
 
@@ -77,6 +77,17 @@ fn hostile_lines_on_stdio_are_answered_and_no_call_of_them_reaches_the_server() 
     assert_eq!(blocked["id"], 13, "{blocked}");
     assert_eq!(blocked["result"]["isError"], true, "{blocked}");
 
+    // A progress token MCP does not allow (not a string or a number) is refused, gated call
+    // or not: a server may never answer such a request.
+    gate.send_json(&json!({"jsonrpc": "2.0", "id": 15, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"m": "odd token"}, "_meta": {"progressToken": {"a": 1}}}}));
+    let odd = gate.recv();
+    assert_eq!(odd["id"], 15, "{odd}");
+    assert_eq!(odd["result"]["isError"], true, "{odd}");
+    gate.send_json(&json!({"jsonrpc": "2.0", "id": 16, "method": "ping",
+        "params": {"_meta": {"progressToken": null}}}));
+    expect_error(&gate, &json!(16), -32602);
+
     // Still serving: an allowed call runs, once.
     gate.send_json(&json!({"jsonrpc": "2.0", "id": 14, "method": "tools/call",
         "params": {"name": "echo", "arguments": {"m": "fine"}}}));
@@ -103,5 +114,14 @@ fn hostile_lines_on_stdio_are_answered_and_no_call_of_them_reaches_the_server() 
         .into_iter()
         .filter(|r| r["refusal"] == "malformed_request")
         .collect();
-    assert_eq!(refusals.len(), 1, "the id-less call is recorded: {refusals:?}");
+    assert_eq!(
+        refusals.len(),
+        2,
+        "the id-less call and the odd token's are recorded: {refusals:?}"
+    );
+    let reached = std::fs::read_to_string(dir.join("raw.log")).unwrap();
+    assert!(
+        !reached.contains("progressToken"),
+        "an odd token reached the server: {reached}"
+    );
 }

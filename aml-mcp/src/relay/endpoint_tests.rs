@@ -85,14 +85,32 @@ fn an_endpoint_that_closes_before_its_answer_cancels_its_request_upstream() {
     idless.as_object_mut().unwrap().remove("id");
     from(&mut m, 9, idless);
     assert_eq!(m.mapped_tokens(), 1);
-    // A token MCP does not allow (not a string or a number) goes up as it is, unmapped.
+    // A token MCP does not allow (not a string or a number) is refused, and nothing goes up
+    // (a server may never answer it); a gated call's refusal is recorded as malformed.
     m.open(5, true);
     for odd in [json!({"a": 1}), json!(null), json!(true), json!([1])] {
-        let asked = with_token(json!(odd.to_string()), "resources/read", odd.clone());
-        let up = from(&mut m, 5, asked).upstream[0].clone();
-        assert_eq!(up["params"]["_meta"]["progressToken"], odd);
+        for method in ["resources/read", "tools/call"] {
+            let asked = with_token(json!(odd.to_string()), method, odd.clone());
+            let sent = from(&mut m, 5, asked);
+            assert!(sent.upstream.is_empty(), "{odd} went up: {:?}", sent.upstream);
+            let [(5, true, refused)] = &sent.endpoints[..] else {
+                panic!("one answer for {odd}: {:?}", sent.endpoints)
+            };
+            assert_eq!(refused["id"], json!(odd.to_string()));
+            let text = refused.to_string();
+            assert!(
+                text.contains("progressToken must be a string or a number"),
+                "{text}"
+            );
+            if method == "tools/call" {
+                assert!(text.contains("malformed_request"), "{text}");
+            } else {
+                assert_eq!(refused["error"]["code"], jsonrpc::INVALID_PARAMS);
+            }
+        }
     }
     assert_eq!(m.mapped_tokens(), 1);
+    assert_eq!(m.in_flight(), 1);
     m.endpoint(EndpointEvent::Close { endpoint: 5 });
     let closed = by(m.endpoint(EndpointEvent::Close { endpoint: 3 }));
     let [cancel] = &closed.upstream[..] else {

@@ -102,6 +102,25 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                 let message = "invalid request: a request with this id is still in flight; use a new id";
                 return step.answer_error(Some(&client_id), jsonrpc::INVALID_REQUEST, message);
             }
+            if let Some(why) = odd_progress_token(&message) {
+                if method == "tools/call" {
+                    refuse_call(
+                        step,
+                        &client_id,
+                        &env,
+                        trace.as_ref(),
+                        Refusal::MalformedRequest,
+                        why,
+                    );
+                } else {
+                    step.answer_error(
+                        Some(&client_id),
+                        jsonrpc::INVALID_PARAMS,
+                        &format!("invalid params: {why}"),
+                    );
+                }
+                return;
+            }
             note_token(step, &message);
             if method == "tools/call" {
                 match gone {
@@ -147,6 +166,17 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                 .id
                 .is_some_and(|id| takes_client_answer(step.state, id.get().as_bytes())) => {}
         Kind::Notification | Kind::Response => step.upstream(bytes.clone()),
+    }
+}
+
+/// Why a request's progress token (`params._meta.progressToken`) is refused, when it is not
+/// a string or a number (MCP's schema): a server may never answer such a request (seen with
+/// rmcp), which would hold the call until the relay's time limit.
+fn odd_progress_token(message: &serde_json::Map<String, Value>) -> Option<&'static str> {
+    let token = message.get("params")?.get("_meta")?.get("progressToken")?;
+    match token {
+        Value::String(_) | Value::Number(_) => None,
+        _ => Some("params._meta.progressToken must be a string or a number (MCP); nothing was sent"),
     }
 }
 

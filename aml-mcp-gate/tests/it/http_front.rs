@@ -333,6 +333,25 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         answers[0]["result"]["content"][0]["text"],
         "Echo: beside a bad note"
     );
+    // One id on two requests of a batch: both answers would carry it, so the batch is
+    // refused whole and nothing of it is sent.
+    let batch = format!(
+        "[{},{}]",
+        call(18, "echo", json!({"message": "first of a pair"})),
+        call(18, "echo", json!({"message": "second of a pair"}))
+    );
+    let reply = request(addr, "POST", &in_three, &batch);
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(reply.json()["error"]["code"], -32600, "{}", reply.body);
+    assert!(
+        reply.body.contains("two requests with the id 18"),
+        "{}",
+        reply.body
+    );
+    assert!(
+        !reached(&dir).contains("of a pair"),
+        "nothing of the batch was sent"
+    );
     // DELETE ends a session: later requests get 404.
     assert_eq!(
         request(addr, "DELETE", &[("mcp-session-id", three.as_str())], "").status,

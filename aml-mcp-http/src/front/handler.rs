@@ -262,6 +262,11 @@ async fn post_in_session(
             }
         }
     }
+    if let Some(id) = repeated_request_id(&peeks) {
+        // Both answers would carry the id: the client could not tell them apart.
+        let why = format!("the batch has two requests with the id {id}: ids in a batch must differ");
+        return refuse(StatusCode::BAD_REQUEST, None, &why);
+    }
     let initialize = peeks
         .iter()
         .any(|p| p.is_request() && p.method.as_deref() == Some("initialize"));
@@ -373,6 +378,16 @@ fn accepted() -> Reply {
     let mut reply = Response::new(Body::empty());
     *reply.status_mut() = StatusCode::ACCEPTED;
     reply
+}
+
+/// The id of a request that another request of the same POST also has.
+fn repeated_request_id(peeks: &[Peek]) -> Option<&str> {
+    let mut seen = std::collections::HashSet::new();
+    peeks
+        .iter()
+        .filter(|p| p.is_request())
+        .filter_map(|p| p.id.as_deref())
+        .find(|id| !seen.insert(*id))
 }
 
 /// The answers of a POST as one JSON body (an array for a batch); empty if there are none
@@ -542,4 +557,30 @@ fn delete(shared: &Shared, client: &Client, request: &Request<Incoming>) -> Repl
     let mut reply = Response::new(Body::empty());
     *reply.status_mut() = StatusCode::NO_CONTENT;
     reply
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peeks(messages: &[&str]) -> Vec<Peek> {
+        messages.iter().map(|m| Peek::of(m.as_bytes()).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_batch_repeating_a_request_id_is_found_and_ids_of_other_kinds_are_not() {
+        let twice = peeks(&[
+            r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":"7","method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#,
+        ]);
+        assert_eq!(repeated_request_id(&twice), Some("7"));
+        // `7` and `"7"` differ, and an answer to the server may share a request's id.
+        let apart = peeks(&[
+            r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":"7","method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{}}"#,
+        ]);
+        assert_eq!(repeated_request_id(&apart), None);
+    }
 }

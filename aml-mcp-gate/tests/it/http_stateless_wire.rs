@@ -62,8 +62,11 @@ fn two_clients_with_the_same_id_and_progress_token_each_get_their_own_answer_and
         assert_eq!(answer["id"], 1);
         assert_eq!(answer["result"]["content"][0]["text"], text, "{answer}");
     }
+    // An answer that comes before any notification goes as JSON even to a client that
+    // takes SSE (one write, and the status its error code asks for); progress starts SSE.
     assert_eq!(slow.header("content-type"), Some("application/json"));
-    assert_eq!(fast.header("content-type"), Some("text/event-stream"));
+    assert_eq!(fast.header("content-type"), Some("application/json"));
+    assert_eq!(two.header("content-type"), Some("text/event-stream"));
     assert_eq!(string_a.json()["result"]["content"][0]["text"], "Echo: a");
     assert_eq!(string_b.json()["result"]["content"][0]["text"], "Echo: b");
     assert_eq!(string_a.json()["id"], "x");
@@ -113,6 +116,7 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
     assert!(echo.contains(&format!("{capabilities}{{}}")), "{echo}");
     let scalar_capabilities = echo.replace(&format!("{capabilities}{{}}"), &format!("{capabilities}5"));
     let null_id = call(Value::Null, "echo", json!({"message": "hi"}), None);
+    let null_token = modern(json!(6), "tools/list", json!({"_meta": {"progressToken": null}}));
     let initialize = modern(
         json!(5),
         "initialize",
@@ -205,6 +209,15 @@ fn hostile_stateless_posts_get_a_clear_status_and_error_and_reach_nothing() {
         ),
         // Not a notification: 2026-07-28 clients send none over HTTP, and null is no id.
         ("an id that is null", with(&[v, m, n]), &null_id, 400, -32600),
+        // Refused by the relay, after the front: the status is still the error's, although
+        // the client takes SSE.
+        (
+            "a progress token that is null",
+            with(&[v, ("mcp-method", "tools/list")]),
+            &null_token,
+            400,
+            -32602,
+        ),
         (
             "initialize as 2026-07-28",
             with(&[v, ("mcp-method", "initialize")]),

@@ -236,12 +236,31 @@ pub(super) async fn post(
     };
     // A tool listing teaches the front what each tool declares as `Mcp-Param-*` headers.
     let learns = (method == "tools/list").then(|| shared.stateless.clone());
-    let Asked { rx, guard } = asked;
+    let Asked { mut rx, guard } = asked;
     if wants_sse {
+        // Nothing is sent before the first message: an answer that comes first goes as
+        // JSON, with the status its error code asks for (as for a JSON-only client), in one
+        // write; the stream starts with a notification, or when a keep-alive would be due.
+        let keep_alive = shared.config.sse_keep_alive;
+        let first = match keep_alive {
+            Some(wait) => tokio::time::timeout(wait, rx.recv()).await.ok(),
+            None => Some(rx.recv().await),
+        };
+        let first = match first {
+            Some(Some(ToEndpoint::Answer(answer))) => {
+                if let Some(stateless) = &learns {
+                    stateless.param_headers.learn(&answer);
+                }
+                return json_reply(status_of(&answer), answer);
+            }
+            Some(None) => return json_reply(StatusCode::OK, upstream_ended(id)),
+            Some(Some(ToEndpoint::Notification(note))) => Some(note),
+            None => None,
+        };
         let (chunks, body) = tokio::sync::mpsc::channel(1);
-        tokio::spawn(stream_answer(rx, chunks, id.to_owned(), learns));
+        tokio::spawn(stream_answer(first, rx, chunks, id.to_owned(), learns));
         let guard = Box::new(guard);
-        return sse_reply(Body::watched_sse(body, shared.config.sse_keep_alive, guard));
+        return sse_reply(Body::watched_sse(body, keep_alive, guard));
     }
     // The guard lives as long as this future: hyper drops it if the client goes away.
     let _guard = guard;
@@ -273,17 +292,27 @@ async fn answer_of(
             }
         }
     }
+    upstream_ended(id)
+}
+
+/// The error answer for a request whose relay ended before the server answered it.
+fn upstream_ended(id: &str) -> Bytes {
     let why = "the gate's connection to the server ended before the server answered";
     message::error(Some(id), UPSTREAM_GONE, why)
 }
 
-/// Carries an endpoint's notifications and then its answer as SSE events.
+/// Carries an endpoint's notifications (`first` already read) and then its answer as SSE
+/// events.
 async fn stream_answer(
+    first: Option<Bytes>,
     rx: tokio::sync::mpsc::Receiver<ToEndpoint>,
     chunks: tokio::sync::mpsc::Sender<Bytes>,
     id: String,
     learns: Option<Arc<Stateless>>,
 ) {
+    if let Some(note) = first {
+        let _ = chunks.send(sse::message_event(&note)).await;
+    }
     let answer = answer_of(rx, Some(&chunks), &id, learns.as_deref()).await;
     // A client that stopped reading has dropped its stream, and this fails at once.
     let _ = chunks.send(sse::message_event(&answer)).await;

@@ -28,7 +28,10 @@
 //!   [`AuditLog`] reads it back and keeps checkpoints, [`verify`] walks it (docs/AUDIT.md).
 //!
 //! Feature flags: `sqlite` (default: bundled SQLite), `postgres` (tokio-postgres through a
-//! deadpool pool). Supported Rust: the workspace's `rust-version`
+//! deadpool pool). The bundled SQLite syncs with `fsync(2)` unless it is built with
+//! `LIBSQLITE3_FLAGS=-DHAVE_FDATASYNC=1` (this workspace sets it in `.cargo/config.toml`; a
+//! host's own workspace can do the same): `fdatasync(2)` skips the file times, which change
+//! with every commit, and makes each commit about one flush instead of two. Supported Rust: the workspace's `rust-version`
 //! (1.89) and later.
 //!
 //! Time: [`SqliteStore`] judges expiry by each process's clock (its [`Clock`]), so

@@ -147,7 +147,7 @@ impl<T> Everything for T where
 /// Opens (creating it if needed) the state at `location`; with a database, starts the task
 /// that stores receipts (on the current runtime).
 pub(crate) async fn open(location: &Location) -> Result<State, String> {
-    let Some(store) = database(location).await? else {
+    let Some(store) = database(location, true).await? else {
         let grants = Arc::new(MemoryGrants::default());
         return Ok(State {
             grants: grants.clone(),
@@ -189,7 +189,7 @@ pub(crate) async fn open_audit(location: &Location) -> Result<Arc<dyn AuditLog>,
             ));
         }
     }
-    match database(location).await? {
+    match database(location, false).await? {
         Some(store) => Ok(store),
         None => Err("--state memory keeps no audit chain".into()),
     }
@@ -207,21 +207,28 @@ pub(crate) async fn open_journal(
             ));
         }
     }
-    match database(location).await? {
+    match database(location, false).await? {
         Some(store) => Ok((store.clone(), store)),
         None => Err("--state memory keeps no journal to read".into()),
     }
 }
 
-/// The database at `location` (created if needed), or `None` for `memory`.
-async fn database(location: &Location) -> Result<Option<Arc<dyn Everything>>, String> {
+/// The database at `location` (created if needed), or `None` for `memory`; `serving` for a
+/// gate that serves calls (a SQLite WAL written out for its commits, ADR 021), not for the
+/// commands that look at a state.
+async fn database(location: &Location, serving: bool) -> Result<Option<Arc<dyn Everything>>, String> {
     Ok(Some(match location {
         Location::Memory => return Ok(None),
         Location::Sqlite(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             }
-            Arc::new(SqliteStore::open(path).map_err(|e| format!("{}: {e}", path.display()))?)
+            let store = if serving {
+                SqliteStore::open(path)
+            } else {
+                SqliteStore::open_for_inspection(path)
+            };
+            Arc::new(store.map_err(|e| format!("{}: {e}", path.display()))?)
         }
         Location::Postgres(url) => Arc::new(
             PostgresStore::connect(url, GrantLifetimes::default())

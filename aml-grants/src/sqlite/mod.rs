@@ -105,6 +105,19 @@ fn db(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |e| StoreError::database("sqlite", operation, e)
 }
 
+/// An open's failure; SQLite's "unable to open database file" names no cause, so the
+/// usual ones are named.
+fn open_failed(e: rusqlite::Error) -> StoreError {
+    if e.sqlite_error_code() != Some(ErrorCode::CannotOpen) {
+        return StoreError::database("sqlite", "open", e);
+    }
+    let hint = "SQLite must be able to create and write the file and, beside it, the same name \
+                with -wal and -shm: check that the directory exists and is writable and that \
+                none of the three is a directory";
+    let cause = std::io::Error::other(format!("{e} ({hint})"));
+    StoreError::database("sqlite", "open", cause)
+}
+
 fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(
         e.sqlite_error_code(),
@@ -140,30 +153,54 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path`. Any number of processes may open
-    /// one new file at once.
+    /// Opens (creating if needed) the database at `path`, for a host that serves calls: the
+    /// WAL is written out to the length at which SQLite checkpoints it, so that the commits
+    /// on the calls' path rewrite blocks the file already has (ADR 021). Any number of
+    /// processes may open one new file at once.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         Self::open_with(path, Arc::new(SystemClock), GrantLifetimes::default())
     }
 
-    /// Opens with an explicit clock and grant lifetimes.
+    /// [`open`](Self::open), without writing the WAL out: for a command that looks at a
+    /// state (lists unresolved intents, exports records) or makes a rare write, so that
+    /// looking changes the files as little as SQLite allows.
+    pub fn open_for_inspection(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::opened(
+            path.as_ref(),
+            Arc::new(SystemClock),
+            GrantLifetimes::default(),
+            false,
+        )
+    }
+
+    /// [`open`](Self::open) with an explicit clock and grant lifetimes.
     pub fn open_with(
         path: impl AsRef<Path>,
         clock: Arc<dyn Clock>,
         lifetimes: GrantLifetimes,
     ) -> Result<Self, StoreError> {
-        let path = path.as_ref();
+        Self::opened(path.as_ref(), clock, lifetimes, true)
+    }
+
+    fn opened(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        lifetimes: GrantLifetimes,
+        write_out: bool,
+    ) -> Result<Self, StoreError> {
         let mut conn = connect(path)?;
         // WAL lets readers and one writer share the file across processes; FULL syncs the
         // WAL on every commit, so a claim that returned is on disk.
-        let mode: String =
-            retry_busy(|| conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))).map_err(db("open"))?;
+        let mode: String = retry_busy(|| conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)))
+            .map_err(open_failed)?;
         if !mode.eq_ignore_ascii_case("wal") {
             let cause = std::io::Error::other(format!("journal_mode is {mode}, not wal"));
             return Err(StoreError::database("sqlite", "open", cause));
         }
         retry_busy(|| migrate(&mut conn)).map_err(db("schema setup"))?;
-        wal::write_out(&conn, path).map_err(db("write out the WAL"))?;
+        if write_out {
+            wal::write_out(&conn, path).map_err(db("write out the WAL"))?;
+        }
         let writer = writer::start(connect(path)?, Arc::clone(&clock))?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
@@ -248,8 +285,8 @@ impl SqliteStore {
 /// A connection that waits for other connections' locks from its first statement on, and
 /// syncs the WAL on every commit (`synchronous=FULL`), so a claim that returned is on disk.
 fn connect(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path).map_err(db("open"))?;
-    conn.busy_timeout(Duration::from_secs(30)).map_err(db("open"))?;
+    let conn = Connection::open(path).map_err(open_failed)?;
+    conn.busy_timeout(Duration::from_secs(30)).map_err(open_failed)?;
     conn.execute_batch("PRAGMA synchronous=FULL;")
         .map_err(db("open"))?;
     Ok(conn)

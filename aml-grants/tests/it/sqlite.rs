@@ -284,6 +284,14 @@ fn an_open_writes_the_wal_out_and_commits_then_rewrite_it() {
     let wal = path.with_file_name("boundary.db-wal");
     let length = || std::fs::metadata(&wal).unwrap().len();
     rt().block_on(async {
+        // A command that only looks at a state does not write it out.
+        let looked = SqliteStore::open_for_inspection(&path).unwrap();
+        assert!(
+            length() < 32 + 1000 * FRAME,
+            "inspection wrote {} bytes",
+            length()
+        );
+        drop(looked);
         let store = SqliteStore::open(&path).unwrap();
         let opened = length();
         assert!(
@@ -548,6 +556,19 @@ fn a_failing_claim_reports_the_database_cause() {
         );
         assert_eq!(calls.load(Ordering::SeqCst), 0);
     });
+}
+
+/// SQLite's "unable to open database file" names no cause: the store names the usual ones.
+#[test]
+fn a_file_that_cannot_be_opened_is_refused_with_the_usual_causes_named() {
+    let path = temp_db("cannot-open");
+    std::fs::create_dir_all(&path).unwrap();
+    let err = SqliteStore::open(&path).unwrap_err().to_string();
+    assert!(err.contains("unable to open database file"), "{err}");
+    assert!(
+        err.contains("-wal and -shm") && err.contains("is a directory"),
+        "{err}"
+    );
 }
 
 /// A granted call's outcome finds its intent through the grant index, not by reading the

@@ -315,4 +315,16 @@ fn journal_commands_answer_bad_input_clearly_and_never_create_state() {
         assert!(started.elapsed() < Duration::from_secs(10), "{args:?}");
     }
     assert!(!dir.join("none.sqlite3").exists(), "reading created no state");
+    // Looking at a state does not write its WAL out for commits (a serving gate does).
+    let empty = dir.join("empty.sqlite3");
+    std::fs::write(&empty, b"").unwrap();
+    let out = gate(&["journal", "unresolved", "--state", &empty.display().to_string()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let wal = std::fs::metadata(dir.join("empty.sqlite3-wal")).map_or(0, |m| m.len());
+    assert!(wal < 1 << 20, "journal unresolved left a WAL of {wal} bytes");
 }

@@ -77,8 +77,8 @@ fn hostile_lines_on_stdio_are_answered_and_no_call_of_them_reaches_the_server() 
     assert_eq!(blocked["id"], 13, "{blocked}");
     assert_eq!(blocked["result"]["isError"], true, "{blocked}");
 
-    // A progress token MCP does not allow (not a string or a number) is refused, gated call
-    // or not: a server may never answer such a request.
+    // A progress token MCP does not allow (not a string or an integer a double keeps) is
+    // refused, gated call or not: servers drop such a request unanswered.
     gate.send_json(&json!({"jsonrpc": "2.0", "id": 15, "method": "tools/call",
         "params": {"name": "echo", "arguments": {"m": "odd token"}, "_meta": {"progressToken": {"a": 1}}}}));
     let odd = gate.recv();
@@ -87,6 +87,8 @@ fn hostile_lines_on_stdio_are_answered_and_no_call_of_them_reaches_the_server() 
     gate.send_json(&json!({"jsonrpc": "2.0", "id": 16, "method": "ping",
         "params": {"_meta": {"progressToken": null}}}));
     expect_error(&gate, &json!(16), -32602);
+    gate.send(r#"{"jsonrpc":"2.0","id":17,"method":"ping","params":{"_meta":{"progressToken":1.5}}}"#);
+    expect_error(&gate, &json!(17), -32602);
 
     // Still serving: an allowed call runs, once.
     gate.send_json(&json!({"jsonrpc": "2.0", "id": 14, "method": "tools/call",

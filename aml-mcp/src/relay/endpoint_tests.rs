@@ -85,8 +85,9 @@ fn an_endpoint_that_closes_before_its_answer_cancels_its_request_upstream() {
     idless.as_object_mut().unwrap().remove("id");
     from(&mut m, 9, idless);
     assert_eq!(m.mapped_tokens(), 1);
-    // A token MCP does not allow (not a string or a number) is refused, and nothing goes up
-    // (a server may never answer it); a gated call's refusal is recorded as malformed.
+    // A token MCP does not allow (not a string or a number; any number goes up as one of the
+    // relay's tokens) is refused, and nothing goes up (servers drop such a request
+    // unanswered); a gated call's refusal is recorded as malformed.
     m.open(5, true);
     for odd in [json!({"a": 1}), json!(null), json!(true), json!([1])] {
         for method in ["resources/read", "tools/call"] {
@@ -99,7 +100,7 @@ fn an_endpoint_that_closes_before_its_answer_cancels_its_request_upstream() {
             assert_eq!(refused["id"], json!(odd.to_string()));
             let text = refused.to_string();
             assert!(
-                text.contains("progressToken must be a string or a number"),
+                text.contains("progressToken must be a string or an integer"),
                 "{text}"
             );
             if method == "tools/call" {
@@ -254,6 +255,35 @@ fn one_clients_endpoints_share_its_ids_and_keep_its_tokens() {
         sent,
         [Sent::Endpoint(1, ToEndpoint::Notification(Bytes::from(note)))]
     );
+
+    // Its tokens go up as it wrote them, so a number must be an integer a double keeps
+    // (servers drop other tokens unanswered); `1e3` and `-0.0` are such integers.
+    for (id, token, kept) in [
+        (8, "1.5", false),
+        (9, "9007199254740992", false),
+        (10, "-12345678901234567890123", false),
+        (11, "9007199254740991", true),
+        (12, "1e3", true),
+        (13, "-0.0", true),
+    ] {
+        let asked = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{"_meta":{{"progressToken":{token}}}}}}}"#
+        );
+        let inbound = Inbound::Message(Bytes::from(asked));
+        let sent = by(m.endpoint(EndpointEvent::Message { endpoint: 1, inbound }));
+        assert_eq!(
+            sent.upstream.len(),
+            usize::from(kept),
+            "{token}: {:?}",
+            sent.upstream
+        );
+        if !kept {
+            let [(1, true, refused)] = &sent.endpoints[..] else {
+                panic!("{token} is refused: {:?}", sent.endpoints)
+            };
+            assert_eq!(refused["error"]["code"], jsonrpc::INVALID_PARAMS, "{token}");
+        }
+    }
 }
 
 /// What is tied to no request goes to the client's newest open stream, else its standing

@@ -170,13 +170,29 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
 }
 
 /// Why a request's progress token (`params._meta.progressToken`) is refused, when it is not
-/// a string or a number (MCP's schema): a server may never answer such a request (seen with
-/// rmcp), which would hold the call until the relay's time limit.
+/// a string or an integer (MCP) that every JSON reader keeps exactly (within ±(2^53 − 1), as
+/// the canonical form's numbers): servers drop such a request without an answer (seen with
+/// rmcp and the TypeScript SDK), which would hold it until the relay's time limit.
 fn odd_progress_token(message: &serde_json::Map<String, Value>) -> Option<&'static str> {
     let token = message.get("params")?.get("_meta")?.get("progressToken")?;
     match token {
-        Value::String(_) | Value::Number(_) => None,
-        _ => Some("params._meta.progressToken must be a string or a number (MCP); nothing was sent"),
+        Value::String(_) => None,
+        Value::Number(n) if is_safe_integer(n) => None,
+        _ => Some(
+            "params._meta.progressToken must be a string or an integer within ±(2^53 - 1) (MCP); nothing was sent",
+        ),
+    }
+}
+
+/// Whether `n` is an integer (however written: `1e3` and `1.0` are) that a double keeps.
+fn is_safe_integer(n: &serde_json::Number) -> bool {
+    const MAX: u64 = (1 << 53) - 1;
+    match (n.as_i64(), n.as_u64()) {
+        (Some(i), _) => i.unsigned_abs() <= MAX,
+        (None, Some(u)) => u <= MAX,
+        (None, None) => n
+            .as_f64()
+            .is_some_and(|f| f.fract() == 0.0 && f.abs() <= MAX as f64),
     }
 }
 

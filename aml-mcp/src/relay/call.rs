@@ -71,6 +71,8 @@ pub(crate) fn start_call(
         Err(Checked::BadParams(why)) => {
             let message = format!("invalid params: {why}");
             tracing::warn!(target: "aml_mcp::relay", "tools/call refused: {why}");
+            let refusal = Refusal::MalformedRequest;
+            record_unread_call(step.relay, &tool_named(env), trace.as_ref(), refusal, &message);
             return step.answer_error(Some(&client_id), jsonrpc::INVALID_PARAMS, &message);
         }
         Err(Checked::Refused(refusal, detail)) => {
@@ -275,6 +277,20 @@ fn refusal_answer(
     refusal: Refusal,
     detail: &str,
 ) -> Bytes {
+    let outcome = record_refused(relay, tool, called, refusal, detail);
+    let verdict = McpVerdict::from_outcome(outcome);
+    let text = format!("{}: {detail}", verdict.explanation());
+    error_result(client_id, &text, &verdict.to_json())
+}
+
+/// Records a refused call to `tool` (nothing is sent), and tells the host's observer.
+fn record_refused(
+    relay: &Relay,
+    tool: &str,
+    called: Called<'_>,
+    refusal: Refusal,
+    detail: &str,
+) -> GateOutcome {
     let started = (SystemTime::now(), Instant::now());
     // The record names the reason, never argument values.
     let recorded = match refusal {
@@ -283,9 +299,19 @@ fn refusal_answer(
     };
     let outcome = relay.record_refusal(tool, refusal, recorded);
     observe(relay, tool, called, None, &outcome, started);
-    let verdict = McpVerdict::from_outcome(outcome);
-    let text = format!("{}: {detail}", verdict.explanation());
-    error_result(client_id, &text, &verdict.to_json())
+    outcome
+}
+
+/// Records a `tools/call` that is answered with a JSON-RPC error instead of a verdict (it
+/// could not be read as a call, or its id is taken): every refused call leaves a record.
+pub(crate) fn record_unread_call(
+    relay: &Relay,
+    tool: &str,
+    trace: Option<&TransportTrace>,
+    refusal: Refusal,
+    detail: &str,
+) {
+    record_refused(relay, tool, (None, trace), refusal, detail);
 }
 
 /// The gate's plan for the call; a retry's proposal is the envelope (ADR 013).

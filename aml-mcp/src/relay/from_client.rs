@@ -9,10 +9,10 @@ use aml_core::Refusal;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::call::{refuse_call, start_call};
+use super::call::{record_unread_call, refuse_call, start_call, tool_named};
 use super::endpoint::{EndpointEvent, STANDING};
-use super::frame::Inbound;
-use super::jsonrpc::{self, error_response, range_in, scan_id, splice, Envelope, Kind, Members};
+use super::frame::{Inbound, TransportTrace};
+use super::jsonrpc::{self, error_response, range_in, scan_id, scan_method, splice, Envelope, Kind, Members};
 use super::kinds::{drop_client_request_without_id, is_notification_method, takes_client_answer};
 use super::machine::{Flight, Pending, Relay, State, Step};
 use crate::ForwardError;
@@ -48,6 +48,15 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                 relay.config.product, relay.config.max_message_bytes
             );
             let id = scan_id(&prefix);
+            let method = scan_method(&prefix);
+            record_if_call(
+                step,
+                method.as_deref(),
+                "",
+                None,
+                Refusal::RequestTooLarge,
+                &message,
+            );
             return step.answer_error(id.as_deref(), jsonrpc::INVALID_REQUEST, &message);
         }
     };
@@ -62,15 +71,25 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
         Ok(value) => value,
         Err(e) => {
             let id = readable_id(&env);
-            return step.answer_error(id.as_deref(), jsonrpc::PARSE_ERROR, &format!("parse error: {e}"));
+            let message = format!("parse error: {e}");
+            let (method, tool) = match &env {
+                Ok(env) => (env.method.as_deref().map(str::to_owned), tool_named(env)),
+                Err(_) => (scan_method(&bytes), String::new()),
+            };
+            let refusal = Refusal::MalformedRequest;
+            record_if_call(step, method.as_deref(), &tool, trace.as_ref(), refusal, &message);
+            return step.answer_error(id.as_deref(), jsonrpc::PARSE_ERROR, &message);
         }
     };
     let (mut message, env) = match (value, env) {
-        (Value::Array(items), _) => return answer_batch(step, &items),
+        (Value::Array(items), _) => return answer_batch(step, &items, trace.as_ref()),
         (Value::Object(message), Ok(env)) => (message, env),
         (Value::Object(_), Err(e)) => {
             let id = scan_id(&bytes);
             let message = format!("invalid request: not a JSON-RPC message ({e})");
+            let method = scan_method(&bytes);
+            let refusal = Refusal::MalformedRequest;
+            record_if_call(step, method.as_deref(), "", trace.as_ref(), refusal, &message);
             return step.answer_error(id.as_deref(), jsonrpc::INVALID_REQUEST, &message);
         }
         (_, env) => {
@@ -83,7 +102,11 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
         Ok(kind) => kind,
         Err(why) => {
             let id = env.valid_id().map(|id| id.get().as_bytes());
-            return step.answer_error(id, jsonrpc::INVALID_REQUEST, &format!("invalid request: {why}"));
+            let message = format!("invalid request: {why}");
+            let refusal = Refusal::MalformedRequest;
+            let (method, tool) = (env.method.as_deref(), tool_named(&env));
+            record_if_call(step, method, &tool, trace.as_ref(), refusal, &message);
+            return step.answer_error(id, jsonrpc::INVALID_REQUEST, &message);
         }
     };
     let method = env.method.as_deref().unwrap_or_default();
@@ -100,6 +123,15 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                 // Two requests under one id could not be told apart (their answers, a
                 // cancellation), and the in-flight limit counts ids.
                 let message = "invalid request: a request with this id is still in flight; use a new id";
+                let tool = tool_named(&env);
+                record_if_call(
+                    step,
+                    Some(method),
+                    &tool,
+                    trace.as_ref(),
+                    Refusal::DuplicateCall,
+                    message,
+                );
                 return step.answer_error(Some(&client_id), jsonrpc::INVALID_REQUEST, message);
             }
             if let Some(why) = odd_progress_token(&message) {
@@ -196,6 +228,20 @@ fn is_safe_integer(n: &serde_json::Number) -> bool {
     }
 }
 
+/// Records a `tools/call` refused before it could be read as one (`tool` when known).
+fn record_if_call(
+    step: &Step<'_>,
+    method: Option<&str>,
+    tool: &str,
+    trace: Option<&TransportTrace>,
+    refusal: Refusal,
+    detail: &str,
+) {
+    if method == Some("tools/call") {
+        record_unread_call(step.relay, tool, trace, refusal, detail);
+    }
+}
+
 /// Longest client name or version kept for the approver's eyes.
 const MAX_CLIENT_TEXT: usize = 256;
 
@@ -214,12 +260,20 @@ fn client_info(message: &serde_json::Map<String, Value>) -> Option<std::sync::Ar
     }))
 }
 
-/// MCP has no batches: each request in one gets its own `-32600`.
-fn answer_batch(step: &mut Step<'_>, items: &[Value]) {
+/// MCP has no batches: each request in one gets its own `-32600` (a `tools/call`, a record).
+fn answer_batch(step: &mut Step<'_>, items: &[Value], trace: Option<&TransportTrace>) {
     let message = format!(
         "invalid request: {} does not take JSON-RPC batches (MCP removed them); send each message alone",
         step.relay.config.product
     );
+    for item in items {
+        let method = item.get("method").and_then(Value::as_str);
+        let tool = item
+            .pointer("/params/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        record_if_call(step, method, tool, trace, Refusal::MalformedRequest, &message);
+    }
     let ids: Vec<Bytes> = items
         .iter()
         .filter_map(|item| item.get("id"))

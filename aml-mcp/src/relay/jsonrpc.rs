@@ -251,6 +251,19 @@ impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
 /// Reads the top-level `"id"` of a message that could not be parsed whole (cut off, too
 /// large, or broken after the id), without trusting the rest.
 pub(crate) fn scan_id(message: &[u8]) -> Option<Bytes> {
+    let id = scan_member(message, b"\"id\"")?;
+    let raw: Box<RawValue> = serde_json::from_slice(id).ok()?;
+    is_valid_id(&raw).then(|| Bytes::copy_from_slice(id))
+}
+
+/// Reads the top-level `"method"` of a message that could not be parsed whole, the same
+/// way: `None` unless every member before it, and it, could be read.
+pub(crate) fn scan_method(message: &[u8]) -> Option<String> {
+    serde_json::from_slice(scan_member(message, b"\"method\"")?).ok()
+}
+
+/// The text of the top-level member named `key` (as written, with its quotes).
+fn scan_member<'m>(message: &'m [u8], key: &[u8]) -> Option<&'m [u8]> {
     let mut s = Scanner {
         bytes: message,
         at: 0,
@@ -259,18 +272,15 @@ pub(crate) fn scan_id(message: &[u8]) -> Option<Bytes> {
     s.eat(b'{')?;
     loop {
         s.ws();
-        let key = s.string()?;
+        let name = s.string()?;
         s.ws();
         s.eat(b':')?;
         s.ws();
         let start = s.at;
-        if key == b"\"id\"" {
-            s.value()?;
-            let id = &message[start..s.at];
-            let raw: Box<RawValue> = serde_json::from_slice(id).ok()?;
-            return is_valid_id(&raw).then(|| Bytes::copy_from_slice(id));
-        }
         s.value()?;
+        if name == key {
+            return Some(&message[start..s.at]);
+        }
         s.ws();
         match s.next()? {
             b',' => continue,

@@ -135,5 +135,8 @@ async fn an_id_still_in_flight_is_refused_for_a_second_request() {
     // Answered: the id is free again.
     ends.to_relay.send(message(ping)).await.unwrap();
     assert_eq!(parse(ends.server_out.recv().await.unwrap())["method"], "ping");
-    assert!(ends.sink.calls().is_empty(), "the refused call was never planned");
+    let calls = ends.sink.calls();
+    assert_eq!(calls.len(), 1, "the refused call is recorded once");
+    assert_eq!(calls[0].refusal, Some(aml_core::Refusal::DuplicateCall));
+    assert!(calls[0].plan.is_none(), "the refused call was never planned");
 }

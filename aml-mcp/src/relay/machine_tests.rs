@@ -29,6 +29,11 @@ fn tools() -> (RelayTools, MemorySink) {
     (RelayTools::from_json(catalog, boundary).unwrap(), sink)
 }
 
+/// A client message as these bytes exactly.
+fn msg_text(text: &'static str) -> Inbound {
+    Inbound::Message(Bytes::from_static(text.as_bytes()))
+}
+
 /// What one transition returned, by where it goes.
 #[derive(Default)]
 struct By {
@@ -346,6 +351,47 @@ fn a_tools_call_without_an_id_is_dropped_and_recorded_and_an_oversized_message_a
     assert!(sent.upstream.is_empty());
     assert_eq!(sent.client[0]["id"], "big");
     assert_eq!(sent.client[0]["error"]["code"], jsonrpc::INVALID_REQUEST);
+    assert_eq!(sink.calls()[1].refusal, Some(aml_core::Refusal::RequestTooLarge));
+}
+
+/// A `tools/call` answered with a JSON-RPC error (unreadable, or under an id in flight) is
+/// recorded as a refused call all the same; another request so answered is not a call.
+#[test]
+fn a_tools_call_refused_with_a_json_rpc_error_is_recorded() {
+    let (mut m, sink) = machine(RelayConfig::default());
+    let flight = checked_call(&mut m, "c1");
+    assert!(!flight.is_empty());
+    let again = json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
+                       "params": {"name": "send", "arguments": {"to": "team"}}});
+    assert_eq!(
+        m.client_says(again).client[0]["error"]["code"],
+        jsonrpc::INVALID_REQUEST
+    );
+    let no_arguments = json!({"jsonrpc": "2.0", "id": "c2", "method": "tools/call", "params": {"name": "send", "arguments": 5}});
+    assert_eq!(
+        m.client_says(no_arguments).client[0]["error"]["code"],
+        jsonrpc::INVALID_PARAMS
+    );
+    let sent = by(m.client(msg_text(
+        r#"{"jsonrpc":"2.0","id":"c3","method":"tools/call","params":{"name":"send","name":"x"}}"#,
+    )));
+    assert_eq!(sent.client[0]["error"]["code"], jsonrpc::PARSE_ERROR);
+    let ping = by(m.client(msg_text(
+        r#"{"jsonrpc":"2.0","id":"p","method":"ping","x":1,"x":2}"#,
+    )));
+    assert_eq!(ping.client[0]["error"]["code"], jsonrpc::PARSE_ERROR);
+    let calls = sink.calls();
+    let refused = calls.iter().filter(|c| c.refusal.is_some());
+    let refusals: Vec<_> = refused.map(|c| (c.tool.clone(), c.refusal)).collect();
+    use aml_core::Refusal::{DuplicateCall, MalformedRequest};
+    assert_eq!(
+        refusals,
+        [
+            ("send".to_owned(), Some(DuplicateCall)),
+            ("send".to_owned(), Some(MalformedRequest)),
+            ("".to_owned(), Some(MalformedRequest)),
+        ]
+    );
 }
 
 #[test]

@@ -48,11 +48,9 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                 relay.config.product, relay.config.max_message_bytes
             );
             let id = scan_id(&prefix);
-            let method = scan_method(&prefix);
             record_if_call(
                 step,
-                method.as_deref(),
-                "",
+                Read::Text(&prefix),
                 None,
                 Refusal::RequestTooLarge,
                 &message,
@@ -72,12 +70,8 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
         Err(e) => {
             let id = readable_id(&env);
             let message = format!("parse error: {e}");
-            let (method, tool) = match &env {
-                Ok(env) => (env.method.as_deref().map(str::to_owned), tool_named(env)),
-                Err(_) => (scan_method(&bytes), String::new()),
-            };
-            let refusal = Refusal::MalformedRequest;
-            record_if_call(step, method.as_deref(), &tool, trace.as_ref(), refusal, &message);
+            let read = env.as_ref().map_or(Read::Text(&bytes), Read::Envelope);
+            record_if_call(step, read, trace.as_ref(), Refusal::MalformedRequest, &message);
             return step.answer_error(id.as_deref(), jsonrpc::PARSE_ERROR, &message);
         }
     };
@@ -87,9 +81,8 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
         (Value::Object(_), Err(e)) => {
             let id = scan_id(&bytes);
             let message = format!("invalid request: not a JSON-RPC message ({e})");
-            let method = scan_method(&bytes);
             let refusal = Refusal::MalformedRequest;
-            record_if_call(step, method.as_deref(), "", trace.as_ref(), refusal, &message);
+            record_if_call(step, Read::Text(&bytes), trace.as_ref(), refusal, &message);
             return step.answer_error(id.as_deref(), jsonrpc::INVALID_REQUEST, &message);
         }
         (_, env) => {
@@ -104,8 +97,7 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
             let id = env.valid_id().map(|id| id.get().as_bytes());
             let message = format!("invalid request: {why}");
             let refusal = Refusal::MalformedRequest;
-            let (method, tool) = (env.method.as_deref(), tool_named(&env));
-            record_if_call(step, method, &tool, trace.as_ref(), refusal, &message);
+            record_if_call(step, Read::Envelope(&env), trace.as_ref(), refusal, &message);
             return step.answer_error(id, jsonrpc::INVALID_REQUEST, &message);
         }
     };
@@ -123,15 +115,8 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                 // Two requests under one id could not be told apart (their answers, a
                 // cancellation), and the in-flight limit counts ids.
                 let message = "invalid request: a request with this id is still in flight; use a new id";
-                let tool = tool_named(&env);
-                record_if_call(
-                    step,
-                    Some(method),
-                    &tool,
-                    trace.as_ref(),
-                    Refusal::DuplicateCall,
-                    message,
-                );
+                let refusal = Refusal::DuplicateCall;
+                record_if_call(step, Read::Envelope(&env), trace.as_ref(), refusal, message);
                 return step.answer_error(Some(&client_id), jsonrpc::INVALID_REQUEST, message);
             }
             if let Some(why) = odd_progress_token(&message) {
@@ -202,8 +187,8 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
 }
 
 /// Why a request's progress token (`params._meta.progressToken`) is refused, when it is not
-/// a string or an integer (MCP) that every JSON reader keeps exactly (within ±(2^53 − 1), as
-/// the canonical form's numbers): servers drop such a request without an answer (seen with
+/// a string or an integer (MCP) that every JSON reader keeps exactly (a JavaScript safe
+/// integer, within ±(2^53 − 1)): servers drop such a request without an answer (seen with
 /// rmcp and the TypeScript SDK), which would hold it until the relay's time limit.
 fn odd_progress_token(message: &serde_json::Map<String, Value>) -> Option<&'static str> {
     let token = message.get("params")?.get("_meta")?.get("progressToken")?;
@@ -228,18 +213,27 @@ fn is_safe_integer(n: &serde_json::Number) -> bool {
     }
 }
 
-/// Records a `tools/call` refused before it could be read as one (`tool` when known).
+/// What the relay could read of a message it refuses with a JSON-RPC error.
+enum Read<'a> {
+    /// Only its text (cut off, or not JSON-RPC): its method is scanned for.
+    Text(&'a [u8]),
+    Envelope(&'a Envelope<'a>),
+}
+
+/// Records the refused message when it is a `tools/call` (its tool named when readable).
 fn record_if_call(
     step: &Step<'_>,
-    method: Option<&str>,
-    tool: &str,
+    read: Read<'_>,
     trace: Option<&TransportTrace>,
     refusal: Refusal,
     detail: &str,
 ) {
-    if method == Some("tools/call") {
-        record_unread_call(step.relay, tool, trace, refusal, detail);
-    }
+    let tool = match read {
+        Read::Envelope(env) if env.method.as_deref() == Some("tools/call") => tool_named(env),
+        Read::Text(text) if scan_method(text).as_deref() == Some("tools/call") => String::new(),
+        _ => return,
+    };
+    record_unread_call(step.relay, &tool, trace, refusal, detail);
 }
 
 /// Longest client name or version kept for the approver's eyes.
@@ -266,13 +260,10 @@ fn answer_batch(step: &mut Step<'_>, items: &[Value], trace: Option<&TransportTr
         "invalid request: {} does not take JSON-RPC batches (MCP removed them); send each message alone",
         step.relay.config.product
     );
-    for item in items {
-        let method = item.get("method").and_then(Value::as_str);
-        let tool = item
-            .pointer("/params/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        record_if_call(step, method, tool, trace, Refusal::MalformedRequest, &message);
+    for item in items.iter().filter(|item| item["method"] == "tools/call") {
+        let tool = item.pointer("/params/name").and_then(Value::as_str);
+        let refusal = Refusal::MalformedRequest;
+        record_unread_call(step.relay, tool.unwrap_or_default(), trace, refusal, &message);
     }
     let ids: Vec<Bytes> = items
         .iter()

@@ -352,6 +352,25 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         !reached(&dir).contains("of a pair"),
         "nothing of the batch was sent"
     );
+    // A progress token servers drop unanswered (not a string or a safe integer) is refused
+    // in the session, alone or in a batch, and never sent.
+    let odd = |id: u64, token: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{"_meta":{{"progressToken":{token}}}}}}}"#
+        )
+    };
+    for body in [odd(19, "null"), format!("[{}]", odd(20, "1.5"))] {
+        let reply = request(addr, "POST", &in_three, &body);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let answer = reply.json();
+        let answer = if answer.is_array() {
+            answer[0].clone()
+        } else {
+            answer
+        };
+        assert_eq!(answer["error"]["code"], -32602, "{}", reply.body);
+    }
+    assert!(!reached(&dir).contains("progressToken"), "an odd token was sent");
     // DELETE ends a session: later requests get 404.
     assert_eq!(
         request(addr, "DELETE", &[("mcp-session-id", three.as_str())], "").status,

@@ -772,7 +772,11 @@ impl Authorized {
                 decided: None,
             },
             Ok(Err(e)) => {
-                DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(with_causes(&e)))
+                let reason = match e.entered() {
+                    true => ReceiptReason::HostDispatchError,
+                    false => ReceiptReason::HostDispatchNotEntered,
+                };
+                DispatchOutcome::ended(plan, reason, Some(with_causes(&e)))
             }
             Err(panic) => DispatchOutcome::ended(plan, ReceiptReason::HostDispatchError, Some(panic)),
         };

@@ -166,6 +166,17 @@ fn every_receipt_reason_of_the_state_machine_is_reachable() {
             send(),
             ReceiptReason::HostDispatchError,
         ),
+        (
+            ActionBoundary::builder(policy())
+                .approval(approve())
+                .executor(tool_fn(|_| async {
+                    let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+                    Err(ToolError::not_entered("no connection", refused))
+                }))
+                .build(),
+            send(),
+            ReceiptReason::HostDispatchNotEntered,
+        ),
     ];
     for (boundary, p, expected) in cases {
         let out = run(&boundary, p);
@@ -347,6 +358,37 @@ fn replayable_approvals_must_be_chosen_explicitly() {
         ReceiptReason::HostDispatchReturned
     );
     assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn a_tool_not_entered_blocks_and_its_grant_stays_spent() {
+    let entered = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&entered);
+    let b = ActionBoundary::builder(policy())
+        .approval(approval_fn(|req| async move {
+            Ok(Approval::approve(req.proposal().digest()).with_id("g1"))
+        }))
+        .executor(tool_fn(move |_| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async {
+                let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+                Err(ToolError::not_entered("the server is not reachable", refused))
+            }
+        }))
+        .build();
+    let p = proposal("send", "send", "team");
+    let first = run(&b, p.clone());
+    assert_eq!(first.receipt().reason(), ReceiptReason::HostDispatchNotEntered);
+    assert_eq!(first.receipt().execution_status(), ExecutionStatus::Blocked);
+    let detail = first.detail().unwrap_or_default();
+    assert!(
+        detail.contains("not reachable") && detail.contains("refused"),
+        "{detail}"
+    );
+    // The same approval again: the grant was spent by the first call.
+    let again = run(&b, p);
+    assert_eq!(again.receipt().reason(), ReceiptReason::ApprovalReusedOrExpired);
+    assert_eq!(entered.load(Ordering::SeqCst), 1);
 }
 
 #[test]

@@ -51,9 +51,68 @@ hook_error! {
     /// The grant store failed. Blocks with `approval_consume_error`; the grant may be spent.
     ClaimError
 }
-hook_error! {
-    /// The tool failed after it was entered. The outcome is `unknown`.
-    ToolError
+/// The tool failed. The outcome is `unknown` (it was entered: a side effect may have
+/// happened), unless the executor says it never reached the tool
+/// ([`not_entered`](Self::not_entered)): the call is then `blocked`,
+/// `host_dispatch_not_entered`.
+///
+/// ```
+/// use aml_core::ToolError;
+/// // Nothing was sent: the connection to the server was refused.
+/// let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+/// let e = ToolError::not_entered("the server is not reachable", refused);
+/// assert!(!e.entered());
+/// // The request left; whether it ran is unknown.
+/// assert!(ToolError::new("the connection reset").entered());
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    entered: bool,
+}
+
+impl ToolError {
+    /// A failure after the tool was entered (or where that cannot be ruled out).
+    pub fn new(message: impl Into<String>) -> Self {
+        ToolError {
+            message: message.into(),
+            source: None,
+            entered: true,
+        }
+    }
+
+    /// [`new`](Self::new), caused by `source`.
+    pub fn with_source(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        ToolError {
+            source: Some(Box::new(source)),
+            ..Self::new(message)
+        }
+    }
+
+    /// A failure before any of the call reached the tool: no connection could be made, or
+    /// the request could not be encoded. Say it only when that is certain; a request that
+    /// may have left is [`new`](Self::new). A grant claimed for the call stays spent.
+    pub fn not_entered(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        ToolError {
+            entered: false,
+            ..Self::with_source(message, source)
+        }
+    }
+
+    /// Whether the tool may have been entered (`false` only for
+    /// [`not_entered`](Self::not_entered)).
+    pub fn entered(&self) -> bool {
+        self.entered
+    }
 }
 hook_error! {
     /// The usage ledger failed ([`crate::UsageLedger`]). Before the plan, the call is denied

@@ -123,6 +123,10 @@ wire_enum! {
         HostDispatchReturned = "host_dispatch_returned",
         /// `"host_dispatch_error"`: the tool callback failed after entry; outcome unknown.
         HostDispatchError = "host_dispatch_error",
+        /// `"host_dispatch_not_entered"`: the tool callback failed before any of the call
+        /// reached the tool (it said so: [`crate::ToolError::not_entered`]); blocked, and a
+        /// claimed grant stays spent.
+        HostDispatchNotEntered = "host_dispatch_not_entered",
         /// `"policy_forbid"`: a Cedar `forbid` denied the plan.
         PolicyForbid = "policy_forbid",
         /// `"no_permit"`: no Cedar `permit` applied.

@@ -45,11 +45,19 @@ enum Approve {
     Revoke,
 }
 
+/// What the tool does when it is called.
+#[derive(Clone, Copy)]
+enum Runs {
+    Returns,
+    Fails,
+    NotEntered,
+}
+
 fn tool(
     requires_approval: bool,
     approve: Approve,
     store: Option<Store>,
-    executor: Option<bool>,
+    executor: Option<Runs>,
 ) -> GuardedTool {
     let live = policy(requires_approval);
     let revoker = live.clone();
@@ -58,12 +66,15 @@ fn tool(
     if let Some(store) = store {
         b = b.grants(store);
     }
-    if let Some(ok) = executor {
+    if let Some(runs) = executor {
         b = b.executor(tool_fn(move |_| async move {
-            if ok {
-                Ok(json!(true))
-            } else {
-                Err(ToolError::new("down"))
+            match runs {
+                Runs::Returns => Ok(json!(true)),
+                Runs::Fails => Err(ToolError::new("down")),
+                Runs::NotEntered => {
+                    let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+                    Err(ToolError::not_entered("no connection", refused))
+                }
             }
         }));
     }
@@ -96,25 +107,38 @@ fn every_receipt_reason_is_reachable() {
     };
     let ok = || Some(Store(Ok(ClaimStatus::Claimed)));
     for (t, args) in [
-        (tool(true, Approve::Yes, ok(), Some(true)), team.clone()),
-        (tool(true, Approve::Yes, ok(), Some(false)), team.clone()),
+        (tool(true, Approve::Yes, ok(), Some(Runs::Returns)), team.clone()),
+        (tool(true, Approve::Yes, ok(), Some(Runs::Fails)), team.clone()),
         (
-            tool(true, Approve::Yes, ok(), Some(true)),
+            tool(true, Approve::Yes, ok(), Some(Runs::NotEntered)),
+            team.clone(),
+        ),
+        (
+            tool(true, Approve::Yes, ok(), Some(Runs::Returns)),
             json!({"to": "other@example.test"}),
         ),
-        (tool(true, Approve::Yes, ok(), Some(true)), json!({"to": " "})),
         (
-            tool(true, Approve::Yes, ok(), Some(true)),
+            tool(true, Approve::Yes, ok(), Some(Runs::Returns)),
+            json!({"to": " "}),
+        ),
+        (
+            tool(true, Approve::Yes, ok(), Some(Runs::Returns)),
             json!({"to": "team@example.test", "b": "x".repeat(70_000)}),
         ),
         (tool(true, Approve::Yes, ok(), None), team.clone()),
-        (tool(true, Approve::None, ok(), Some(true)), team.clone()),
-        (tool(true, Approve::Fail, ok(), Some(true)), team.clone()),
-        (tool(true, Approve::No, ok(), Some(true)), team.clone()),
-        (tool(true, Approve::Stale, ok(), Some(true)), team.clone()),
-        (tool(true, Approve::Revoke, ok(), Some(true)), team.clone()),
+        (tool(true, Approve::None, ok(), Some(Runs::Returns)), team.clone()),
+        (tool(true, Approve::Fail, ok(), Some(Runs::Returns)), team.clone()),
+        (tool(true, Approve::No, ok(), Some(Runs::Returns)), team.clone()),
         (
-            tool(true, Approve::Yes, Some(Store(Err("down"))), Some(true)),
+            tool(true, Approve::Stale, ok(), Some(Runs::Returns)),
+            team.clone(),
+        ),
+        (
+            tool(true, Approve::Revoke, ok(), Some(Runs::Returns)),
+            team.clone(),
+        ),
+        (
+            tool(true, Approve::Yes, Some(Store(Err("down"))), Some(Runs::Returns)),
             team.clone(),
         ),
         (
@@ -122,14 +146,14 @@ fn every_receipt_reason_is_reachable() {
                 true,
                 Approve::Yes,
                 Some(Store(Ok(ClaimStatus::AlreadyClaimed))),
-                Some(true),
+                Some(Runs::Returns),
             ),
             team.clone(),
         ),
     ] {
         record(rt.block_on(t.call(&args)).unwrap());
     }
-    let guarded = tool(false, Approve::None, None, Some(true));
+    let guarded = tool(false, Approve::None, None, Some(Runs::Returns));
     // Not `json!`: it would already have turned NaN into null.
     #[derive(serde::Serialize)]
     struct WithNumber {

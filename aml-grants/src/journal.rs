@@ -33,6 +33,9 @@ pub enum RecordedOutcome {
     Dispatched,
     /// `"unknown"`: the tool failed after entry.
     Unknown,
+    /// `"not_entered"`: the executor failed before any of the call reached the tool
+    /// ([`ToolError::not_entered`]): nothing to reconcile.
+    NotEntered,
 }
 
 impl RecordedOutcome {
@@ -41,6 +44,7 @@ impl RecordedOutcome {
         match self {
             RecordedOutcome::Dispatched => "dispatched",
             RecordedOutcome::Unknown => "unknown",
+            RecordedOutcome::NotEntered => "not_entered",
         }
     }
 }
@@ -178,9 +182,9 @@ pub trait DecisionJournal: Send + Sync + core::fmt::Debug {
 /// A tool wrapped so every dispatch is journaled: intent first, then the tool, then the
 /// outcome.
 ///
-/// If the intent cannot be written, the tool is not entered, and the call reports a failure
-/// after entry (`unknown`): conservative, and the broken journal needs the host's attention
-/// anyway. If the outcome cannot be written, the intent stays unresolved and is reported as
+/// If the intent cannot be written, the tool is not entered, and the call is blocked
+/// (`host_dispatch_not_entered`, [`ToolError::not_entered`]); a grant it claimed stays spent.
+/// If the outcome cannot be written, the intent stays unresolved and is reported as
 /// `unknown` on restart.
 ///
 /// Built with [`new`](Self::new), the intent is written here, after the claim: a process
@@ -265,12 +269,7 @@ impl ToolExecutor for JournaledExecutor {
             tool: call.proposal().tool().to_owned(),
             resource: call.proposal().resource().to_owned(),
         };
-        let refused = |e| {
-            ToolError::with_source(
-                "the journal refused the intent record; the tool was not entered",
-                e,
-            )
-        };
+        let refused = |e| ToolError::not_entered("the journal refused the intent record", e);
         let digest = entry.proposal_sha256;
         let intent = match (&self.journal, entry.grant_id.is_some()) {
             // The claim wrote the intent in its own transaction (ADR 010).
@@ -292,6 +291,7 @@ impl ToolExecutor for JournaledExecutor {
 fn describe(result: &Result<Value, ToolError>) -> (RecordedOutcome, Option<String>) {
     match result {
         Ok(_) => (RecordedOutcome::Dispatched, None),
+        Err(e) if !e.entered() => (RecordedOutcome::NotEntered, Some(e.to_string())),
         Err(e) => (RecordedOutcome::Unknown, Some(e.to_string())),
     }
 }

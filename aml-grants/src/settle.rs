@@ -100,7 +100,7 @@ pub(crate) fn settled_writes(settled: Vec<Settlement>) -> Vec<Later> {
 /// Outcomes of journaled dispatches waiting for their call's receipt record. The forward
 /// leaves each here when the tool returns; the sink takes it with the call record of the
 /// same proposal that ended the same way (`host_dispatch_returned`: dispatched;
-/// `host_dispatch_error`: unknown).
+/// `host_dispatch_error`: unknown; `host_dispatch_not_entered`: not entered).
 #[derive(Debug, Clone, Default)]
 pub struct CallOutcomes(Arc<Mutex<Held>>);
 
@@ -132,6 +132,7 @@ impl CallOutcomes {
         let outcome = match receipt.reason() {
             ReceiptReason::HostDispatchReturned => RecordedOutcome::Dispatched,
             ReceiptReason::HostDispatchError => RecordedOutcome::Unknown,
+            ReceiptReason::HostDispatchNotEntered => RecordedOutcome::NotEntered,
             _ => return None,
         };
         let key = (receipt.proposal_sha256()?, outcome);

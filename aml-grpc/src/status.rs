@@ -91,14 +91,17 @@ impl core::fmt::Display for ServiceReason {
 
 /// The status code of a receipt reason. `Ok` only for a dispatched call.
 ///
-/// Nothing maps to `UNAVAILABLE` or `ABORTED`: client retry policies retry those, and a
-/// blocked or uncertain call must not be retried automatically. A blocked call whose
-/// deadline passed is `DEADLINE_EXCEEDED` instead (see [`status_for`]).
+/// Client retry policies retry `UNAVAILABLE` and `ABORTED`, so only
+/// `host_dispatch_not_entered` maps to one (`UNAVAILABLE`): nothing of the call reached the
+/// tool, so a retry is a new call (asked again where approval is required). No other blocked
+/// or uncertain call may be retried automatically. A blocked call whose deadline passed is
+/// `DEADLINE_EXCEEDED` instead (see [`status_for`]).
 pub const fn receipt_code(reason: ReceiptReason) -> Code {
     use ReceiptReason::*;
     match reason {
         HostDispatchReturned => Code::Ok,
         HostDispatchError => Code::Unknown,
+        HostDispatchNotEntered => Code::Unavailable,
         NoExactRule
         | NoPermit
         | PolicyForbid
@@ -154,6 +157,10 @@ pub fn status_for(outcome: &CallOutcome) -> Status {
         CallOutcome::Blocked(b) if b.deadline_passed() => (
             b.reason().as_str(),
             "the deadline passed before the one-use claim; the tool was not entered",
+        ),
+        CallOutcome::Blocked(b) if b.reason() == ReceiptReason::HostDispatchNotEntered => (
+            b.reason().as_str(),
+            "the tool could not be reached; nothing of the call was sent",
         ),
         CallOutcome::Blocked(b) => (b.reason().as_str(), "the action boundary blocked this call"),
         CallOutcome::Unknown(u) if u.still_running() => (
@@ -292,10 +299,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn no_outcome_maps_to_a_retried_code() {
+    fn only_a_call_that_never_reached_the_tool_maps_to_a_retried_code() {
         for reason in ReceiptReason::ALL {
             let code = receipt_code(*reason);
-            assert!(!matches!(code, Code::Unavailable | Code::Aborted), "{reason}");
+            let retried = matches!(code, Code::Unavailable | Code::Aborted);
+            assert_eq!(
+                retried,
+                *reason == ReceiptReason::HostDispatchNotEntered,
+                "{reason}"
+            );
             assert_eq!(code == Code::Ok, *reason == ReceiptReason::HostDispatchReturned);
         }
         for reason in ServiceReason::ALL {

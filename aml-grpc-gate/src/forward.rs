@@ -12,7 +12,7 @@ use tonic::{Response, Status};
 
 use crate::metadata::Allowed;
 use crate::methods::GatedMethod;
-use crate::upstream::{UnaryAnswer, Upstream};
+use crate::upstream::{UnaryAnswer, Upstream, UpstreamError};
 
 /// What the upstream answered.
 #[derive(Debug)]
@@ -51,7 +51,7 @@ impl Forward {
 impl ToolExecutor for Forward {
     async fn execute(&self, call: ToolCall) -> Result<Value, ToolError> {
         let message = crate::transcode::encode(&self.method.input, call.into_arguments())
-            .map_err(|e| ToolError::new(e.to_string()))?;
+            .map_err(|e| ToolError::not_entered("the arguments could not be encoded; nothing was sent", e))?;
         let left = self.deadline.map(|deadline| {
             deadline
                 .saturating_duration_since(Instant::now())
@@ -68,9 +68,13 @@ impl ToolExecutor for Forward {
                 self.max_response_bytes,
             )
             .await
-            // No answer (no connection, a reset stream, a broken response, the deadline): the
-            // call may or may not have reached the upstream.
-            .map_err(|e| ToolError::new(e.to_string()))?;
+            .map_err(|e| match e {
+                // No connection and no stream: nothing of the call left the gateway.
+                UpstreamError::Unreachable(_) => ToolError::not_entered("nothing was sent", e),
+                // A reset stream, a broken response, the deadline: the call may or may not
+                // have reached the upstream.
+                _ => ToolError::new(e.to_string()),
+            })?;
         match answer {
             UnaryAnswer::Message { message, metadata } => {
                 let bytes = message.len();

@@ -38,11 +38,13 @@ pub struct InvalidUpstream {
     why: String,
 }
 
-/// A unary call to the upstream failed before it had an answer: the request may or may not
-/// have reached it (a caller treats the call as `unknown`).
+/// A unary call to the upstream failed before it had an answer. Only for
+/// [`Unreachable`](Self::Unreachable) is it certain that nothing was sent; after any other
+/// the request may or may not have reached the upstream (the call is `unknown`).
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
-    /// No connection (refused, timed out, or lost before the request was sent).
+    /// No connection, or none that would open the call's stream (refused, timed out, or
+    /// lost before the stream was opened): nothing of the call was sent.
     #[error("the upstream is not reachable: {0}")]
     Unreachable(String),
     /// The exchange broke after the request was handed to the connection.

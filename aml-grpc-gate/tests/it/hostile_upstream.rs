@@ -397,3 +397,40 @@ async fn several_workers_share_the_listener_each_with_its_own_upstream_connectio
         "{refused:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_refuses_the_connection_blocks_the_call_as_not_entered() {
+    // A port nothing listens on: the connection is refused, so nothing can have been sent.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = closed.local_addr().unwrap();
+    drop(closed);
+    let (mut gate, address, receipts) = gateway_on(
+        "refused-upstream",
+        TOOLS,
+        POLICY,
+        &format!("http://{upstream}"),
+        &[],
+    );
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(support::WAIT, call(&channel, OK, None))
+        .await
+        .expect("an answer in time")
+        .expect_err("no upstream to answer");
+    // The one retried code: nothing reached the tool.
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "the tool could not be reached; nothing of the call was sent"
+    );
+    let report = aml_grpc::report_of(&status).expect("an ErrorInfo");
+    assert_eq!(report.reason, "host_dispatch_not_entered");
+    assert_eq!(receipt_status(&status).as_deref(), Some("blocked"));
+    let detail = report.detail.unwrap_or_default();
+    assert!(detail.contains("not reachable"), "{detail}");
+    assert_eq!(record_statuses(&receipts, 1), ["blocked"]);
+    assert!(gate.alive(), "the gateway keeps serving");
+}

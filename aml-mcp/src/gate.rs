@@ -45,7 +45,8 @@ impl ResultStatus {
 }
 
 /// Why a forwarded call has no result: the request may have reached the server, so the
-/// outcome is `unknown`.
+/// outcome is `unknown`, except after [`NotSent`](Self::NotSent) (blocked,
+/// `host_dispatch_not_entered`).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ForwardError {
@@ -75,6 +76,10 @@ pub enum ForwardError {
     /// The server's answer could not be read (not JSON-RPC, or larger than the limit).
     #[error("the server's answer could not be read: {0}")]
     Unreadable(String),
+    /// The request was never sent (the server had gone before it could be): the only
+    /// failure after which the call is known not to have reached the server.
+    #[error("the request was not sent: {0}")]
+    NotSent(String),
 }
 
 /// The `_meta` key under which gated results carry the verdict.
@@ -397,12 +402,18 @@ where
     async fn execute(&self, call: ToolCall) -> Result<Value, ToolError> {
         let mut params = self.template.clone();
         params.arguments = Some(call.into_arguments());
-        let result = (self.send)(params)
-            .await
-            .map_err(|e| ToolError::with_source("forwarding the call failed", e))?;
+        let result = (self.send)(params).await.map_err(forward_failed)?;
         let output = serde_json::to_value(&result).unwrap_or(Value::Null);
         *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
         Ok(output)
+    }
+}
+
+/// The tool error of a forward that failed: not entered only when nothing was sent.
+pub(crate) fn forward_failed(e: ForwardError) -> ToolError {
+    match e {
+        ForwardError::NotSent(_) => ToolError::not_entered("the call was not forwarded", e),
+        e => ToolError::with_source("forwarding the call failed", e),
     }
 }
 

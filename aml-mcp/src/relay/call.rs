@@ -626,8 +626,6 @@ impl Forward {
 impl ToolExecutor for Forward {
     async fn execute(&self, call: ToolCall) -> Result<Value, ToolError> {
         let frozen = call.proposal().arguments_json();
-        self.send(frozen)
-            .await
-            .map_err(|e| ToolError::with_source("forwarding the call failed", e))
+        self.send(frozen).await.map_err(crate::gate::forward_failed)
     }
 }

@@ -457,8 +457,7 @@ impl<'a> Step<'a> {
                     return;
                 }
                 if let Some(reason) = &self.state.gone {
-                    let why = format!("{reason}; the request was not sent");
-                    let _ = reply.send(Err(ForwardError::UpstreamGone(why)));
+                    let _ = reply.send(Err(ForwardError::NotSent(reason.clone())));
                     return;
                 }
                 self.state.pending.insert(id, Pending::Call { reply });

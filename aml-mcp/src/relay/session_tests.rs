@@ -532,3 +532,66 @@ async fn requests_read_before_the_client_left_are_answered_within_the_drain_limi
     assert_eq!(cancel["method"], "notifications/cancelled");
     assert_eq!(cancel["params"]["requestId"], second["id"]);
 }
+
+/// Holds each forward until the test lets it go (as an approval would), and says when it
+/// is held.
+#[derive(Debug)]
+struct HeldForward {
+    held: mpsc::UnboundedSender<()>,
+    release: Arc<tokio::sync::Semaphore>,
+}
+
+#[derive(Debug)]
+struct Held(
+    Arc<dyn aml_core::ToolExecutor>,
+    mpsc::UnboundedSender<()>,
+    Arc<tokio::sync::Semaphore>,
+);
+
+#[aml_core::async_trait]
+impl aml_core::ToolExecutor for Held {
+    async fn execute(&self, call: aml_core::ToolCall) -> Result<Value, aml_core::ToolError> {
+        let _ = self.1.send(());
+        let _permit = self.2.acquire().await;
+        self.0.execute(call).await
+    }
+}
+
+impl crate::relay::ForwardWrapper for HeldForward {
+    fn wrap(&self, forward: Arc<dyn aml_core::ToolExecutor>) -> Arc<dyn aml_core::ToolExecutor> {
+        Arc::new(Held(forward, self.held.clone(), Arc::clone(&self.release)))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_whose_server_went_before_its_request_left_is_blocked_not_entered() {
+    let (held, mut holding) = mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let wrapper = HeldForward {
+        held,
+        release: Arc::clone(&release),
+    };
+    let mut ends = start_with(
+        RelayConfig::default().with_gone_grace(Duration::from_secs(3)),
+        |tools| tools.with_forward_wrapper(Arc::new(wrapper)),
+    );
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "send", "arguments": {"to": "team"}}});
+    ends.to_relay.send(message(call)).await.unwrap();
+    holding.recv().await.expect("the forward is held");
+    ends.exit.send("signal: 9 (SIGKILL)".into()).unwrap();
+    // Let the relay take the exit before the forward goes on.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    release.add_permits(1);
+    let answer = parse(ends.from_relay.recv().await.unwrap());
+    let verdict = &answer["result"]["_meta"][VERDICT];
+    assert_eq!(verdict["mcp_result_status"], "not_called", "{answer}");
+    assert_eq!(verdict["receipt"]["execution_status"], "blocked");
+    assert_eq!(verdict["receipt"]["reason"], "host_dispatch_not_entered");
+    ends.relay.await.unwrap();
+    assert!(ends.server_out.try_recv().is_err(), "nothing was sent");
+    let calls = ends.sink.calls();
+    assert_eq!(calls.len(), 1);
+    let receipt = calls[0].receipt.as_ref().unwrap();
+    assert_eq!(receipt.execution_status(), aml_core::ExecutionStatus::Blocked);
+}

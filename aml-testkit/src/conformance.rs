@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use aml_core::{
     approval_fn, async_trait, sink_fn, tool_fn, ActionBoundary, ArgumentSnapshot, CallRecord, Effect,
-    ExecutionStatus, MemorySink, Policy, ReceiptSink, ToolCatalog, ToolExecutor, ToolGate, ToolRegistration,
+    ExecutionStatus, MemorySink, Policy, ReceiptSink, ToolCatalog, ToolError, ToolExecutor, ToolGate,
+    ToolRegistration,
 };
 use serde_json::json;
 use tokio::sync::Notify;
@@ -93,7 +94,8 @@ pub struct ConformanceHost {
 
 impl ConformanceHost {
     /// A fresh host: `fetch_record` (allowed), `delete_record` (approval from a person who
-    /// never answers), `slow_report` (waits until released), `crash` (panics) and
+    /// never answers), `slow_report` (waits until released), `crash` (panics),
+    /// `notify_offline` (its executor says it reached nothing: `ToolError::not_entered`) and
     /// `purge_all` (registered, but no rule can allow it: never listed).
     pub fn new() -> Self {
         let entries = Arc::new(AtomicUsize::new(0));
@@ -144,6 +146,12 @@ impl ConformanceHost {
             ),
             tool("slow_report", Effect::Write, Some(slow)),
             tool("crash", Effect::Write, Some(crash)),
+            // Its executor stands for a forward that could not connect: the tool behind it
+            // is never reached, so no entry is counted.
+            tool("notify_offline", Effect::Send, None).with_executor(Arc::new(tool_fn(|_| async {
+                let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+                Err(ToolError::not_entered("the service is not reachable", refused))
+            }))),
             tool("purge_all", Effect::Delete, None),
         ]
         .into_iter()
@@ -152,7 +160,8 @@ impl ConformanceHost {
         let rule = |tool: &str, effect: &str, approval: bool| json!({"tool": tool, "effect": effect, "resource": "records", "requires_approval": approval});
         let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
             rule("fetch_record", "read", false), rule("delete_record", "delete", true),
-            rule("slow_report", "write", false), rule("crash", "write", false)]}));
+            rule("slow_report", "write", false), rule("crash", "write", false),
+            rule("notify_offline", "send", false)]}));
         let asked = Arc::clone(&approval_asked);
         let (sink, recorded) = (MemorySink::new(), Arc::new(Notify::new()));
         let (memory, signal) = (sink.clone(), Arc::clone(&recorded));
@@ -349,6 +358,15 @@ pub fn probes() -> Vec<Probe> {
     ));
     let (a, r) = same("unknown", "host_dispatch_error");
     all.push(probe("tool_panics", "crash", r#"{"id": 7}"#, a, r, 1));
+    let (a, r) = same("blocked", "host_dispatch_not_entered");
+    all.push(probe(
+        "tool_not_reached",
+        "notify_offline",
+        r#"{"id": 7}"#,
+        a,
+        r,
+        0,
+    ));
     all.push(with(
         probe(
             "tool_hangs_caller_gone",
@@ -364,7 +382,13 @@ pub fn probes() -> Vec<Probe> {
 }
 
 /// The names every adapter must list for a [`ConformanceHost`].
-pub const LISTED: [&str; 4] = ["crash", "delete_record", "fetch_record", "slow_report"];
+pub const LISTED: [&str; 5] = [
+    "crash",
+    "delete_record",
+    "fetch_record",
+    "notify_offline",
+    "slow_report",
+];
 
 /// Runs every probe and the listing through `harness`, each against a fresh host: the
 /// verdict per row (`conformance/<probe>`, and `conformance/listing` unless the wire lists

@@ -124,9 +124,9 @@ fn the_table_shows_every_case_and_adapter_with_a_total() {
         });
     assert_eq!(core_passes.count(), 17);
     // 17 guarded-tool cases x 5 adapters (core, mcp, a2ui, grpc, http), 9 A2UI and 6 MCP
-    // cases, and the conformance report: 12 probes x 5 adapters and the listing x 4 (A2UI
+    // cases, and the conformance report: 13 probes x 5 adapters and the listing x 4 (A2UI
     // lists no tools).
-    assert!(table.lines().any(|l| l == "164 passed, 0 failed"), "{table}");
+    assert!(table.lines().any(|l| l == "169 passed, 0 failed"), "{table}");
     for probe in aml_testkit::conformance::probes() {
         assert!(
             table.contains(&format!("conformance/{}", probe.id)),

@@ -187,7 +187,7 @@ wire_enum! {
         /// and the server now advertises another (or none, or the gateway could not read
         /// it); the detail names both digests. Nothing is sent until the host re-pins it.
         ToolDefinitionChanged = "tool_definition_changed",
-        /// `"invalid_resource"`: an argument the tool's typed resource comes from is
+        /// `"invalid_resource"`: an argument the tool's resource comes from is
         /// missing, mistyped, or not a value of its kind (a path with a NUL, a URL with
         /// userinfo, an address without a domain); nothing was planned.
         InvalidResource = "invalid_resource",

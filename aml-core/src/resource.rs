@@ -29,7 +29,8 @@ use crate::Refusal;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ResourceRule {
-    /// The value of one string argument (e.g. `to`, `path`), as it is.
+    /// The value of one string argument (e.g. `to`, `path`), as it is; a call without it, or
+    /// with another type there, is refused (`invalid_resource`).
     Argument(String),
     /// A fixed resource, for tools whose destination is not in their arguments.
     Fixed(String),
@@ -146,11 +147,12 @@ impl ResourceRule {
     /// [`Argument`](Self::Argument) and [`Fixed`](Self::Fixed)).
     pub fn resources_in(&self, arguments: &Map<String, Value>) -> Result<Vec<String>, MapperError> {
         match self {
-            ResourceRule::Argument(name) => arguments
-                .get(name)
-                .and_then(Value::as_str)
-                .map(|text| vec![text.to_owned()])
-                .ok_or_else(|| MapperError::new(format!("argument {name:?} must be a string"))),
+            // The short form of `"as": "string"` (ADR 035): the caller's omission is a refusal.
+            ResourceRule::Argument(name) => match arguments.get(name) {
+                Some(Value::String(text)) => Ok(vec![text.clone()]),
+                Some(_) => Err(invalid(format!("argument {name:?} must be a string"))),
+                None => Err(invalid(format!("argument {name:?} is missing"))),
+            },
             ResourceRule::Fixed(resource) => Ok(vec![resource.clone()]),
             ResourceRule::Mapped(mapping) => mapping.resources_in(arguments),
         }

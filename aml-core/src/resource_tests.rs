@@ -185,6 +185,28 @@ fn plain_rules_read_as_before_and_bad_documents_say_why() {
 }
 
 #[test]
+fn the_short_form_refuses_a_missing_or_mistyped_argument_as_the_long_form_does() {
+    let short = rule(json!({"argument": "to"})).unwrap();
+    let long = rule(json!({"argument": "to", "as": "string"})).unwrap();
+    assert_eq!(resources(&short, json!({"to": "a"})).unwrap(), ["a"]);
+    for arguments in [
+        json!({}),
+        json!({"to": 7}),
+        json!({"to": null}),
+        json!({"to": ["a"]}),
+    ] {
+        let (short_refusal, short_detail) = resources(&short, arguments.clone()).unwrap_err();
+        let (long_refusal, long_detail) = resources(&long, arguments.clone()).unwrap_err();
+        assert_eq!(short_refusal, Some(Refusal::InvalidResource), "{arguments}");
+        assert_eq!(
+            (short_refusal, &short_detail),
+            (long_refusal, &long_detail),
+            "{arguments}"
+        );
+    }
+}
+
+#[test]
 fn rules_serialize_to_the_document_form_they_are_read_from() {
     for document in [
         json!({"argument": "to"}),

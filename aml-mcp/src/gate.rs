@@ -420,12 +420,12 @@ pub(crate) fn forward_failed(e: ForwardError) -> ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aml_core::{tool_fn, ActionBoundary, Effect, Policy, ResourceRule, ToolCatalog, ToolRegistration};
+    use aml_core::{tool_fn, ActionBoundary, Effect, Policy, ToolCatalog, ToolRegistration};
     use serde_json::json;
     use std::sync::Arc;
 
     fn gate() -> ToolGate {
-        // "to" may be a number: the resource mapper then fails (a host error).
+        // "to" may be a number: the host's own mapper then fails (a host error).
         let schema = json!({"type": "object", "properties": {"to": {"type": ["string", "number"]}},
                             "required": ["to"]});
         let catalog = ToolCatalog::new()
@@ -434,7 +434,11 @@ mod tests {
                     "send",
                     Effect::Send,
                     "p",
-                    ResourceRule::Argument("to".into()),
+                    |s: &aml_core::ArgumentSnapshot| {
+                        s.str("to")
+                            .map(str::to_owned)
+                            .ok_or_else(|| aml_core::MapperError::new("no address for a number"))
+                    },
                     schema,
                 )
                 .unwrap(),
@@ -462,7 +466,7 @@ mod tests {
             ("send", json!({"to": "ok"})),        // dispatched, with a result digest
             ("send", json!({"to": "fails"})),     // unknown
             ("send", json!({"to": "elsewhere"})), // denied: blocked
-            ("send", json!({"to": 7})),           // host error ("argument \"to\" …")
+            ("send", json!({"to": 7})),           // host error (the host's mapper)
             ("send", json!({})),                  // refused by the schema
             ("nothing", json!({})),               // refused: unregistered
         ];

@@ -339,7 +339,8 @@ fn explain_prints_the_gates_decision_resources_policies_and_digest() {
         );
     }
 
-    // A mapper that fails (a plain "argument" mapping, the argument missing): host_error.
+    // A plain "argument" mapping whose argument the call left out: refused, the caller's
+    // omission, not a host error (ADR 035).
     let note = r#"{"tools": [{"name": "send_note", "effect": "send", "purpose": "Send",
         "resource": {"argument": "to"}, "input_schema": {"type": "object", "properties": {"to": {"type": "string"}}}}]}"#;
     std::fs::write(dir.join("note.json"), note).unwrap();
@@ -356,11 +357,11 @@ fn explain_prints_the_gates_decision_resources_policies_and_digest() {
     let (stdout, _) = expect(&dir, &args, 0);
     let got: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(
-        (&got["decision"], &got["reason"]),
-        (&json!("deny"), &json!("host_error")),
+        (&got["decision"], &got["reason"], &got["refused"]),
+        (&json!("deny"), &json!("invalid_resource"), &json!(true)),
         "{got}"
     );
-    assert_eq!(got["detail"], "argument \"to\" must be a string");
+    assert_eq!(got["detail"], "argument \"to\" is missing");
 
     // Exact rules name no policies; @FILE arguments.
     let rules = json!({"protocol": "aml-action-policy/1", "rules": [

@@ -92,12 +92,17 @@ pub fn host(setup: Setup) -> Host {
         )
         .unwrap()
         .with(
-            // The schema lets a call without `to` through; the mapper then fails (a host error).
+            // The schema lets a call without `to` through; the host's own mapper then fails (a
+            // host error, where a declared `{"argument": "to"}` would refuse the call).
             ToolRegistration::new(
                 "mapped",
                 Effect::Write,
                 "Write to",
-                ResourceRule::Argument("to".into()),
+                |s: &aml_core::ArgumentSnapshot| {
+                    s.str("to")
+                        .map(str::to_owned)
+                        .ok_or_else(|| aml_core::MapperError::new("the host's directory has no entry"))
+                },
                 json!({"type": "object"}),
             )
             .unwrap(),

@@ -100,7 +100,7 @@ pub trait DecisionChannel: Send + Sync + core::fmt::Debug {
 ///
 /// | statement | result |
 /// |---|---|
-/// | no decision within the timeout, channel failure | blocked, `approval_error` |
+/// | no decision within the timeout (or by the caller's deadline, when sooner), channel failure | blocked, `approval_error` |
 /// | malformed, unknown key, bad signature | blocked, `approval_error` |
 /// | valid, but for another digest or another grant id (e.g. one signed for an earlier request), `deny`, issued in the future (beyond the clock skew), valid for longer than the maximum lifetime, or expired | blocked, `approval_missing_or_mismatched` |
 /// | valid approval of this digest and this request's grant id | approved; the grant is issued now |
@@ -169,7 +169,8 @@ impl SignedApprovalHook {
         self
     }
 
-    /// Waits at most `timeout` for a decision; then blocks.
+    /// Waits at most `timeout` for a decision (less when the caller's deadline is sooner: see
+    /// [`ApprovalRequest::deadline`]); then blocks.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -205,13 +206,18 @@ impl ApprovalHook for SignedApprovalHook {
             .requester
             .as_ref()
             .map_or_else(Requester::unknown, |of| of(&request));
-        let limit = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
+        // The person sees, and the wait lasts, until the caller's deadline when that is sooner.
+        let wait = request.deadline().map_or(self.timeout, |at| {
+            self.timeout
+                .min(at.saturating_duration_since(std::time::Instant::now()))
+        });
+        let limit = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
         let pending = PendingApproval::new(proposal, grant_id.clone())
             .with_requester(requester)
             .with_expiry(self.clock.now_ms().saturating_add(limit));
-        let signed = tokio::time::timeout(self.timeout, self.channel.decide(pending))
+        let signed = tokio::time::timeout(wait, self.channel.decide(pending))
             .await
-            .map_err(|_| ApprovalError::new(format!("no decision within {:?}", self.timeout)))?
+            .map_err(|_| ApprovalError::new(format!("no decision within {wait:?}")))?
             .map_err(|e| ApprovalError::with_source(format!("the approval channel failed: {e}"), e))?;
         let statement = self.keyring.verify(&signed).map_err(|e| {
             ApprovalError::with_source(format!("the decision is not a valid signed statement: {e}"), e)

@@ -270,16 +270,22 @@ fn a_caller_gone_during_approval_is_blocked_and_recorded_once_and_the_tool_never
 #[test]
 fn a_deadline_during_approval_blocks_with_nothing_claimed() {
     let sink = MemorySink::new();
-    let never: Arc<dyn crate::ApprovalHook> = Arc::new(approval_fn(|_| std::future::pending()));
+    let told = Arc::new(std::sync::Mutex::new(None));
+    let seen = Arc::clone(&told);
+    let never: Arc<dyn crate::ApprovalHook> = Arc::new(approval_fn(move |request| {
+        // The hook is told the caller's deadline (to count down to it).
+        *seen.lock().unwrap() = Some(request.deadline());
+        std::future::pending()
+    }));
     let gate = gate_with(true, &sink, Some(never));
     let counting = CountingTool::new();
     let rt = rt();
     let text = args();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let outcome = rt.block_on(async {
-        let at = tokio::time::Instant::now().into_std() + Duration::from_secs(5);
         let request = CallRequest::bytes(testing::SEND_MESSAGE, &text)
             .executor(tool(&counting))
-            .deadline(at);
+            .deadline(deadline);
         gate.call(request).await
     });
     let CallOutcome::Blocked(blocked) = &outcome else {
@@ -288,6 +294,8 @@ fn a_deadline_during_approval_blocks_with_nothing_claimed() {
     assert!(blocked.deadline_passed());
     assert_eq!(blocked.reason(), ReceiptReason::ApprovalError);
     assert_eq!((counting.entries(), sink.calls().len()), (0, 1));
+    let told = told.lock().unwrap().expect("the hook was asked");
+    assert_eq!(told, Some(deadline));
 }
 
 #[test]

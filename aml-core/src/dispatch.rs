@@ -625,6 +625,7 @@ impl ActionBoundary {
             proposal: proposal.clone(),
             plan: plan.clone(),
             facts: facts.clone(),
+            deadline: watch.deadline.as_ref().map(crate::Deadline::at),
         };
         progress.set(Stage::Approval);
         tracing::debug!(target: "aml.dispatch", "approval requested");

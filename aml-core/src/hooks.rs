@@ -126,6 +126,7 @@ pub struct ApprovalRequest {
     pub(crate) proposal: FrozenProposal,
     pub(crate) plan: Plan,
     pub(crate) facts: crate::CallFacts,
+    pub(crate) deadline: Option<std::time::Instant>,
 }
 
 impl ApprovalRequest {
@@ -136,6 +137,12 @@ impl ApprovalRequest {
     /// The plan that required approval.
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+    /// The caller's deadline, when the call has one: the boundary stops waiting for a
+    /// decision then (blocked, nothing claimed), so a hook that shows a person how long is
+    /// left should count down to the earlier of this and its own timeout.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline
     }
     /// Who asks (the caller, and the client software as it named itself) and the usage the
     /// plan was decided on: for the person asked, who should know who is asking.

@@ -298,3 +298,46 @@ async fn verified_decisions_are_journaled_before_they_count() {
         .all(|(d, statement)| d == "approve" && statement.contains("\"signature\"")));
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+/// Keeps the expiry each pending approval is shown with, and never answers.
+#[derive(Debug, Default)]
+struct Watching(Mutex<Vec<Option<i64>>>);
+
+#[async_trait]
+impl DecisionChannel for Watching {
+    async fn decide(&self, pending: PendingApproval) -> Result<SignedStatement, ChannelError> {
+        self.0.lock().unwrap().push(pending.expires_at_ms);
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn the_person_is_shown_the_callers_deadline_when_it_is_sooner_than_the_timeout() {
+    let channel = Arc::new(Watching::default());
+    let grants = Arc::new(MemoryGrants::default());
+    let hook = SignedApprovalHook::new(
+        Keyring::new().with_approver(&alice()).unwrap(),
+        channel.clone(),
+        grants.clone(),
+    )
+    .with_timeout(Duration::from_secs(300));
+    let tool = testing::send_message(policy())
+        .approval(hook)
+        .grants_arc(grants)
+        .executor(tool_fn(|_| async { Ok(json!(null)) }))
+        .build()
+        .unwrap();
+    let asked_at = SystemClock.now_ms();
+    let at = std::time::Instant::now() + Duration::from_millis(400);
+    let deadline = aml_core::Deadline::new(at, tokio::time::sleep_until(at.into()));
+    let text = testing::send_message_args().to_string();
+    let outcome = tool.call_json_until(text, deadline).await.unwrap();
+    assert_eq!(outcome.receipt().reason(), ReceiptReason::ApprovalError);
+    let shown = channel.0.lock().unwrap().clone();
+    let [Some(expires_at_ms)] = shown[..] else {
+        panic!("one pending approval with an expiry: {shown:?}")
+    };
+    // The deadline (400 ms away), not the hook's 300 s.
+    let left = expires_at_ms - asked_at;
+    assert!((0..=400).contains(&left), "{left} ms");
+}

@@ -210,6 +210,21 @@ async fn scripted_upstream() -> (std::net::SocketAddr, mpsc::UnboundedReceiver<S
     (upstream, seen)
 }
 
+/// The gateway (in a scratch folder named `tag`) in front of `upstream`, a channel to it,
+/// and its receipts file.
+async fn gateway_before(
+    upstream: std::net::SocketAddr,
+    tag: &str,
+) -> (support::Running, tonic::transport::Channel, std::path::PathBuf) {
+    let (gate, address, receipts) = gateway_on(tag, TOOLS, POLICY, &format!("http://{upstream}"), &[]);
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    (gate, channel, receipts)
+}
+
 /// The `execution_status` of each record in `receipts`, once there are `count`.
 fn record_statuses(receipts: &std::path::Path, count: usize) -> Vec<String> {
     aml_test_support::wait_until("the records", support::WAIT, || {
@@ -230,18 +245,7 @@ fn record_statuses(receipts: &std::path::Path, count: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_upstream_leaves_calls_unknown_and_the_gateway_serving() {
     let (upstream, mut seen) = scripted_upstream().await;
-    let (mut gate, address, receipts) = gateway_on(
-        "hostile-upstream",
-        TOOLS,
-        POLICY,
-        &format!("http://{upstream}"),
-        &[],
-    );
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (mut gate, channel, receipts) = gateway_before(upstream, "hostile-upstream").await;
     let bounded = |f| async move {
         tokio::time::timeout(support::WAIT, f)
             .await
@@ -404,18 +408,7 @@ async fn an_upstream_that_refuses_the_connection_blocks_the_call_as_not_entered(
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let upstream = closed.local_addr().unwrap();
     drop(closed);
-    let (mut gate, address, receipts) = gateway_on(
-        "refused-upstream",
-        TOOLS,
-        POLICY,
-        &format!("http://{upstream}"),
-        &[],
-    );
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (mut gate, channel, receipts) = gateway_before(upstream, "refused-upstream").await;
     let status = tokio::time::timeout(support::WAIT, call(&channel, OK, None))
         .await
         .expect("an answer in time")

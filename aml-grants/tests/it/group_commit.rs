@@ -240,3 +240,55 @@ fn outcomes_held_when_the_sink_goes_away_are_stored() {
         assert!(store.records_since(0).await.unwrap().is_empty());
     });
 }
+
+/// A granted call whose forward reached nothing: its intent (written by the claim) is
+/// resolved `not_entered` with its blocked record, and nothing is left to reconcile.
+#[test]
+fn a_granted_call_that_never_reached_the_tool_is_resolved_with_its_record() {
+    let path = temp_db("group-not-entered");
+    rt().block_on(async {
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let (sink, _task) = StoredReceipts::settling(store.clone());
+        let journaled = JournaledGrants::new(store.clone()).settled_by(sink.outcomes().unwrap());
+        let unreachable = Arc::new(aml_core::tool_fn(|_| async {
+            let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+            Err(aml_core::ToolError::not_entered(
+                "the server is not reachable",
+                refused,
+            ))
+        }));
+        let id = aml_grants::new_grant_id().unwrap();
+        store.issue_for(&id, &args_proposal(), None).await.unwrap();
+        let tool = testing::send_message(policy())
+            .approval(testing::approve_with_grant(id.clone()))
+            .grants(journaled.clone())
+            .sink(sink.clone())
+            .executor(journaled.executor(unreachable))
+            .build()
+            .unwrap();
+        let out = tool.call(&args()).await.unwrap();
+        assert_eq!(out.receipt().reason(), ReceiptReason::HostDispatchNotEntered);
+        sink.flush().await;
+        assert_eq!(sink.failures(), 0);
+        assert!(
+            store.unresolved().await.unwrap().is_empty(),
+            "resolved, not unknown"
+        );
+        let records = store.records_since(0).await.unwrap();
+        assert_eq!(records.len(), 1);
+        assert!(
+            records[0].record.contains("host_dispatch_not_entered"),
+            "{}",
+            records[0].record
+        );
+    });
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let outcomes: Vec<String> = conn
+        .prepare("SELECT outcome FROM aml_journal")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(outcomes, ["not_entered"]);
+}

@@ -371,6 +371,39 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         assert_eq!(answer["error"]["code"], -32602, "{}", reply.body);
     }
     assert!(!reached(&dir).contains("progressToken"), "an odd token was sent");
+    // Batches end with 2025-06-18: a batch naming that revision or a later one is refused
+    // whole and nothing of it is sent; one naming 2025-03-26 is still answered.
+    let batch = format!("[{}]", call(21, "echo", json!({"message": "a late batch"})));
+    for version in ["2025-06-18", "2025-11-25"] {
+        let later = [
+            JSON_ONLY,
+            CONTENT_JSON,
+            ("mcp-session-id", three.as_str()),
+            ("mcp-protocol-version", version),
+        ];
+        let reply = request(addr, "POST", &later, &batch);
+        assert_eq!(reply.status, 400, "{version}: {}", reply.body);
+        assert_eq!(reply.json()["error"]["code"], -32600, "{}", reply.body);
+        assert!(reply.body.contains("batches were removed"), "{}", reply.body);
+    }
+    assert!(
+        !reached(&dir).contains("a late batch"),
+        "nothing of the batch was sent"
+    );
+    let earlier = [
+        JSON_ONLY,
+        CONTENT_JSON,
+        ("mcp-session-id", three.as_str()),
+        ("mcp-protocol-version", "2025-03-26"),
+    ];
+    let batch = format!("[{}]", call(22, "echo", json!({"message": "an early batch"})));
+    let reply = request(addr, "POST", &earlier, &batch);
+    assert_eq!(
+        reply.json()[0]["result"]["content"][0]["text"],
+        "Echo: an early batch",
+        "{}",
+        reply.body
+    );
     // DELETE ends a session: later requests get 404.
     assert_eq!(
         request(addr, "DELETE", &[("mcp-session-id", three.as_str())], "").status,

@@ -222,8 +222,22 @@ async fn post(
         let caller = caller_of(shared, &who.client);
         return Ok(stateless_post::post(shared, peer, caller, routing, body, asked, trace).await);
     }
+    if body.trim_ascii_start().first() == Some(&b'[') && !takes_batches(headers.get(VERSION_HEADER)) {
+        return Ok(refuse(
+            StatusCode::BAD_REQUEST,
+            None,
+            "JSON-RPC batches were removed in MCP 2025-06-18: send each message in its own POST",
+        ));
+    }
     let named = session_of(shared, &who.client, headers);
     Ok(post_in_session(shared, peer, &who.client, named, asked, body, trace).await)
+}
+
+/// Whether the revision a session-era request names still has JSON-RPC batches: 2025-03-26
+/// and older (a request without the header is taken as 2025-03-26, as the spec says).
+fn takes_batches(version: Option<&HeaderValue>) -> bool {
+    // The revisions are ISO dates, so they order as text.
+    version.is_none_or(|v| v.as_bytes() < b"2025-06-18".as_slice())
 }
 
 /// A POST of the session-era protocol: one message or a batch.

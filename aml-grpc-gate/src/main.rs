@@ -113,6 +113,10 @@ fn print_line(line: &Value) {
 async fn run(args: Args) -> Result<(), String> {
     let policy =
         Policy::read_file(&args.policy).map_err(|e| format!("--policy {}: {e}", args.policy.display()))?;
+    // A malformed policy would deny every call (invalid_policy): refuse to start instead.
+    if let Some(e) = policy.error() {
+        return Err(format!("--policy {}: {e}", args.policy.display()));
+    }
     let upstream = Upstream::lazy(&args.upstream).map_err(|e| e.to_string())?;
     let pool = match &args.descriptors {
         Some(path) => descriptors::from_file(path),

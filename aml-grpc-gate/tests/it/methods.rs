@@ -126,3 +126,55 @@ fn requests_become_proto3_json_and_back_byte_for_byte() {
         .unwrap();
     assert!(encode(&refund, extra).unwrap_err().to_string().contains("bogus"));
 }
+
+#[test]
+fn a_malformed_policy_is_refused_at_start_with_its_reason() {
+    let dir = aml_test_support::scratch_dir("grpc-gate", "malformed-policy");
+    let descriptors = support::descriptor_set(&dir);
+    let tools = tools(json!([entry(
+        "payments.v1.Payments/Lookup",
+        json!({"argument": "order_id"})
+    )]));
+    std::fs::write(dir.join("tools.json"), tools).unwrap();
+    let blank_resource = r#"{"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "t", "effect": "read", "resource": "", "requires_approval": false}]}"#;
+    for (name, policy, says) in [
+        (
+            "cut.json",
+            r#"{"protocol": "aml-action-policy/1", "rules": ["#,
+            "invalid policy",
+        ),
+        (
+            "blank.json",
+            blank_resource,
+            "resource must be a non-blank string",
+        ),
+    ] {
+        std::fs::write(dir.join(name), policy).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aml-grpc-gate"))
+            .args(["--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9"])
+            .arg("--tools")
+            .arg(dir.join("tools.json"))
+            .arg("--policy")
+            .arg(dir.join(name))
+            .arg("--descriptors")
+            .arg(&descriptors)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let exited = aml_test_support::wait_until(
+            "the gateway to refuse its policy",
+            std::time::Duration::from_secs(20),
+            || child.try_wait().unwrap(),
+        );
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!exited.success(), "{name}: it started");
+        assert!(stderr.contains(says) && stderr.contains(name), "{name}: {stderr}");
+        assert!(
+            !String::from_utf8_lossy(&output.stdout).contains("listening"),
+            "{name}"
+        );
+    }
+}

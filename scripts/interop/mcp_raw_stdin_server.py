@@ -6,14 +6,18 @@ Each line read from stdin is appended to RAW_LOG exactly as received (before par
 test can say what reached the server byte for byte. Messages are handled by their "method"
 whether or not they carry an "id", as a lenient server does: a tools/call sent as a
 notification still runs (and is appended to RAN_LOG as one JSON line), it just gets no answer;
-a call whose arguments hold `"hang": true` runs and is never answered.
+a call whose arguments hold `"hang": true` runs and is never answered; one whose arguments
+hold `"close_input": true` is answered, and then the server closes its stdin and stays alive,
+reading nothing more (a server that stopped reading its input).
 That is the server behind the gate bypass of issue 28, which the gate must never let such a
 message reach. Both protocol eras: `initialize` and 2026-07-28's per-request `_meta` (no
 handshake; `server/discover`). Standard library only.
 """
 
 import json
+import os
 import sys
+import time
 
 TOOLS = [
     {"name": "send", "description": "Send a note", "inputSchema": {"type": "object"}},
@@ -74,6 +78,9 @@ def main():
             answer = {"jsonrpc": "2.0", "id": message["id"], "result": result}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
+        if isinstance(arguments, dict) and arguments.get("close_input") is True:
+            os.close(0)
+            time.sleep(600)  # alive but deaf, until the gate stops it
 
 
 if __name__ == "__main__":

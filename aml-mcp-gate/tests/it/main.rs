@@ -13,6 +13,7 @@ mod audit;
 mod changes;
 mod cli;
 mod config_server;
+mod deaf;
 mod durable;
 mod eof;
 mod hostile_stdio;

@@ -25,6 +25,10 @@ use crate::ForwardError;
 
 const PROBE_ID: &str = "\"aml-mcp-gate:probe\"";
 
+/// Why a server whose output ended is gone: it closed it, or (a stdio child) a write to
+/// its input failed and the relay stopped reading it.
+const CLOSED: &str = "the server closed its output or stopped reading its input";
+
 /// How a relay session ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -76,7 +80,7 @@ pub async fn probe(upstream: &mut Upstream, limit: Duration) -> Result<Vec<Inbou
             _ = tokio::time::sleep_until(deadline) => return Err(ProbeError::Timeout(limit)),
         };
         let Some(inbound) = next else {
-            return Err(ProbeError::Exited("it closed its output".into()));
+            return Err(ProbeError::Exited(CLOSED.into()));
         };
         if let Inbound::Message(bytes) | Inbound::Traced { message: bytes, .. } = &inbound {
             if let Ok(env) = Envelope::parse(bytes) {
@@ -407,7 +411,7 @@ pub async fn run(
                 None => {
                     upstream_open = false;
                     gone_at.get_or_insert_with(Instant::now);
-                    engine.step(|step| step.upstream_gone("it closed its output".into()))
+                    engine.step(|step| step.upstream_gone(CLOSED.into()))
                 }
             },
             next = from_client.recv(), if !full => match next {
@@ -463,7 +467,7 @@ pub async fn run(
                 Some(inbound) => engine.step(|step| on_upstream(step, inbound)),
                 None => {
                     upstream_open = false;
-                    engine.step(|step| step.upstream_gone("it closed its output".into()))
+                    engine.step(|step| step.upstream_gone(CLOSED.into()))
                 }
             },
             status = &mut exited, if exit_pending => {

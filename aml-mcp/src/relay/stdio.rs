@@ -20,12 +20,14 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    connect(reader, writer, max, false)
+    connect(reader, writer, max, None)
 }
 
-/// With `writes_end_it`, a failed write ends the reading too (the peer that cannot be
-/// answered has gone: its requests are not taken up to run unanswered).
-fn connect<R, W>(reader: R, writer: W, max: usize, writes_end_it: bool) -> Connection
+/// With `peer` (who is on the other end, for the log), a failed write ends the reading too:
+/// a peer that can no longer be written to has gone. A client's requests are then not taken
+/// up to run unanswered; a server is not sent requests it cannot read, and the relay treats
+/// it as gone.
+fn connect<R, W>(reader: R, writer: W, max: usize, peer: Option<&'static str>) -> Connection
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -39,12 +41,13 @@ where
     });
     tokio::spawn(async move {
         if let Err(e) = write_messages(writer, out_rx).await {
-            if writes_end_it {
-                tracing::warn!(target: "aml_mcp::relay",
-                               "the client cannot be answered ({e}): the session ends as if it had gone");
-                reading.abort();
-            } else {
-                tracing::warn!(target: "aml_mcp::relay", "writing failed: {e}");
+            match peer {
+                Some(peer) => {
+                    tracing::warn!(target: "aml_mcp::relay",
+                                   "{peer} cannot be written to ({e}): it is taken as gone");
+                    reading.abort();
+                }
+                None => tracing::warn!(target: "aml_mcp::relay", "writing failed: {e}"),
             }
         }
     });
@@ -79,10 +82,10 @@ pub fn stdio_connection(max: usize) -> Connection {
                 Ok((input, output))
             });
         if let Ok((input, output)) = pipes {
-            return connect(input, output, max, true);
+            return connect(input, output, max, Some("the client"));
         }
     }
-    connect(tokio::io::stdin(), tokio::io::stdout(), max, true)
+    connect(tokio::io::stdin(), tokio::io::stdout(), max, Some("the client"))
 }
 
 /// A server started as a child process: its stdin and stdout carry MCP, its stderr is this
@@ -124,7 +127,7 @@ pub fn spawn_command(mut command: tokio::process::Command, max: usize) -> std::i
         (Some(stdin), Some(stdout)) => (stdin, stdout),
         _ => return Err(std::io::Error::other("the child's pipes are missing")),
     };
-    let connection = connection(stdout, stdin, max);
+    let connection = connect(stdout, stdin, max, Some("the server"));
     let (exit_tx, exited) = oneshot::channel();
     let (stop, stop_rx) = oneshot::channel::<std::time::Duration>();
     let (stopped_tx, stopped) = oneshot::channel();

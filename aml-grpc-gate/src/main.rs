@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aml_core::{ActionBoundary, JsonLinesSink, Policy, ReceiptSink, ToolGate};
+use aml_core::{ActionBoundary, JsonLinesSink, LivePolicy, Policy, ReceiptSink, ToolGate};
 use aml_grpc_gate::gateway::{Gateway, Limits};
 use aml_grpc_gate::health::HealthFollower;
 use aml_grpc_gate::metadata::Allowed;
@@ -26,6 +26,7 @@ use tonic_health::server::HealthReporter;
 use tracing_subscriber::filter::{EnvFilter, LevelFilter};
 
 mod approve;
+mod reload;
 
 /// Listens as a gRPC server and forwards to one upstream gRPC server, gating every unary
 /// method the tools file lists with the host's policy, approval and one-use grants.
@@ -133,8 +134,10 @@ async fn run(args: Args) -> Result<(), String> {
         }
         .map_err(|e| format!("receipts: {e}"))?,
     );
-    let mut boundary =
-        ActionBoundary::builder(Arc::new(policy)).sink_arc(Arc::clone(&sink) as Arc<dyn ReceiptSink>);
+    let live = LivePolicy::new(policy);
+    let hangups = reload::listen()?;
+    tokio::spawn(reload::on_hangup(hangups, args.policy.clone(), live.clone()));
+    let mut boundary = ActionBoundary::builder(live).sink_arc(Arc::clone(&sink) as Arc<dyn ReceiptSink>);
     if args.approve.is_some() {
         let (with, url) =
             approve::with_web_approvals(boundary, Duration::from_secs(args.approval_timeout)).await?;
@@ -200,7 +203,8 @@ async fn run(args: Args) -> Result<(), String> {
         stop: stop_rx,
     };
     print_line(&json!({"listening": address.to_string()}));
-    tracing::info!(%address, upstream = %args.upstream, workers = args.workers, "serving");
+    tracing::info!(%address, upstream = %args.upstream, workers = args.workers, pid = std::process::id(),
+                   "serving; SIGHUP (kill -HUP PID) reloads --policy");
     let stop = async move {
         let _ = tokio::signal::ctrl_c().await;
         let _ = stop_tx.send(true);

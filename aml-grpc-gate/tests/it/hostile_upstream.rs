@@ -427,3 +427,52 @@ async fn an_upstream_that_refuses_the_connection_blocks_the_call_as_not_entered(
     assert_eq!(record_statuses(&receipts, 1), ["blocked"]);
     assert!(gate.alive(), "the gateway keeps serving");
 }
+
+/// Sends `SIGHUP` to the gateway, as `kill -HUP PID` does.
+fn hang_up(gate: &support::Running) {
+    let sent = std::process::Command::new("kill")
+        .args(["-HUP", &gate.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_policy_and_a_malformed_one_blocks_every_call() {
+    let (upstream, _seen) = scripted_upstream().await;
+    let (mut gate, channel, receipts) = gateway_before(upstream, "reload").await;
+    let policy = receipts.with_file_name("policy.json");
+    let answered = |channel: tonic::transport::Channel| async move {
+        tokio::time::timeout(support::WAIT, call(&channel, OK, None))
+            .await
+            .expect("an answer in time")
+    };
+    assert!(answered(channel.clone()).await.is_ok(), "allowed at start");
+    // Until the reload, nothing changes; after it, each edit is in force.
+    let steps = [
+        (
+            r#"{"protocol": "aml-action-policy/1", "rules": []}"#,
+            Some(Code::PermissionDenied),
+        ),
+        (
+            r#"{"protocol": "aml-action-policy/1", "rules": ["#,
+            Some(Code::FailedPrecondition),
+        ),
+        (POLICY, None),
+    ];
+    for (text, refused) in steps {
+        std::fs::write(&policy, text).unwrap();
+        hang_up(&gate);
+        let code = |answer: Result<Bytes, tonic::Status>| answer.err().map(|s| s.code());
+        let mut seen = code(answered(channel.clone()).await);
+        let started = std::time::Instant::now();
+        while seen != refused && started.elapsed() < support::WAIT {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            seen = code(answered(channel.clone()).await);
+        }
+        assert_eq!(seen, refused, "after reloading {text}");
+        assert!(gate.alive(), "SIGHUP does not end the gateway");
+    }
+    let statuses = record_statuses(&receipts, 4);
+    assert!(statuses.contains(&"blocked".to_owned()), "{statuses:?}");
+}

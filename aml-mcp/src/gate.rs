@@ -70,8 +70,9 @@ pub enum ForwardError {
     /// The client cancelled the call after it was forwarded; the cancellation was passed on.
     #[error("the client cancelled the call after it was forwarded")]
     Cancelled,
-    /// The server exited before it answered.
-    #[error("the server exited before it answered: {0}")]
+    /// The server went away (it exited, closed its output or stopped reading its input)
+    /// before it answered.
+    #[error("the server went away before it answered: {0}")]
     UpstreamGone(String),
     /// The server's answer could not be read (not JSON-RPC, or larger than the limit).
     #[error("the server's answer could not be read: {0}")]

@@ -47,7 +47,7 @@ pub enum RelayEnd {
 #[non_exhaustive]
 pub enum ProbeError {
     /// It exited (or closed its output) before answering.
-    #[error("the server exited before it answered the gate's ping ({0})")]
+    #[error("the server went away before it answered the gate's ping ({0})")]
     Exited(String),
     /// It sent the gate's own request back.
     #[error("the server sent the gate's ping back instead of answering it: it does not speak MCP (JSON-RPC) on stdio")]

@@ -161,6 +161,26 @@ fn a_flush_reports_writes_that_could_not_be_stored_once() {
     });
 }
 
+/// One call approved with a grant issued for it, through a tool journaled by `journaled`
+/// (whose claims write the intent) with `executor`, its records to `sink`.
+async fn granted_call(
+    store: &Arc<SqliteStore>,
+    sink: &StoredReceipts,
+    journaled: &JournaledGrants,
+    executor: Arc<dyn aml_core::ToolExecutor>,
+) -> aml_core::DispatchOutcome {
+    let id = aml_grants::new_grant_id().unwrap();
+    store.issue_for(&id, &args_proposal(), None).await.unwrap();
+    let tool = testing::send_message(policy())
+        .approval(testing::approve_with_grant(id))
+        .grants(journaled.clone())
+        .sink(sink.clone())
+        .executor(journaled.executor(executor))
+        .build()
+        .unwrap();
+    tool.call(&args()).await.unwrap()
+}
+
 /// Through the boundary: the journaled tool leaves its outcome for the call's record; the
 /// sink stores them together; an outcome whose record never comes is stored alone.
 #[test]
@@ -173,16 +193,7 @@ fn a_settled_call_stores_its_outcome_with_its_record() {
         let sent = Arc::new(aml_core::tool_fn(|_| async {
             Ok(serde_json::json!({"sent": true}))
         }));
-        let id = aml_grants::new_grant_id().unwrap();
-        store.issue_for(&id, &args_proposal(), None).await.unwrap();
-        let tool = testing::send_message(policy())
-            .approval(testing::approve_with_grant(id.clone()))
-            .grants(journaled.clone())
-            .sink(sink.clone())
-            .executor(journaled.executor(sent.clone()))
-            .build()
-            .unwrap();
-        let out = tool.call(&args()).await.unwrap();
+        let out = granted_call(&store, &sink, &journaled, sent.clone()).await;
         assert_eq!(out.receipt().reason(), ReceiptReason::HostDispatchReturned);
         sink.flush().await;
         assert_eq!(sink.failures(), 0);
@@ -257,16 +268,7 @@ fn a_granted_call_that_never_reached_the_tool_is_resolved_with_its_record() {
                 refused,
             ))
         }));
-        let id = aml_grants::new_grant_id().unwrap();
-        store.issue_for(&id, &args_proposal(), None).await.unwrap();
-        let tool = testing::send_message(policy())
-            .approval(testing::approve_with_grant(id.clone()))
-            .grants(journaled.clone())
-            .sink(sink.clone())
-            .executor(journaled.executor(unreachable))
-            .build()
-            .unwrap();
-        let out = tool.call(&args()).await.unwrap();
+        let out = granted_call(&store, &sink, &journaled, unreachable).await;
         assert_eq!(out.receipt().reason(), ReceiptReason::HostDispatchNotEntered);
         sink.flush().await;
         assert_eq!(sink.failures(), 0);

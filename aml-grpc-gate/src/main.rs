@@ -96,7 +96,12 @@ fn main() -> std::process::ExitCode {
     };
     match runtime.block_on(run(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => fail(&e),
+        Err(Failure::Start(e)) => {
+            eprintln!("aml-grpc-gate: {e}");
+            // As clap's usage errors and aml-mcp-gate's refused configuration.
+            std::process::ExitCode::from(2)
+        }
+        Err(Failure::Serve(e)) => fail(&e),
     }
 }
 
@@ -105,18 +110,31 @@ fn fail(message: &str) -> std::process::ExitCode {
     std::process::ExitCode::FAILURE
 }
 
+/// Why the gateway stopped: before it served (its files, its flags: exit 2), or while
+/// serving (exit 1).
+enum Failure {
+    Start(String),
+    Serve(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Self {
+        Failure::Start(e)
+    }
+}
+
 /// One JSON line on stdout, flushed at once so a watcher sees it now.
 fn print_line(line: &Value) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
-async fn run(args: Args) -> Result<(), String> {
+async fn run(args: Args) -> Result<(), Failure> {
     let policy =
         Policy::read_file(&args.policy).map_err(|e| format!("--policy {}: {e}", args.policy.display()))?;
     // A malformed policy would deny every call (invalid_policy): refuse to start instead.
     if let Some(e) = policy.error() {
-        return Err(format!("--policy {}: {e}", args.policy.display()));
+        return Err(Failure::Start(format!("--policy {}: {e}", args.policy.display())));
     }
     let upstream = Upstream::lazy(&args.upstream).map_err(|e| e.to_string())?;
     let pool = match &args.descriptors {
@@ -218,7 +236,7 @@ async fn run(args: Args) -> Result<(), String> {
     if !sink.flush(Duration::from_secs(5)) {
         tracing::error!("call records may not all be written");
     }
-    served.map_err(|e| e.to_string())
+    served.map_err(|e| Failure::Serve(e.to_string()))
 }
 
 /// One serving thread: its own runtime, its own accept loop on the shared listening socket,

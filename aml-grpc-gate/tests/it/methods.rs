@@ -170,7 +170,7 @@ fn a_malformed_policy_is_refused_at_start_with_its_reason() {
         );
         let output = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!exited.success(), "{name}: it started");
+        assert_eq!(exited.code(), Some(2), "{name}: it started, or failed otherwise");
         assert!(stderr.contains(says) && stderr.contains(name), "{name}: {stderr}");
         assert!(
             !String::from_utf8_lossy(&output.stdout).contains("listening"),

@@ -458,6 +458,42 @@ impl ToolCatalog {
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
     }
+
+    /// The exact rules of `policy` that can allow nothing here, most likely typos: one naming
+    /// a tool this catalog does not register, or registers with another effect. One sentence
+    /// each, for the host's log at start and at every reload (a Cedar policy has no exact
+    /// rules: none).
+    ///
+    /// ```
+    /// # use aml_core::{Effect, Policy, ResourceRule, ToolCatalog, ToolRegistration};
+    /// let catalog = ToolCatalog::new()
+    ///     .with(ToolRegistration::new("read", Effect::Read, "p", ResourceRule::Fixed("r".into()),
+    ///         serde_json::json!({"type": "object"})).unwrap())
+    ///     .unwrap();
+    /// let policy = Policy::from_value(&serde_json::json!({"protocol": "aml-action-policy/1", "rules": [
+    ///     {"tool": "raed", "effect": "read", "resource": "r", "requires_approval": false}]}));
+    /// let warnings = catalog.policy_warnings(&policy);
+    /// assert!(warnings[0].contains("\"raed\", which the tools file does not register"));
+    /// ```
+    pub fn policy_warnings(&self, policy: &crate::Policy) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for rule in policy.rules() {
+            match self.get(&rule.tool) {
+                None => warnings.push(format!(
+                    "the policy has a rule for tool {:?}, which the tools file does not register: the rule allows nothing",
+                    rule.tool
+                )),
+                Some(tool) if tool.effect() != rule.effect => warnings.push(format!(
+                    "the policy's rule for tool {:?} has effect {}, but the tools file registers it with effect {}: the rule allows nothing",
+                    rule.tool,
+                    rule.effect,
+                    tool.effect()
+                )),
+                Some(_) => {}
+            }
+        }
+        warnings
+    }
 }
 
 #[cfg(test)]

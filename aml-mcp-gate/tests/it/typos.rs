@@ -1,8 +1,8 @@
 //! Typos in the host's files are warned of, at start and on reload, instead of failing
 //! silently: a policy rule naming a tool the tools file does not register, a registered tool
 //! the server does not list (once the gate has seen the server's list), and a resource
-//! argument the tool's input schema does not define (before, that failed only at call time,
-//! as a host error).
+//! argument the tool's input schema does not define (before, that showed only at call time,
+//! as a refused call).
 
 use crate::raw;
 

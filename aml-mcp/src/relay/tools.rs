@@ -143,7 +143,7 @@ impl RelayTools {
 /// What in a host's tools document and policy is most likely a typo: a rule naming a tool
 /// the document does not register (or registers with another effect: the rule then allows
 /// nothing), and a tool whose resource comes from an argument its input schema does not
-/// define (every call to it would fail as a host error). One sentence each; none for a
+/// define (a call without it is refused). One sentence each; none for a
 /// document that does not load (that is an error of its own). `tools` is the document's
 /// text, `None` when the host gave none.
 pub fn catalog_warnings(tools: Option<&str>, policy: &aml_core::Policy) -> Vec<String> {
@@ -152,22 +152,7 @@ pub fn catalog_warnings(tools: Option<&str>, policy: &aml_core::Policy) -> Vec<S
         Some(Err(_)) => return Vec::new(),
         None => (ToolCatalog::new(), BTreeMap::new()),
     };
-    let mut warnings = Vec::new();
-    for rule in policy.rules() {
-        match catalog.get(&rule.tool) {
-            None => warnings.push(format!(
-                "the policy has a rule for tool {:?}, which the tools file does not register: the rule allows nothing",
-                rule.tool
-            )),
-            Some(tool) if tool.effect() != rule.effect => warnings.push(format!(
-                "the policy's rule for tool {:?} has effect {}, but the tools file registers it with effect {}: the rule allows nothing",
-                rule.tool,
-                rule.effect,
-                tool.effect()
-            )),
-            Some(_) => {}
-        }
-    }
+    let mut warnings = catalog.policy_warnings(policy);
     for tool in catalog.tools() {
         let Some(rule) = rules.get(tool.name()) else {
             continue;
@@ -176,7 +161,7 @@ pub fn catalog_warnings(tools: Option<&str>, policy: &aml_core::Policy) -> Vec<S
         for argument in rule.arguments() {
             if !properties.is_some_and(|p| p.contains_key(argument)) {
                 warnings.push(format!(
-                    "tool {:?} takes its resource from argument {argument:?}, which its input schema does not define (\"properties\"): its calls will fail",
+                    "tool {:?} takes its resource from argument {argument:?}, which its input schema does not define (\"properties\"): calls without it are refused",
                     tool.name()
                 ));
             }

@@ -152,9 +152,16 @@ async fn run(args: Args) -> Result<(), Failure> {
         }
         .map_err(|e| format!("receipts: {e}"))?,
     );
+    reload::warn_of_typos(&methods.catalog, &policy);
     let live = LivePolicy::new(policy);
     let hangups = reload::listen()?;
-    tokio::spawn(reload::on_hangup(hangups, args.policy.clone(), live.clone()));
+    let catalog = methods.catalog.clone();
+    tokio::spawn(reload::on_hangup(
+        hangups,
+        args.policy.clone(),
+        live.clone(),
+        catalog,
+    ));
     let mut boundary = ActionBoundary::builder(live).sink_arc(Arc::clone(&sink) as Arc<dyn ReceiptSink>);
     if args.approve.is_some() {
         let (with, url) =

@@ -178,3 +178,41 @@ fn a_malformed_policy_is_refused_at_start_with_its_reason() {
         );
     }
 }
+
+#[test]
+fn a_rule_that_can_allow_nothing_is_warned_of_at_start() {
+    let dir = aml_test_support::scratch_dir("grpc-gate", "policy-typos");
+    let descriptors = support::descriptor_set(&dir);
+    let tools = tools(json!([entry(
+        "payments.v1.Payments/Lookup",
+        json!({"argument": "order_id"})
+    )]));
+    std::fs::write(dir.join("tools.json"), tools).unwrap();
+    let policy = r#"{"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "tt", "effect": "read", "resource": "A-1", "requires_approval": false},
+        {"tool": "t", "effect": "write", "resource": "A-1", "requires_approval": false}]}"#;
+    std::fs::write(dir.join("policy.json"), policy).unwrap();
+    let stderr = dir.join("stderr.txt");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_aml-grpc-gate"));
+    command
+        .args(["--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9"])
+        .arg("--tools")
+        .arg(dir.join("tools.json"))
+        .arg("--policy")
+        .arg(dir.join("policy.json"))
+        .arg("--descriptors")
+        .arg(&descriptors)
+        .env("RUST_LOG", "warn")
+        .stderr(std::fs::File::create(&stderr).unwrap());
+    let gate = support::Running::start(command);
+    gate.line_with("listening");
+    let log = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        log.contains("\"tt\", which the tools file does not register"),
+        "{log}"
+    );
+    assert!(
+        log.contains("\"t\" has effect write, but the tools file registers it with effect read"),
+        "{log}"
+    );
+}

@@ -108,6 +108,46 @@ impl core::fmt::Debug for ToolScopes {
     }
 }
 
+/// Where the front reports each `tools/call` it refuses together with the whole POST it came
+/// in (a batch under a revision without batches, two requests with one id, an id of the
+/// wrong type), so that the host records it: the caller (its token's name or its JWT's
+/// subject; `None` without either), the tool's name and why. The calls the front passes on
+/// are recorded by the relay.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// let into = Arc::clone(&seen);
+/// let refused = aml_mcp_http::RefusedCalls::new(move |caller, tool, why| {
+///     into.lock().unwrap().push(format!("{caller:?} {tool}: {why}"));
+/// });
+/// refused.report(Some("ci-bot"), "send", "batches were removed");
+/// assert_eq!(seen.lock().unwrap()[0], "Some(\"ci-bot\") send: batches were removed");
+/// ```
+#[derive(Clone)]
+pub struct RefusedCalls(std::sync::Arc<RecordRefused>);
+
+/// What [`RefusedCalls`] calls: the caller, the tool, why.
+type RecordRefused = dyn Fn(Option<&str>, &str, &str) + Send + Sync;
+
+impl RefusedCalls {
+    /// Reports to `record`, with the caller, the tool's name and why the POST was refused.
+    pub fn new(record: impl Fn(Option<&str>, &str, &str) + Send + Sync + 'static) -> Self {
+        RefusedCalls(std::sync::Arc::new(record))
+    }
+
+    /// Reports one refused call of `tool` by `caller`.
+    pub fn report(&self, caller: Option<&str>, tool: &str, why: &str) {
+        (self.0)(caller, tool, why)
+    }
+}
+
+impl core::fmt::Debug for RefusedCalls {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("RefusedCalls(..)")
+    }
+}
+
 /// The front's security settings and limits.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -178,6 +218,9 @@ pub struct FrontConfig {
     /// The host's operator endpoints (`/metrics`, `/healthz`, `/readyz`), served on the
     /// front's port besides [`MCP_PATH`]; `None` serves only MCP. See [`ops`].
     pub ops: Option<std::sync::Arc<dyn Ops>>,
+    /// Where `tools/call`s refused with their whole POST are reported for the host's record;
+    /// `None` records nothing of them.
+    pub refused_calls: Option<RefusedCalls>,
 }
 
 impl Default for FrontConfig {
@@ -200,6 +243,7 @@ impl Default for FrontConfig {
             replay_events: 256,
             sse_keep_alive: Some(Duration::from_secs(15)),
             ops: None,
+            refused_calls: None,
         }
     }
 }
@@ -218,6 +262,11 @@ impl FrontConfig {
     /// Sets [`tool_scopes`](Self::tool_scopes).
     pub fn with_tool_scopes(mut self, scopes: ToolScopes) -> Self {
         self.tool_scopes = Some(scopes);
+        self
+    }
+    /// Sets [`refused_calls`](Self::refused_calls).
+    pub fn with_refused_calls(mut self, refused: RefusedCalls) -> Self {
+        self.refused_calls = Some(refused);
         self
     }
     /// Adds one accepted `Origin` (scheme, host and port as a browser sends it).

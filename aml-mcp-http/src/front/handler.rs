@@ -223,14 +223,24 @@ async fn post(
         return Ok(stateless_post::post(shared, peer, caller, routing, body, asked, trace).await);
     }
     if body.trim_ascii_start().first() == Some(&b'[') && !takes_batches(headers.get(VERSION_HEADER)) {
-        return Ok(refuse(
-            StatusCode::BAD_REQUEST,
-            None,
-            "JSON-RPC batches were removed in MCP 2025-06-18: send each message in its own POST",
-        ));
+        let messages = message::split(&body).unwrap_or_default();
+        let why = "JSON-RPC batches were removed in MCP 2025-06-18: send each message in its own POST";
+        return Ok(refuse_all(shared, &who.client, &messages, why));
     }
     let named = session_of(shared, &who.client, headers);
     Ok(post_in_session(shared, peer, &who.client, named, asked, body, trace).await)
+}
+
+/// `400` for a whole POST of `messages`, each `tools/call` among them reported to the host's
+/// record ([`crate::RefusedCalls`]): nothing of it is sent.
+fn refuse_all(shared: &Shared, client: &Client, messages: &[Bytes], why: &str) -> Reply {
+    if let Some(refused) = &shared.config.refused_calls {
+        let caller = caller_of(shared, client);
+        for tool in messages.iter().filter_map(|m| Peek::of(m)?.tool) {
+            refused.report(caller.as_deref(), &tool, why);
+        }
+    }
+    refuse(StatusCode::BAD_REQUEST, None, why)
 }
 
 /// Whether the revision a session-era request names still has JSON-RPC batches: 2025-03-26
@@ -260,9 +270,10 @@ async fn post_in_session(
         match Peek::of(m) {
             // Answered here: the relay's answer to it could name no request of this POST.
             Some(p) if p.bad_id && p.method.is_some() => {
-                return refuse(
-                    StatusCode::BAD_REQUEST,
-                    None,
+                return refuse_all(
+                    shared,
+                    client,
+                    &messages,
                     "a request id must be a string or an integer",
                 )
             }
@@ -279,16 +290,17 @@ async fn post_in_session(
     if let Some(id) = repeated_request_id(&peeks) {
         // Both answers would carry the id: the client could not tell them apart.
         let why = format!("the batch has two requests with the id {id}: ids in a batch must differ");
-        return refuse(StatusCode::BAD_REQUEST, None, &why);
+        return refuse_all(shared, client, &messages, &why);
     }
     let initialize = peeks
         .iter()
         .any(|p| p.is_request() && p.method.as_deref() == Some("initialize"));
     let session = if initialize {
         if batch {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                None,
+            return refuse_all(
+                shared,
+                client,
+                &messages,
                 "initialize must be sent alone, not in a batch",
             );
         }

@@ -305,6 +305,14 @@ pub(crate) async fn serve(
         let catalog = catalog.gate().gate().catalog();
         catalog.get(tool).map(|t| t.scopes().to_vec()).unwrap_or_default()
     }));
+    // A call refused with its whole POST leaves its record too, as one the relay refuses.
+    let gate = tools.gate().gate().clone();
+    let front = front.with_refused_calls(aml_mcp_http::RefusedCalls::new(move |caller, tool, why| {
+        let caller = caller
+            .and_then(|c| aml_core::Caller::new(c).ok())
+            .unwrap_or_else(aml_core::Caller::local);
+        gate.refused_by(tool, &caller, aml_core::Refusal::MalformedRequest, why.to_owned());
+    }));
     let mut front = HttpFront::bind_all(&addr.addrs, front)
         .await
         .map_err(|e| format!("cannot listen on {} ({:?}): {e}", addr.text, addr.addrs))?;

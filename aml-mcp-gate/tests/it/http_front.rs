@@ -390,6 +390,16 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         !reached(&dir).contains("a late batch"),
         "nothing of the batch was sent"
     );
+    // Each call refused with its POST leaves its record, as one the relay refuses.
+    aml_test_support::wait_until("a record of each refused batched call", WAIT, || {
+        let log = std::fs::read_to_string(dir.join("receipts.jsonl")).unwrap_or_default();
+        let refused = log
+            .lines()
+            .filter(|l| l.contains("\"malformed_request\"") && l.contains("batches were removed"))
+            .filter(|l| l.contains("\"tool\":\"echo\""))
+            .count();
+        (refused == 2).then_some(())
+    });
     let earlier = [
         JSON_ONLY,
         CONTENT_JSON,

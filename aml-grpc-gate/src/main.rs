@@ -145,13 +145,12 @@ async fn run(args: Args) -> Result<(), Failure> {
     let text = std::fs::read_to_string(&args.tools)
         .map_err(|e| format!("cannot read {}: {e}", args.tools.display()))?;
     let methods = Methods::from_json(&text, &pool).map_err(|e| format!("{}: {e}", args.tools.display()))?;
-    let sink = Arc::new(
-        match &args.receipts {
-            Some(path) => JsonLinesSink::append(path),
-            None => JsonLinesSink::stderr(),
+    let sink = Arc::new(match &args.receipts {
+        Some(path) => {
+            JsonLinesSink::append(path).map_err(|e| format!("--receipts {}: {e}", path.display()))?
         }
-        .map_err(|e| format!("receipts: {e}"))?,
-    );
+        None => JsonLinesSink::stderr().map_err(|e| format!("receipts to stderr: {e}"))?,
+    });
     reload::warn_of_typos(&methods.catalog, &policy);
     let live = LivePolicy::new(policy);
     let hangups = reload::listen()?;

@@ -131,11 +131,6 @@ fn requests_become_proto3_json_and_back_byte_for_byte() {
 fn a_malformed_policy_is_refused_at_start_with_its_reason() {
     let dir = aml_test_support::scratch_dir("grpc-gate", "malformed-policy");
     let descriptors = support::descriptor_set(&dir);
-    let tools = tools(json!([entry(
-        "payments.v1.Payments/Lookup",
-        json!({"argument": "order_id"})
-    )]));
-    std::fs::write(dir.join("tools.json"), tools).unwrap();
     let blank_resource = r#"{"protocol": "aml-action-policy/1", "rules": [
         {"tool": "t", "effect": "read", "resource": "", "requires_approval": false}]}"#;
     for (name, policy, says) in [
@@ -151,32 +146,72 @@ fn a_malformed_policy_is_refused_at_start_with_its_reason() {
         ),
     ] {
         std::fs::write(dir.join(name), policy).unwrap();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aml-grpc-gate"))
-            .args(["--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9"])
-            .arg("--tools")
-            .arg(dir.join("tools.json"))
-            .arg("--policy")
-            .arg(dir.join(name))
-            .arg("--descriptors")
-            .arg(&descriptors)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let exited = aml_test_support::wait_until(
-            "the gateway to refuse its policy",
-            std::time::Duration::from_secs(20),
-            || child.try_wait().unwrap(),
-        );
-        let output = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(exited.code(), Some(2), "{name}: it started, or failed otherwise");
+        let policy = dir.join(name);
+        let (code, stderr) = refused_at_start(&dir, &descriptors, &["--policy".as_ref(), policy.as_os_str()]);
+        assert_eq!(code, Some(2), "{name}: {stderr}");
         assert!(stderr.contains(says) && stderr.contains(name), "{name}: {stderr}");
-        assert!(
-            !String::from_utf8_lossy(&output.stdout).contains("listening"),
-            "{name}"
-        );
     }
+}
+
+#[test]
+fn receipts_that_cannot_be_written_are_refused_at_start_naming_the_path() {
+    let dir = aml_test_support::scratch_dir("grpc-gate", "receipts-dir");
+    let descriptors = support::descriptor_set(&dir);
+    let policy = dir.join("policy.json");
+    std::fs::write(&policy, r#"{"protocol": "aml-action-policy/1", "rules": []}"#).unwrap();
+    let receipts = dir.join("a-directory");
+    std::fs::create_dir_all(&receipts).unwrap();
+    let args = [
+        "--policy".as_ref(),
+        policy.as_os_str(),
+        "--receipts".as_ref(),
+        receipts.as_os_str(),
+    ];
+    let (code, stderr) = refused_at_start(&dir, &descriptors, &args);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("--receipts {}", receipts.display())),
+        "{stderr}"
+    );
+}
+
+/// Starts the gateway with the test tools file in `dir`, `descriptors` and `args`, which it
+/// must refuse before it listens: its exit code and stderr.
+fn refused_at_start(
+    dir: &std::path::Path,
+    descriptors: &std::path::Path,
+    args: &[&std::ffi::OsStr],
+) -> (Option<i32>, String) {
+    let tools = tools(json!([entry(
+        "payments.v1.Payments/Lookup",
+        json!({"argument": "order_id"})
+    )]));
+    std::fs::write(dir.join("tools.json"), tools).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aml-grpc-gate"))
+        .args(["--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9"])
+        .arg("--tools")
+        .arg(dir.join("tools.json"))
+        .arg("--descriptors")
+        .arg(descriptors)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = aml_test_support::wait_until(
+        "the gateway to refuse to start",
+        std::time::Duration::from_secs(20),
+        || child.try_wait().unwrap(),
+    );
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&output.stdout).contains("listening"),
+        "it listened"
+    );
+    (
+        exited.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 #[test]

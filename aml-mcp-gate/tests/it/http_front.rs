@@ -420,9 +420,22 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
         204
     );
     assert_eq!(
-        request(addr, "POST", &in_three, &call(12, "echo", json!({}))).status,
+        request(
+            addr,
+            "POST",
+            &in_three,
+            &call(12, "echo", json!({"message": "to a gone session"}))
+        )
+        .status,
         404
     );
+    // The call to the ended session leaves its record too.
+    aml_test_support::wait_until("a record of the call to the ended session", WAIT, || {
+        let log = std::fs::read_to_string(dir.join("receipts.jsonl")).unwrap_or_default();
+        log.lines()
+            .any(|l| l.contains("\"malformed_request\"") && l.contains("no such session"))
+            .then_some(())
+    });
 }
 
 #[test]

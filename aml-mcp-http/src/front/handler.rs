@@ -156,14 +156,14 @@ fn accepts(headers: &HeaderMap, kind: &str) -> bool {
 /// The session a request names: `Err` is the reply (`400` without the header or with two,
 /// `404` for a session that does not exist, has ended, or was opened with another token: a
 /// token's holder learns nothing about other tokens' sessions, not even that one exists).
-fn session_of(shared: &Shared, client: &Client, headers: &HeaderMap) -> Result<Arc<Session>, Box<Reply>> {
+fn session_of(shared: &Shared, client: &Client, headers: &HeaderMap) -> Result<Arc<Session>, NoSession> {
     let mut named = headers.get_all(SESSION_HEADER).iter();
     let (Some(id), None) = (named.next(), named.next()) else {
         let why = match headers.contains_key(SESSION_HEADER) {
             true => "Mcp-Session-Id appears more than once: name one session",
             false => "no Mcp-Session-Id: send initialize first",
         };
-        return Err(Box::new(refuse(StatusCode::BAD_REQUEST, None, why)));
+        return Err((StatusCode::BAD_REQUEST, why));
     };
     let found = id
         .to_str()
@@ -187,14 +187,14 @@ fn session_of(shared: &Shared, client: &Client, headers: &HeaderMap) -> Result<A
             }
             _ => true,
         });
-    found.ok_or_else(|| {
-        Box::new(refuse(
-            StatusCode::NOT_FOUND,
-            None,
-            "no such session (it ended or timed out): initialize a new one",
-        ))
-    })
+    found.ok_or((
+        StatusCode::NOT_FOUND,
+        "no such session (it ended or timed out): initialize a new one",
+    ))
 }
+
+/// Why a request names no session it may use: the status and the reason.
+type NoSession = (StatusCode, &'static str);
 
 /// A POST whose body has been read: a 2026-07-28 request, or messages for a session
 /// (opened here by an `initialize`).
@@ -234,13 +234,24 @@ async fn post(
 /// `400` for a whole POST of `messages`, each `tools/call` among them reported to the host's
 /// record ([`crate::RefusedCalls`]): nothing of it is sent.
 fn refuse_all(shared: &Shared, client: &Client, messages: &[Bytes], why: &str) -> Reply {
+    refuse_all_with(shared, client, messages, StatusCode::BAD_REQUEST, why)
+}
+
+/// [`refuse_all`] with another status (`404` for a session that is gone).
+fn refuse_all_with(
+    shared: &Shared,
+    client: &Client,
+    messages: &[Bytes],
+    status: StatusCode,
+    why: &str,
+) -> Reply {
     if let Some(refused) = &shared.config.refused_calls {
         let caller = caller_of(shared, client);
         for tool in messages.iter().filter_map(|m| Peek::of(m)?.tool) {
             refused.report(caller.as_deref(), &tool, why);
         }
     }
-    refuse(StatusCode::BAD_REQUEST, None, why)
+    refuse(status, None, why)
 }
 
 /// Whether the revision a session-era request names still has JSON-RPC batches: 2025-03-26
@@ -255,7 +266,7 @@ async fn post_in_session(
     shared: &Shared,
     peer: SocketAddr,
     client: &Client,
-    named: Result<Arc<Session>, Box<Reply>>,
+    named: Result<Arc<Session>, NoSession>,
     (wants_sse, wants_json): (bool, bool),
     body: Bytes,
     trace: Option<TransportTrace>,
@@ -311,7 +322,7 @@ async fn post_in_session(
     } else {
         match named {
             Ok(session) => session,
-            Err(reply) => return *reply,
+            Err((status, why)) => return refuse_all_with(shared, client, &messages, status, why),
         }
     };
     let asks: Vec<bool> = peeks.iter().map(Peek::is_request).collect();
@@ -531,7 +542,7 @@ async fn open_session(
 fn get(shared: &Shared, client: &Client, request: &Request<Incoming>) -> Reply {
     let session = match session_of(shared, client, request.headers()) {
         Ok(session) => session,
-        Err(reply) => return *reply,
+        Err((status, why)) => return refuse(status, None, why),
     };
     if !accepts(request.headers(), "text/event-stream") {
         return refuse(
@@ -568,7 +579,7 @@ pub(super) fn sse_reply(body: Body) -> Reply {
 fn delete(shared: &Shared, client: &Client, request: &Request<Incoming>) -> Reply {
     let session = match session_of(shared, client, request.headers()) {
         Ok(session) => session,
-        Err(reply) => return *reply,
+        Err((status, why)) => return refuse(status, None, why),
     };
     shared
         .sessions

@@ -251,6 +251,22 @@ fn a_schema_is_checked_at_load() {
 }
 
 #[test]
+fn a_schema_error_read_from_files_names_the_schema_file() {
+    let dir = std::env::temp_dir().join(format!("aml-cedar-schema-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.cedar");
+    std::fs::write(&policy, "permit(principal, action, resource);").unwrap();
+    std::fs::write(dir.join("policy.cedarschema"), "entity ;").unwrap();
+    let read = Policy::read_file(&policy).unwrap();
+    let error = read.error().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        error.contains("policy.cedarschema: Cedar schema error"),
+        "{error}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn the_digest_names_the_file_and_exact_rules_are_unchanged() {
     let one = Policy::from_cedar(FILESYSTEM, None);
     assert_eq!(one.digest(), Some(crate::Sha256Digest::of(FILESYSTEM.as_bytes())));

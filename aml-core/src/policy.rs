@@ -279,7 +279,14 @@ impl Policy {
             ) else {
                 return Ok(Self::invalid("a Cedar policy or schema file must be UTF-8"));
             };
-            Ok(Self::from_cedar(&text, schema.as_deref()))
+            let policy = Self::from_cedar(&text, schema.as_deref());
+            // Name the file a schema error is in: the schema beside the policy, not the policy.
+            if let Some(PolicyError(why)) = policy.error() {
+                if why.starts_with("Cedar schema error") {
+                    return Ok(Self::invalid(format!("{}: {why}", schema_path.display())));
+                }
+            }
+            Ok(policy)
         }
         #[cfg(not(feature = "cedar"))]
         {

@@ -23,11 +23,11 @@ where
     connect(reader, writer, max, None)
 }
 
-/// With `peer` (who is on the other end, for the log), a failed write ends the reading too:
-/// a peer that can no longer be written to has gone. A client's requests are then not taken
-/// up to run unanswered; a server is not sent requests it cannot read, and the relay treats
-/// it as gone.
-fn connect<R, W>(reader: R, writer: W, max: usize, peer: Option<&'static str>) -> Connection
+/// With `failed_write` (what a failed write means, for the log), a failed write ends the
+/// reading too: a peer that can no longer be written to has gone. A client's requests are
+/// then not taken up to run unanswered; a server is not sent requests it cannot read, and
+/// the relay treats it as gone.
+fn connect<R, W>(reader: R, writer: W, max: usize, failed_write: Option<&'static str>) -> Connection
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -41,10 +41,9 @@ where
     });
     tokio::spawn(async move {
         if let Err(e) = write_messages(writer, out_rx).await {
-            match peer {
-                Some(peer) => {
-                    tracing::warn!(target: "aml_mcp::relay",
-                                   "{peer} cannot be written to ({e}): it is taken as gone");
+            match failed_write {
+                Some(what) => {
+                    tracing::warn!(target: "aml_mcp::relay", "{what} ({e}): it is taken as gone");
                     reading.abort();
                 }
                 None => tracing::warn!(target: "aml_mcp::relay", "writing failed: {e}"),
@@ -82,10 +81,15 @@ pub fn stdio_connection(max: usize) -> Connection {
                 Ok((input, output))
             });
         if let Ok((input, output)) = pipes {
-            return connect(input, output, max, Some("the client"));
+            return connect(input, output, max, Some("the client cannot be answered"));
         }
     }
-    connect(tokio::io::stdin(), tokio::io::stdout(), max, Some("the client"))
+    connect(
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        max,
+        Some("the client cannot be answered"),
+    )
 }
 
 /// A server started as a child process: its stdin and stdout carry MCP, its stderr is this
@@ -127,7 +131,7 @@ pub fn spawn_command(mut command: tokio::process::Command, max: usize) -> std::i
         (Some(stdin), Some(stdout)) => (stdin, stdout),
         _ => return Err(std::io::Error::other("the child's pipes are missing")),
     };
-    let connection = connect(stdout, stdin, max, Some("the server"));
+    let connection = connect(stdout, stdin, max, Some("the server cannot be written to"));
     let (exit_tx, exited) = oneshot::channel();
     let (stop, stop_rx) = oneshot::channel::<std::time::Duration>();
     let (stopped_tx, stopped) = oneshot::channel();

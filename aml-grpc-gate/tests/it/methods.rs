@@ -175,25 +175,37 @@ fn receipts_that_cannot_be_written_are_refused_at_start_naming_the_path() {
     );
 }
 
-/// Starts the gateway with the test tools file in `dir`, `descriptors` and `args`, which it
-/// must refuse before it listens: its exit code and stderr.
-fn refused_at_start(
+/// The gateway with the test tools file (written into `dir`), `descriptors` and `args`, in
+/// front of an upstream nobody serves.
+fn gateway_command(
     dir: &std::path::Path,
     descriptors: &std::path::Path,
     args: &[&std::ffi::OsStr],
-) -> (Option<i32>, String) {
+) -> std::process::Command {
     let tools = tools(json!([entry(
         "payments.v1.Payments/Lookup",
         json!({"argument": "order_id"})
     )]));
     std::fs::write(dir.join("tools.json"), tools).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aml-grpc-gate"))
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_aml-grpc-gate"));
+    command
         .args(["--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9"])
         .arg("--tools")
         .arg(dir.join("tools.json"))
         .arg("--descriptors")
         .arg(descriptors)
-        .args(args)
+        .args(args);
+    command
+}
+
+/// Starts the gateway of [`gateway_command`], which must refuse to start before it
+/// listens: its exit code and stderr.
+fn refused_at_start(
+    dir: &std::path::Path,
+    descriptors: &std::path::Path,
+    args: &[&std::ffi::OsStr],
+) -> (Option<i32>, String) {
+    let mut child = gateway_command(dir, descriptors, args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -218,25 +230,17 @@ fn refused_at_start(
 fn a_rule_that_can_allow_nothing_is_warned_of_at_start() {
     let dir = aml_test_support::scratch_dir("grpc-gate", "policy-typos");
     let descriptors = support::descriptor_set(&dir);
-    let tools = tools(json!([entry(
-        "payments.v1.Payments/Lookup",
-        json!({"argument": "order_id"})
-    )]));
-    std::fs::write(dir.join("tools.json"), tools).unwrap();
-    let policy = r#"{"protocol": "aml-action-policy/1", "rules": [
+    let policy = dir.join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"protocol": "aml-action-policy/1", "rules": [
         {"tool": "tt", "effect": "read", "resource": "A-1", "requires_approval": false},
-        {"tool": "t", "effect": "write", "resource": "A-1", "requires_approval": false}]}"#;
-    std::fs::write(dir.join("policy.json"), policy).unwrap();
+        {"tool": "t", "effect": "write", "resource": "A-1", "requires_approval": false}]}"#,
+    )
+    .unwrap();
     let stderr = dir.join("stderr.txt");
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_aml-grpc-gate"));
+    let mut command = gateway_command(&dir, &descriptors, &["--policy".as_ref(), policy.as_os_str()]);
     command
-        .args(["--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9"])
-        .arg("--tools")
-        .arg(dir.join("tools.json"))
-        .arg("--policy")
-        .arg(dir.join("policy.json"))
-        .arg("--descriptors")
-        .arg(&descriptors)
         .env("RUST_LOG", "warn")
         .stderr(std::fs::File::create(&stderr).unwrap());
     let gate = support::Running::start(command);

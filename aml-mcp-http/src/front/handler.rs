@@ -153,9 +153,10 @@ fn accepts(headers: &HeaderMap, kind: &str) -> bool {
         })
 }
 
-/// The session a request names: `Err` is the reply (`400` without the header or with two,
-/// `404` for a session that does not exist, has ended, or was opened with another token: a
-/// token's holder learns nothing about other tokens' sessions, not even that one exists).
+/// The session a request names: `Err` is the status and reason to refuse with (`400` without
+/// the header or with two, `404` for a session that does not exist, has ended, or was opened
+/// with another token: a token's holder learns nothing about other tokens' sessions, not even
+/// that one exists).
 fn session_of(shared: &Shared, client: &Client, headers: &HeaderMap) -> Result<Arc<Session>, NoSession> {
     let mut named = headers.get_all(SESSION_HEADER).iter();
     let (Some(id), None) = (named.next(), named.next()) else {

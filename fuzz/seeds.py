@@ -131,6 +131,15 @@ add("relay_machine", "\n".join(["E", "o\x10", "p\x00" + ask, "o\x01", "p\x01" + 
 # One client's endpoints (a Streamable HTTP session): the same events, its ids and tokens shared.
 add("relay_machine", "\n".join(["o\x10", "p\x00" + ask, "o\x01", "p\x01" + ask, "s" + progress.replace("aml-progress-1", "t"),
                                  "s" + upstream[0], "q\x00", "q\x01", "s" + upstream[3], "p\x02" + call % 1, "c", "q\x02"]))
+# Two servers (`M`): both ask the client under one id, each is answered; calls go to each
+# (`c`, `C`), one server goes (`G`) while the other answers (`s`).
+sampled = '{"jsonrpc":"2.0","id":"aml-server-request-%d","result":{}}'
+init = '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{}}}'
+add("relay_machine", "\n".join(["M", init, "S" + upstream[0], "t\x1f", init, "s" + upstream[1], "S" + upstream[0],
+                                 '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}']))
+add("relay_machine", "\n".join(["M", "s" + upstream[3], "S" + upstream[3], sampled % 1, sampled % 2,
+                                 call % 1, call % 2, "c", "C", "S" + upstream[0], "G", "s" + upstream[0],
+                                 '{"jsonrpc":"2.0","method":"notifications/initialized"}', "e", "e"]))
 
 for target, items in sorted(seeds.items()):
     out = os.path.join(corpus, target)

@@ -8,11 +8,13 @@
 //! 1 to 4, and for `o` whether it streams), anything else a message from the client's
 //! standing connection (the whole line). The endpoints are one client's (its ids shared: a
 //! Streamable HTTP session), or, in an input that begins with `E`, callers' in a session
-//! without a standing connection (2026-07-28 stateless HTTP). Whatever comes: every message
-//! the core sends either side is JSON, each request it sends the server has an id it never
-//! used before, no client id (but `null`) is answered on an endpoint more often than that
-//! endpoint used it, nothing goes to an endpoint that is not open, and once the session ends
-//! nothing waits on the server.
+//! without a standing connection (2026-07-28 stateless HTTP). An input that begins with `M`
+//! drives a session in front of two servers (ADR 033): `S`, `G` and `C` are then `s`, `g` and
+//! `c` for the second server. Whatever comes: every message the core sends either side is
+//! JSON, each request it sends a server has an id it never used before, an answer it sends a
+//! server names an id that server sent, no client id (but `null`) is answered on an endpoint
+//! more often than that endpoint used it, nothing goes to an endpoint that is not open, and
+//! once the session ends nothing waits on any server.
 #![no_main]
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -20,6 +22,7 @@ use std::time::Duration;
 
 use aml_fuzz::relay::{frames, tools, with_id, UPSTREAM_TIMEOUT};
 use aml_mcp::relay::by_hand::{Machine, Sent};
+use aml_mcp::relay::jsonrpc::Envelope;
 use aml_mcp::relay::{EndpointEvent, Inbound, RelayConfig, ToEndpoint};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
@@ -37,9 +40,11 @@ fn id_of(message: &Value) -> Option<String> {
 
 #[derive(Default)]
 struct Seen {
-    /// The ids the relay gave its requests to the server.
+    /// The ids the relay gave its requests to the servers, and its latest one to each.
     upstream_ids: HashSet<String>,
-    latest_upstream: Option<String>,
+    latest_upstream: [Option<String>; 2],
+    /// What each server sent (its lines), where an answer the relay sends it must find its id.
+    from_server: [Vec<u8>; 2],
     /// How often each endpoint (0: the standing connection) used each id, and how often
     /// the relay answered it there.
     used: HashMap<(u64, String), usize>,
@@ -54,7 +59,7 @@ struct Seen {
     /// Checked calls (their flights) whose futures have not sent their request yet, and
     /// those that have, with the request's id.
     unsent: VecDeque<String>,
-    sent_calls: Vec<(String, u64)>,
+    sent_calls: Vec<(String, usize, u64)>,
 }
 
 impl Seen {
@@ -82,19 +87,33 @@ impl Seen {
                     assert!(!self.standing, "dropped with a standing connection to take it");
                     serde_json::from_slice::<Value>(&bytes).expect("a JSON message");
                 }
-                Sent::Upstream(bytes) => {
+                Sent::Upstream(server, bytes) => {
                     let Ok(message) = serde_json::from_slice::<Value>(&bytes) else {
                         panic!("the server was sent unreadable bytes: {bytes:?}");
                     };
                     assert!(message.is_object(), "the server was sent a non-object: {message}");
-                    if message.get("method").is_some() {
-                        if let Some(id) = id_of(&message) {
+                    assert!(server < 2, "a message for server {server}, which is not there");
+                    let id = id_of(&message);
+                    match (message.get("method").is_some(), id) {
+                        (true, Some(id)) => {
                             assert!(
                                 self.upstream_ids.insert(id.clone()),
                                 "the relay used its request id {id} twice"
                             );
-                            self.latest_upstream = Some(id);
+                            self.latest_upstream[server] = Some(id);
                         }
+                        (false, Some(id)) => {
+                            // An answer to a request of this server's: under its id, in the
+                            // very bytes the server wrote it with.
+                            let raw = Envelope::parse(&bytes).ok().and_then(|env| env.id).map(|id| id.get().as_bytes().to_vec());
+                            let raw = raw.expect("an answer's id can be read back");
+                            let sent = &self.from_server[server];
+                            assert!(
+                                sent.windows(raw.len()).any(|w| w == raw),
+                                "server {server} was sent an answer to {id}, which it never asked"
+                            );
+                        }
+                        _ => {}
                     }
                 }
                 Sent::Call(flight) => self.unsent.push_back(flight),
@@ -152,10 +171,11 @@ fuzz_target!(|data: &[u8]| {
         .with_max_message_bytes(aml_fuzz::relay::MAX_MESSAGE)
         .with_max_in_flight(8);
     let standing = data.first() != Some(&b'E');
-    let mut machine = if standing {
-        Machine::of_session(tools(), config)
-    } else {
-        Machine::of_endpoints(tools(), config)
+    let two = data.first() == Some(&b'M');
+    let mut machine = match (standing, two) {
+        (true, true) => Machine::with_servers(tools(), config, &["a", "b"]),
+        (true, false) => Machine::of_session(tools(), config),
+        (false, _) => Machine::of_endpoints(tools(), config),
     };
     let mut seen = Seen {
         standing,
@@ -166,22 +186,26 @@ fuzz_target!(|data: &[u8]| {
             Inbound::Message(bytes) => bytes.clone(),
             _ => Bytes::new(),
         };
-        let sent = match line.first() {
+        // The second server's events, in a session that has one.
+        let server = usize::from(two && matches!(line.first(), Some(b'S' | b'G' | b'C')));
+        let event = line.first().map(|b| if server == 1 { b.to_ascii_lowercase() } else { *b });
+        let sent = match event {
             Some(b's') => {
-                let id = seen.latest_upstream.clone().unwrap_or_default();
-                let message = Bytes::from(with_id(&line[1..], id.as_bytes()));
-                machine.server(Inbound::Message(message))
+                let id = seen.latest_upstream[server].clone().unwrap_or_default();
+                let message = with_id(&line[1..], id.as_bytes());
+                seen.from_server[server].extend_from_slice(&message);
+                machine.server_at(server, Inbound::Message(Bytes::from(message)))
             }
             Some(b't') => {
                 let seconds = line.get(1).copied().unwrap_or(1);
                 machine.after(Duration::from_secs(u64::from(seconds)))
             }
-            Some(b'g') => machine.upstream_gone("it exited (fuzzed)"),
+            Some(b'g') => machine.server_gone(server, "it exited (fuzzed)"),
             Some(b'd') => machine.drained(),
             Some(b'c') => match seen.unsent.pop_front() {
                 Some(flight) => {
-                    let (id, sent) = machine.call_sends(&flight, call_request);
-                    seen.sent_calls.push((flight, id));
+                    let (id, sent) = machine.call_sends_to(server, &flight, call_request);
+                    seen.sent_calls.push((flight, server, id));
                     sent
                 }
                 None => Vec::new(),
@@ -191,18 +215,18 @@ fuzz_target!(|data: &[u8]| {
                 None => Vec::new(),
             },
             Some(b'x') => match seen.sent_calls.last() {
-                Some((_, id)) => machine.call_timed_out(*id),
+                Some((_, server, id)) => machine.call_timed_out_at(*server, *id),
                 None => Vec::new(),
             },
             Some(b'e') => match seen.unsent.pop_front() {
                 Some(flight) => machine.call_ended(&flight),
                 None if !seen.sent_calls.is_empty() => {
-                    let (flight, _) = seen.sent_calls.remove(0);
+                    let (flight, _, _) = seen.sent_calls.remove(0);
                     machine.call_ended(&flight)
                 }
                 None => Vec::new(),
             },
-            Some(&kind @ (b'o' | b'p' | b'q')) => {
+            Some(kind @ (b'o' | b'p' | b'q')) => {
                 let pick = line.get(1).copied().unwrap_or(0);
                 let endpoint = u64::from(pick % 4) + 1;
                 match kind {

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use super::endpoint::{EndpointEvent, EndpointId, ToEndpoint, STANDING};
 use super::from_client::on_client_event;
 use super::from_upstream::on_upstream;
-use super::machine::{CallEvent, Out, Relay, Reply, State, Step};
+use super::machine::{CallEvent, Out, Relay, Reply, ServerId, State, Step, FIRST_SERVER};
 use super::{Inbound, RelayConfig, RelayTools};
 use crate::ForwardError;
 
@@ -32,8 +32,8 @@ pub enum Sent {
     Endpoint(EndpointId, ToEndpoint),
     /// A message tied to no endpoint, in a session without a standing connection: dropped.
     Nowhere(Bytes),
-    /// A message for the server.
-    Upstream(Bytes),
+    /// A message for a server (0: the first, or only, one).
+    Upstream(ServerId, Bytes),
     /// A checked `tools/call` handed to a future of its own, by its client id's key.
     Call(String),
 }
@@ -48,15 +48,18 @@ impl std::fmt::Debug for Machine {
 }
 
 impl Machine {
-    /// A session with a standing client connection (stdio, an HTTP session) that has
-    /// seen nothing yet.
+    /// A session with a standing client connection (stdio, an HTTP session) in front of
+    /// one server, that has seen nothing yet.
     pub fn new(tools: RelayTools, config: RelayConfig) -> Machine {
+        Machine::with_servers(tools, config, &[])
+    }
+
+    /// As [`Machine::new`], in front of the servers named `servers` (one, unnamed, when
+    /// empty; ADR 033).
+    pub fn with_servers(tools: RelayTools, config: RelayConfig, servers: &[&str]) -> Machine {
         Machine {
             relay: Relay::new(tools, config),
-            state: State {
-                one_client: true,
-                ..State::default()
-            },
+            state: State::new(servers.iter().map(|s| (*s).to_owned()).collect(), true),
             now: Instant::now(),
             answers: HashMap::new(),
         }
@@ -85,7 +88,7 @@ impl Machine {
                 Out::Client(STANDING, b) | Out::Notify(STANDING, b) => Sent::Nowhere(b),
                 Out::Client(endpoint, b) => Sent::Endpoint(endpoint, ToEndpoint::Answer(b)),
                 Out::Notify(endpoint, b) => Sent::Endpoint(endpoint, ToEndpoint::Notification(b)),
-                Out::Upstream(b) => Sent::Upstream(b),
+                Out::Upstream(server, b) => Sent::Upstream(server, b),
                 Out::Call(start) => Sent::Call(start.flight().to_owned()),
             })
             .collect()
@@ -111,9 +114,14 @@ impl Machine {
         self.endpoint(EndpointEvent::Open { endpoint, to, stream })
     }
 
-    /// A message (or an oversized frame) from the server.
+    /// A message (or an oversized frame) from the first server.
     pub fn server(&mut self, inbound: Inbound) -> Vec<Sent> {
-        self.run(|step| on_upstream(step, inbound))
+        self.server_at(FIRST_SERVER, inbound)
+    }
+
+    /// A message (or an oversized frame) from `server`.
+    pub fn server_at(&mut self, server: ServerId, inbound: Inbound) -> Vec<Sent> {
+        self.run(|step| on_upstream(step, server, inbound))
     }
 
     /// Moves the clock on by `elapsed` and lets the session's timer fire.
@@ -122,9 +130,14 @@ impl Machine {
         self.run(|step| step.expire_due())
     }
 
-    /// The server has gone (it exited, or closed its output).
+    /// The first server has gone (it exited, or closed its output).
     pub fn upstream_gone(&mut self, reason: &str) -> Vec<Sent> {
-        self.run(|step| step.upstream_gone(reason.to_owned()))
+        self.server_gone(FIRST_SERVER, reason)
+    }
+
+    /// `server` has gone.
+    pub fn server_gone(&mut self, server: ServerId, reason: &str) -> Vec<Sent> {
+        self.run(|step| step.upstream_gone(server, reason.to_owned()))
     }
 
     /// The client left and the drain limit passed: what still waits is answered.
@@ -137,19 +150,35 @@ impl Machine {
         self.run(|step| step.end())
     }
 
-    /// A call's future sends its request (`request`, made with the id returned) for the
-    /// checked call of `flight`.
+    /// A call's future sends its request (`request`, made with the id returned) to the
+    /// first server for the checked call of `flight`.
     pub fn call_sends(&mut self, flight: &str, request: impl FnOnce(u64) -> String) -> (u64, Vec<Sent>) {
-        self.ask(flight, request, true)
+        self.ask(FIRST_SERVER, flight, request, true)
+    }
+
+    /// As [`Machine::call_sends`], to `server`.
+    pub fn call_sends_to(
+        &mut self,
+        server: ServerId,
+        flight: &str,
+        request: impl FnOnce(u64) -> String,
+    ) -> (u64, Vec<Sent>) {
+        self.ask(server, flight, request, true)
     }
 
     /// As [`Machine::call_sends`], for a call whose future was dropped (cancelled) after it
     /// asked and before the core took its request.
     pub fn dropped_call_sends(&mut self, flight: &str, request: impl FnOnce(u64) -> String) -> Vec<Sent> {
-        self.ask(flight, request, false).1
+        self.ask(FIRST_SERVER, flight, request, false).1
     }
 
-    fn ask(&mut self, flight: &str, request: impl FnOnce(u64) -> String, waits: bool) -> (u64, Vec<Sent>) {
+    fn ask(
+        &mut self,
+        server: ServerId,
+        flight: &str,
+        request: impl FnOnce(u64) -> String,
+        waits: bool,
+    ) -> (u64, Vec<Sent>) {
         let (reply, answer) = oneshot::channel();
         let id = self.relay.next_id();
         if waits {
@@ -158,6 +187,7 @@ impl Machine {
             drop(answer);
         }
         let event = CallEvent::Ask {
+            server,
             id,
             flight: Some(flight.to_owned()),
             request: Bytes::from(request(id)),
@@ -174,9 +204,14 @@ impl Machine {
         Some(answer.map(drop).map_err(|e| e.to_string()))
     }
 
-    /// A call's request `id` got no answer within its limit.
+    /// A call's request `id` to the first server got no answer within its limit.
     pub fn call_timed_out(&mut self, id: u64) -> Vec<Sent> {
-        self.run(|step| step.on_call_event(CallEvent::TimedOut(id)))
+        self.call_timed_out_at(FIRST_SERVER, id)
+    }
+
+    /// A call's request `id` to `server` got no answer within its limit.
+    pub fn call_timed_out_at(&mut self, server: ServerId, id: u64) -> Vec<Sent> {
+        self.run(|step| step.on_call_event(CallEvent::TimedOut(server, id)))
     }
 
     /// The call of `flight` ended (answered, refused or withdrawn).

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use super::answer::{error_result, lenient_status, read_result, relay_reply, unsplicable};
 use super::endpoint::{flight_key, EndpointId};
 use super::jsonrpc::{self, json_string, Envelope, Members};
-use super::machine::{CallEvent, Flight, Relay, Reply, Step};
+use super::machine::{CallEvent, Flight, Relay, Reply, ServerId, Step, FIRST_SERVER};
 use super::pins::{self, PinCheck};
 use super::session::Session;
 use super::{ForwardedCall, ObservedCall, OutboundTraces, ServerRequestPolicy, TransportTrace};
@@ -31,6 +31,9 @@ const FORWARDED: [&str; 5] = ["name", "arguments", "_meta", "inputResponses", "r
 struct CallRequest {
     /// Where the answer goes.
     endpoint: EndpointId,
+    /// The server whose tool it is: the first until calls are routed by the tool's exposed
+    /// name (ADR 033, step 4).
+    server: ServerId,
     client_id: Bytes,
     flight: String,
     name: String,
@@ -79,7 +82,8 @@ pub(crate) fn start_call(
             return refuse_call(step, &client_id, env, trace.as_ref(), refusal, &detail);
         }
     };
-    let plan = match pins::check(&step.relay.tools, &step.state.seen, &request.name) {
+    let seen = &step.state.seen[request.server];
+    let plan = match pins::check(&step.relay.tools, seen, &request.name) {
         PinCheck::Changed(detail) => {
             let (trace, refusal) = (request.trace.as_ref(), Refusal::ToolDefinitionChanged);
             return refuse_call(step, &client_id, env, trace, refusal, &detail);
@@ -109,10 +113,10 @@ pub(crate) async fn run(session: Arc<Session>, start: CallStart) {
 /// A call to a pinned tool whose definition this session has not seen since it last
 /// changed: the relay fetches the server's `tools/list` first, then checks the pin.
 async fn fetch_then_run(session: Arc<Session>, mut request: CallRequest) {
-    let checked = match pins::fetch(&session).await {
+    let checked = match pins::fetch(&session, request.server).await {
         Ok(seen) => {
             let checked = pins::check(&session.relay.tools, &seen, &request.name);
-            session.tell(CallEvent::Listed(seen));
+            session.tell(CallEvent::Listed(request.server, seen));
             checked
         }
         Err(why) => PinCheck::Changed(format!(
@@ -205,6 +209,7 @@ fn check(
     Ok(CallRequest {
         flight: flight_key(ids, &client_id),
         endpoint,
+        server: FIRST_SERVER,
         client_id,
         name,
         arguments,
@@ -354,6 +359,7 @@ async fn run_call(session: Arc<Session>, request: CallRequest, retry: bool, prep
     });
     let forward = Arc::new(Forward {
         session: Arc::clone(&session),
+        server: request.server,
         flight: request.flight.clone(),
         name: json_string(&request.name),
         meta: request.meta,
@@ -466,6 +472,7 @@ fn refused_input(relay: &Relay, reply: &Reply) -> Option<String> {
 /// Forwards the frozen call once and waits for the server's answer.
 struct Forward {
     session: Arc<Session>,
+    server: ServerId,
     flight: String,
     /// The tool name as JSON text.
     name: String,
@@ -565,7 +572,7 @@ impl Forward {
                 format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{params}}}");
             (request, self.put_trace(id))
         };
-        let reply = match self.session.ask(Some(&self.flight), request).await {
+        let reply = match self.session.ask(self.server, Some(&self.flight), request).await {
             Ok(reply) => reply,
             Err(ForwardError::Cancelled) => {
                 self.cancelled.store(true, Ordering::Relaxed);

@@ -12,9 +12,10 @@ use serde_json::Value;
 use super::call::{record_unread_call, refuse_call, start_call, tool_named};
 use super::endpoint::{EndpointEvent, STANDING};
 use super::frame::{Inbound, TransportTrace};
+use super::gather;
 use super::jsonrpc::{self, error_response, range_in, scan_id, scan_method, splice, Envelope, Kind, Members};
 use super::kinds::{drop_client_request_without_id, is_notification_method, takes_client_answer};
-use super::machine::{Flight, Pending, Relay, State, Step};
+use super::machine::{Flight, Pending, Relay, ServerId, State, Step, FIRST_SERVER};
 use crate::ForwardError;
 
 fn strict_limits(relay: &Relay) -> Limits {
@@ -106,7 +107,15 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
         Kind::Request => {
             let Some(id) = env.id else { return };
             let client_id = Bytes::copy_from_slice(id.get().as_bytes());
-            let gone = step.state.gone.clone();
+            // Every request goes to the first server until requests are routed by the name
+            // they carry (ADR 033, step 4).
+            let server = FIRST_SERVER;
+            let gathered = step.state.servers > 1 && gather::is_gathered(method);
+            let gone = match gathered {
+                true => step.state.all_gone(),
+                false => step.state.gone(server),
+            };
+            let gone = gone.cloned();
             let taken = step
                 .state
                 .flights
@@ -171,18 +180,34 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                 _ => Some(relay.config.upstream_timeout),
             };
             let id_range = range_in(&bytes, id);
-            forward(step, client_id, &bytes, id_range, method, limit);
+            match limit {
+                // Every server must hear the handshake (ADR 033).
+                Some(limit) if gathered => gather::start(step, client_id, &bytes, id_range, method, limit),
+                _ => forward(step, server, client_id, &bytes, id_range, method, limit),
+            }
         }
         Kind::Notification if method == "notifications/cancelled" => cancel(step, &bytes, &env),
         // A request without an id would pass as a notification, where nothing gates it.
         Kind::Notification if !is_notification_method(method) => {
             drop_client_request_without_id(relay, method, &env)
         }
-        Kind::Response
-            if !env
-                .id
-                .is_some_and(|id| takes_client_answer(step.state, id.get().as_bytes())) => {}
-        Kind::Notification | Kind::Response => step.upstream(bytes.clone()),
+        Kind::Response => {
+            let Some(id) = env.id else { return };
+            let Some(asked) = takes_client_answer(step.state, id.get().as_bytes()) else {
+                return;
+            };
+            let answer = if asked.server_id[..] == *id.get().as_bytes() {
+                bytes.clone()
+            } else {
+                Bytes::from(splice(
+                    &bytes,
+                    &mut [(range_in(&bytes, id), &asked.server_id[..])],
+                ))
+            };
+            step.upstream(asked.server, answer);
+        }
+        // Tied to no request of the client's: every server hears it (one server: as today).
+        Kind::Notification => step.every_upstream(bytes.clone()),
     }
 }
 
@@ -315,7 +340,7 @@ fn note_token(step: &mut Step<'_>, message: &serde_json::Map<String, Value>) {
         _ => return,
     };
     // Its progress goes on as the server writes it: nothing to put back.
-    let kept = (step.endpoint, Bytes::new());
+    let kept = (step.endpoint, FIRST_SERVER, Bytes::new());
     step.state.tokens.insert(token.to_string(), kept);
 }
 
@@ -343,7 +368,9 @@ fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
     };
     let ours = format!("\"{TOKEN_PREFIX}{}\"", step.relay.next_id());
     let rewritten = splice(&bytes, &mut [(range, ours.as_bytes())]);
-    step.state.tokens.insert(ours, (step.endpoint, client_token));
+    step.state
+        .tokens
+        .insert(ours, (step.endpoint, FIRST_SERVER, client_token));
     Bytes::from(rewritten)
 }
 
@@ -354,6 +381,7 @@ pub(crate) const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
 /// a time limit).
 fn forward(
     step: &mut Step<'_>,
+    server: ServerId,
     client_id: Bytes,
     message: &[u8],
     id_range: std::ops::Range<usize>,
@@ -365,10 +393,10 @@ fn forward(
     let upstream_id = step.relay.next_id();
     let deadline = limit.map(|limit| (step.now + limit, limit));
     if let Some((at, _)) = deadline {
-        state.deadlines.insert((at, upstream_id));
+        state.deadlines.insert((at, server, upstream_id));
     }
     state.pending.insert(
-        upstream_id,
+        (server, upstream_id),
         Pending::Relayed {
             endpoint: step.endpoint,
             client_id,
@@ -378,40 +406,48 @@ fn forward(
             subscription: method == SUBSCRIPTIONS_LISTEN,
             deadline,
             method: method.into(),
+            gather: None,
         },
     );
-    state.flights.insert(key, Flight::Relayed(upstream_id));
+    state.flights.insert(key, Flight::Relayed(server, upstream_id));
     let relayed = splice(message, &mut [(id_range, upstream_id.to_string().as_bytes())]);
-    step.upstream(Bytes::from(relayed));
+    step.upstream(server, Bytes::from(relayed));
 }
 
 /// A relayed request's time limit ran out (the session's timer took it off).
-pub(crate) fn expire(step: &mut Step<'_>, upstream_id: u64) {
+pub(crate) fn expire(step: &mut Step<'_>, server: ServerId, upstream_id: u64) {
     let state = &mut *step.state;
-    let (endpoint, client_id, method, limit) = match state.pending.remove(&upstream_id) {
+    let key = (server, upstream_id);
+    let (endpoint, client_id, method, limit, gathered) = match state.pending.remove(&key) {
         Some(Pending::Relayed {
             endpoint,
             client_id,
             flight,
             method,
             deadline: Some((_, limit)),
+            gather,
             ..
         }) => {
-            state.flights.remove(&flight);
-            state.pending.insert(upstream_id, Pending::Cancelled);
-            (endpoint, client_id, method, limit)
+            if gather.is_none() {
+                state.flights.remove(&flight);
+            }
+            state.pending.insert(key, Pending::Cancelled);
+            (endpoint, client_id, method, limit, gather)
         }
         Some(other) => {
-            state.pending.insert(upstream_id, other);
+            state.pending.insert(key, other);
             return;
         }
         None => return,
     };
     let relay = step.relay;
     let product = &relay.config.product;
+    step.cancel_upstream(server, upstream_id, &relay.no_answer_in_time());
+    if let Some(gather) = gathered {
+        return gather::said(step, gather, server, Err(format!("no answer within {limit:?}")));
+    }
     let message = format!("{product}: the upstream server did not answer {method} within {limit:?}");
     step.answer_error_at(endpoint, &client_id, jsonrpc::UPSTREAM_TIMEOUT, &message);
-    step.cancel_upstream(upstream_id, &relay.no_answer_in_time());
     if matches!(&*method, "initialize" | "server/discover") {
         step.fail(format!(
             "the server did not answer the client's {method} within {limit:?}"
@@ -431,40 +467,43 @@ fn cancel(step: &mut Step<'_>, message: &[u8], env: &Envelope<'_>) {
         tracing::debug!(target: "aml_mcp::relay", "a cancellation for no request in flight was dropped");
         return;
     }
-    let Some(upstream_id) = cancel_flight(step.state, &key) else {
-        return;
-    };
-    let relayed = splice(
-        message,
-        &mut [(range_in(message, request_id), upstream_id.to_string().as_bytes())],
-    );
-    step.upstream(Bytes::from(relayed));
+    for (server, upstream_id) in cancel_flight(step.state, &key) {
+        let relayed = splice(
+            message,
+            &mut [(range_in(message, request_id), upstream_id.to_string().as_bytes())],
+        );
+        step.upstream(server, Bytes::from(relayed));
+    }
 }
 
 /// Ends the flight `key` as cancelled by its client: a late answer is dropped, a call waiting
 /// for its answer ends `unknown`, a call not sent yet is dropped (its future records it).
-/// Returns the id the server knows the request by, when it was sent (the server is to be
-/// told).
-pub(crate) fn cancel_flight(state: &mut State, key: &str) -> Option<u64> {
-    match state.flights.remove(key)? {
-        Flight::Relayed(id) => {
-            state.take_pending(id);
-            state.pending.insert(id, Pending::Cancelled);
-            Some(id)
+/// Returns each server the request went to and the id it knows the request by, when it was
+/// sent (the server is to be told).
+pub(crate) fn cancel_flight(state: &mut State, key: &str) -> Vec<(ServerId, u64)> {
+    let Some(flight) = state.flights.remove(key) else {
+        return Vec::new();
+    };
+    match flight {
+        Flight::Relayed(server, id) => {
+            state.take_pending(server, id);
+            state.pending.insert((server, id), Pending::Cancelled);
+            vec![(server, id)]
         }
+        Flight::Gathered(gather) => gather::cancel(state, gather),
         Flight::Call {
-            upstream: Some(id), ..
+            upstream: Some(sent), ..
         } => {
-            if let Some(Pending::Call { reply }) = state.pending.insert(id, Pending::Cancelled) {
+            if let Some(Pending::Call { reply }) = state.pending.insert(sent, Pending::Cancelled) {
                 let _ = reply.send(Err(ForwardError::Cancelled));
             }
-            Some(id)
+            vec![sent]
         }
         Flight::Call { upstream: None, stop } => {
             if let Some(stop) = stop {
                 stop.abort();
             }
-            None
+            Vec::new()
         }
     }
 }

@@ -10,7 +10,7 @@ use super::endpoint::{EndpointId, STANDING};
 use super::frame::Inbound;
 use super::jsonrpc::{self, error_response, key_text, range_in, scan_id, splice, Envelope, Kind, Members};
 use super::kinds::{drop_server_request_without_id, expect_client_answer, is_notification_method};
-use super::machine::{Pending, Reply, State, Step};
+use super::machine::{Pending, Reply, ServerId, State, Step};
 use super::pins::{observe_answer, visible};
 use super::ServerRequestPolicy;
 use crate::ForwardError;
@@ -19,7 +19,8 @@ use crate::ForwardError;
 const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 use aml_core::Refusal;
 
-pub(super) fn on_upstream(step: &mut Step<'_>, inbound: Inbound) {
+/// A message (or an oversized frame) from `server`.
+pub(super) fn on_upstream(step: &mut Step<'_>, server: ServerId, inbound: Inbound) {
     let relay = step.relay;
     let bytes = match inbound {
         // A server's transport has no trace context for the relay.
@@ -29,18 +30,18 @@ pub(super) fn on_upstream(step: &mut Step<'_>, inbound: Inbound) {
                 "a message of {len} bytes, over the limit of {} bytes",
                 relay.config.max_message_bytes
             );
-            return unreadable(step, scan_id(&prefix), why);
+            return unreadable(step, server, scan_id(&prefix), why);
         }
     };
     // JSON text is UTF-8; serde skips the members the relay does not read without checking
     // their bytes, so the check is here, before anything is relayed.
     if let Err(e) = std::str::from_utf8(&bytes) {
         let why = format!("not JSON-RPC (not UTF-8 at byte {})", e.valid_up_to());
-        return unreadable(step, scan_id(&bytes), why);
+        return unreadable(step, server, scan_id(&bytes), why);
     }
     let env = match Envelope::parse(&bytes) {
         Ok(env) => env,
-        Err(e) => return unreadable(step, scan_id(&bytes), format!("not JSON-RPC ({e})")),
+        Err(e) => return unreadable(step, server, scan_id(&bytes), format!("not JSON-RPC ({e})")),
     };
     match env.kind() {
         Ok(Kind::Response) => {
@@ -55,14 +56,14 @@ pub(super) fn on_upstream(step: &mut Step<'_>, inbound: Inbound) {
                     body,
                     message: bytes.clone(),
                 };
-                reply(step, id.get(), answer);
+                reply(step, server, id.get(), answer);
             }
         }
         Ok(Kind::Request) => {
             let method = env.method.as_deref().unwrap_or_default();
             if matches!(method, "initialize" | "server/discover") {
                 // Only clients send these: the "server" sends our requests back.
-                return echoed(step, method);
+                return echoed(step, server, method);
             }
             let policy = match method {
                 "sampling/createMessage" => relay.config.sampling,
@@ -71,55 +72,50 @@ pub(super) fn on_upstream(step: &mut Step<'_>, inbound: Inbound) {
             };
             let Some(id) = env.id else { return };
             match policy {
-                ServerRequestPolicy::Refuse => refuse_server_request(step, id.get(), method),
+                ServerRequestPolicy::Refuse => refuse_server_request(step, server, id.get(), method),
                 // Say so at once rather than let the server wait for nobody.
                 _ if !step.state.one_client => {
                     let message = format!(
                         "{}: no client can answer a server request here (2026-07-28 stateless HTTP has no stream for it)",
                         relay.config.product
                     );
-                    step.upstream(error_response(Some(id.get().as_bytes()), -32601, &message, None));
-                }
-                _ if expect_client_answer(relay, step.state, id.get().as_bytes()) => {
-                    step.notify(STANDING, bytes.clone())
-                }
-                _ => {
-                    let message = format!(
-                        "{}: {} requests of this server already wait for the client's answer (the limit); not relayed",
-                        relay.config.product, relay.config.max_in_flight
+                    step.upstream(
+                        server,
+                        error_response(Some(id.get().as_bytes()), -32601, &message, None),
                     );
-                    let answer = error_response(
-                        Some(id.get().as_bytes()),
-                        jsonrpc::REFUSED_BY_HOST,
-                        &message,
-                        None,
-                    );
-                    step.upstream(answer);
                 }
+                _ => to_client(step, server, &bytes, id),
             }
         }
         Ok(Kind::Notification) if !is_notification_method(env.method.as_deref().unwrap_or_default()) => {
             drop_server_request_without_id(relay, env.method.as_deref().unwrap_or_default())
         }
         Ok(Kind::Notification) => {
-            if env.method.as_deref() == Some("notifications/tools/list_changed") {
+            let method = env.method.as_deref();
+            if method == Some("notifications/tools/list_changed") {
                 // Pinned tools are unknown until the next list (ADR 018).
-                step.state.seen.forget();
+                if let Some(seen) = step.state.seen.get_mut(server) {
+                    seen.forget();
+                }
             }
-            let progress = env.method.as_deref() == Some("notifications/progress");
-            let routed = if progress {
-                progress_for_endpoint(step.state, &bytes, env.params)
+            if method == Some("notifications/cancelled") && step.state.servers > 1 {
+                return server_cancelled(step, server, &bytes, env.params);
+            }
+            let routed = if method == Some("notifications/progress") {
+                progress_for_endpoint(step.state, server, &bytes, env.params)
             } else {
-                subscription_for_client(step.state, &bytes, env.params)
+                subscription_for_client(step.state, server, &bytes, env.params)
+                    .map_or(Route::Loose, |(endpoint, renamed)| Route::To(endpoint, renamed))
             };
             match routed {
-                Some((endpoint, renamed)) => step.notify(endpoint, renamed),
-                None => step.notify(STANDING, bytes.clone()),
+                Route::To(endpoint, renamed) => step.notify(endpoint, renamed),
+                Route::Loose => step.notify(STANDING, bytes.clone()),
+                Route::Drop => {}
             }
         }
         Err(why) => {
             let id = env.id.map(|id| Bytes::copy_from_slice(id.get().as_bytes()));
-            unreadable(step, id, format!("not a valid JSON-RPC message ({why})"))
+            unreadable(step, server, id, format!("not a valid JSON-RPC message ({why})"))
         }
     }
 }
@@ -130,13 +126,14 @@ pub(super) fn on_upstream(step: &mut Step<'_>, inbound: Inbound) {
 /// place, when it names a subscription the relay has open (never another kind of request).
 fn subscription_for_client(
     state: &State,
+    server: ServerId,
     message: &[u8],
     params: Option<&RawValue>,
 ) -> Option<(EndpointId, Bytes)> {
     let meta = Members::parse(params?).ok()?.get("_meta")?;
     let id = Members::parse(meta).ok()?.get(SUBSCRIPTION_ID_META)?;
     let upstream_id: u64 = id.get().parse().ok()?;
-    let (endpoint, client_id) = match state.pending.get(&upstream_id) {
+    let (endpoint, client_id) = match state.pending.get(&(server, upstream_id)) {
         Some(Pending::Relayed {
             endpoint,
             client_id,
@@ -149,32 +146,113 @@ fn subscription_for_client(
     Some((endpoint, Bytes::from(renamed)))
 }
 
-/// A `notifications/progress` for an endpoint's request: that endpoint, and the
-/// notification with a caller's own token in the place of the relay's (one client's token
-/// went up as it was).
-fn progress_for_endpoint(
-    state: &State,
-    message: &Bytes,
-    params: Option<&RawValue>,
-) -> Option<(EndpointId, Bytes)> {
-    if state.tokens.is_empty() {
-        return None;
-    }
-    let token = Members::parse(params?).ok()?.get("progressToken")?;
-    let (endpoint, client_token) = state.tokens.get(&key_text(token.get().as_bytes()))?;
-    if state.one_client {
-        return Some((*endpoint, message.clone()));
-    }
-    let renamed = splice(message, &mut [(range_in(message, token), &client_token[..])]);
-    Some((*endpoint, Bytes::from(renamed)))
+/// Where a server's notification goes.
+enum Route {
+    /// To this endpoint, as these bytes.
+    To(EndpointId, Bytes),
+    /// Where what is tied to no request goes, as it is.
+    Loose,
+    /// Nowhere.
+    Drop,
 }
 
-/// The upstream repeats what it is sent: it is not an MCP server. Whoever waits is told.
-fn echoed(step: &mut Step<'_>, method: &str) {
+/// A `notifications/progress` for an endpoint's request: that endpoint, and the
+/// notification with a caller's own token in the place of the relay's (one client's token
+/// went up as it was). Progress under a token of a request sent to another server is
+/// dropped.
+fn progress_for_endpoint(
+    state: &State,
+    server: ServerId,
+    message: &Bytes,
+    params: Option<&RawValue>,
+) -> Route {
+    if state.tokens.is_empty() {
+        return Route::Loose;
+    }
+    let token = params
+        .and_then(|p| Members::parse(p).ok())
+        .and_then(|m| m.get("progressToken"));
+    let Some(token) = token else { return Route::Loose };
+    let Some((endpoint, of, client_token)) = state.tokens.get(&key_text(token.get().as_bytes())) else {
+        return Route::Loose;
+    };
+    if *of != server {
+        tracing::debug!(target: "aml_mcp::relay", server, "progress under another server's request's token; dropped");
+        return Route::Drop;
+    }
+    if state.one_client {
+        return Route::To(*endpoint, message.clone());
+    }
+    let renamed = splice(message, &mut [(range_in(message, token), &client_token[..])]);
+    Route::To(*endpoint, Bytes::from(renamed))
+}
+
+/// A server's request for the client: relayed under the id the client is to see it by,
+/// or, when the client already owes that server as many answers as the relay keeps track
+/// of, refused to the server.
+fn to_client(step: &mut Step<'_>, server: ServerId, bytes: &Bytes, id: &RawValue) {
+    let relay = step.relay;
+    match expect_client_answer(relay, step.state, server, id.get().as_bytes()) {
+        Some(seen_as) if seen_as[..] == *id.get().as_bytes() => step.notify(STANDING, bytes.clone()),
+        Some(seen_as) => {
+            let renamed = splice(bytes, &mut [(range_in(bytes, id), &seen_as[..])]);
+            step.notify(STANDING, Bytes::from(renamed))
+        }
+        None => {
+            let message = format!(
+                "{}: {} requests of this server already wait for the client's answer (the limit); not relayed",
+                relay.config.product, relay.config.max_in_flight
+            );
+            let answer = error_response(
+                Some(id.get().as_bytes()),
+                jsonrpc::REFUSED_BY_HOST,
+                &message,
+                None,
+            );
+            step.upstream(server, answer);
+        }
+    }
+}
+
+/// A server's `notifications/cancelled` for one of its requests to the client, when the
+/// gate fronts several servers: the client saw that request under an id of the relay's, so
+/// the notification is passed on under it (and dropped when it names no request the client
+/// still owes that server an answer to).
+fn server_cancelled(step: &mut Step<'_>, server: ServerId, message: &Bytes, params: Option<&RawValue>) {
+    let named = params
+        .and_then(|p| Members::parse(p).ok())
+        .and_then(|m| m.get("requestId"));
+    let Some(named) = named else {
+        return step.notify(STANDING, message.clone());
+    };
+    let server_id = named.get().as_bytes();
+    let seen_as = step
+        .state
+        .asked
+        .iter()
+        .find(|(_, asked)| asked.server == server && asked.server_id[..] == *server_id)
+        .map(|(key, _)| key.clone());
+    let Some(seen_as) = seen_as else {
+        tracing::debug!(target: "aml_mcp::relay", server, "a server cancelled no request the client owes it an answer to; dropped");
+        return;
+    };
+    // The client owes no answer now; a late one is dropped. The relay's ids have no
+    // escapes, so the key is the id's text.
+    step.state.asked.remove(&seen_as);
+    let renamed = splice(message, &mut [(range_in(message, named), seen_as.as_bytes())]);
+    step.notify(STANDING, Bytes::from(renamed));
+}
+
+/// The upstream repeats what it is sent: it is not an MCP server. Whoever waits is told. With
+/// one server the session cannot go on; with several, only that server is gone.
+fn echoed(step: &mut Step<'_>, server: ServerId, method: &str) {
     let why = format!(
         "the server sent the client's {method} back instead of answering it: it does not speak MCP (JSON-RPC) on stdio"
     );
-    let pending = step.state.take_all_pending();
+    if step.state.servers > 1 {
+        return step.upstream_gone(server, why);
+    }
+    let pending = step.state.take_all_pending(None);
     for (_, waiting) in pending {
         match waiting {
             Pending::Relayed {
@@ -194,19 +272,28 @@ fn echoed(step: &mut Step<'_>, method: &str) {
     step.fail(why);
 }
 
-/// Routes the server's answer to what waits for it.
-fn reply(step: &mut Step<'_>, id: &str, answer: Reply) {
+/// Routes `server`'s answer to what waits for it (only a request sent to that server).
+fn reply(step: &mut Step<'_>, server: ServerId, id: &str, answer: Reply) {
     let relay = step.relay;
     let Ok(upstream_id) = id.parse::<u64>() else {
         tracing::warn!(target: "aml_mcp::relay", id, "the server answered an id the gate never sent; dropped");
         return;
     };
     let state = &mut *step.state;
-    let waiting = state.take_pending(upstream_id);
-    if let Some(Pending::Relayed { flight, .. }) = &waiting {
+    let waiting = state.take_pending(server, upstream_id);
+    if let Some(Pending::Relayed {
+        flight, gather: None, ..
+    }) = &waiting
+    {
         state.flights.remove(flight);
     }
     match waiting {
+        Some(Pending::Relayed {
+            gather: Some(gather), ..
+        }) => {
+            let said = super::gather::read_answer(&answer.message, &answer.body);
+            super::gather::said(step, gather, server, said)
+        }
         Some(Pending::Relayed {
             endpoint,
             client_id,
@@ -215,8 +302,9 @@ fn reply(step: &mut Step<'_>, id: &str, answer: Reply) {
             ..
         }) => {
             let answer = if tools_list {
-                observe_answer(relay, state, &answer.message);
-                let visible = |tool: &str| visible(&relay.tools, &state.seen, tool);
+                observe_answer(relay, state, server, &answer.message);
+                let seen = &state.seen[server];
+                let visible = |tool: &str| visible(&relay.tools, seen, tool);
                 filter_tools_list(&answer.message, &client_id, &relay.tools, &visible)
             } else if handshake {
                 Some(without_task_calls(&answer, &client_id))
@@ -239,7 +327,7 @@ fn reply(step: &mut Step<'_>, id: &str, answer: Reply) {
                            "the server answered a request after it was cancelled; the answer was dropped");
         }
         None => {
-            tracing::warn!(target: "aml_mcp::relay", upstream_id, "the server answered no pending request; dropped");
+            tracing::warn!(target: "aml_mcp::relay", server, upstream_id, "the server answered no request of the relay's to it; dropped");
         }
     }
 }
@@ -247,21 +335,32 @@ fn reply(step: &mut Step<'_>, id: &str, answer: Reply) {
 /// A message from the server that cannot be read: if its id names a request in flight,
 /// that request fails now; if it names none, it may be a request of the server's, which is
 /// answered with an error rather than left waiting; without an id it is dropped (logged).
-fn unreadable(step: &mut Step<'_>, id: Option<Bytes>, why: String) {
+fn unreadable(step: &mut Step<'_>, server: ServerId, id: Option<Bytes>, why: String) {
     let relay = step.relay;
     let upstream_id = id
         .as_ref()
         .and_then(|id| std::str::from_utf8(id).ok()?.parse::<u64>().ok());
     let state = &mut *step.state;
     let waiting = upstream_id.and_then(|id| {
-        let waiting = state.take_pending(id)?;
-        if let Pending::Relayed { flight, .. } = &waiting {
+        let waiting = state.take_pending(server, id)?;
+        if let Pending::Relayed {
+            flight, gather: None, ..
+        } = &waiting
+        {
             state.flights.remove(flight);
         }
-        state.pending.insert(id, Pending::Cancelled);
+        state.pending.insert((server, id), Pending::Cancelled);
         Some(waiting)
     });
     match waiting {
+        Some(Pending::Relayed {
+            gather: Some(gather), ..
+        }) => super::gather::said(
+            step,
+            gather,
+            server,
+            Err(format!("its answer cannot be read: {why}")),
+        ),
         Some(Pending::Relayed {
             endpoint, client_id, ..
         }) => {
@@ -282,14 +381,14 @@ fn unreadable(step: &mut Step<'_>, id: Option<Bytes>, why: String) {
             if let Some(id) = id {
                 let message = format!("{} could not read this message: {why}", relay.config.product);
                 let answer = error_response(Some(&id), jsonrpc::INVALID_REQUEST, &message, None);
-                step.upstream(answer);
+                step.upstream(server, answer);
             }
         }
     }
 }
 
 /// A server request the host does not relay: answered with an error, recorded.
-fn refuse_server_request(step: &mut Step<'_>, id: &str, method: &str) {
+fn refuse_server_request(step: &mut Step<'_>, server: ServerId, id: &str, method: &str) {
     let relay = step.relay;
     let setting = if method == "sampling/createMessage" {
         "sampling"
@@ -308,5 +407,5 @@ fn refuse_server_request(step: &mut Step<'_>, id: &str, method: &str) {
     );
     relay.record_refusal(method, Refusal::ServerRequestRefused, message.clone());
     let answer = error_response(Some(id.as_bytes()), jsonrpc::REFUSED_BY_HOST, &message, None);
-    step.upstream(answer);
+    step.upstream(server, answer);
 }

@@ -8,7 +8,8 @@ use aml_core::Refusal;
 use super::call::tool_named;
 use super::jsonrpc::key_text;
 use super::jsonrpc::Envelope;
-use super::machine::{Relay, State};
+use super::machine::{Asked, Relay, ServerId, State};
+use bytes::Bytes;
 
 /// The namespace of every MCP notification, in both protocol eras.
 const NOTIFICATIONS: &str = "notifications/";
@@ -60,25 +61,48 @@ pub(crate) fn drop_server_request_without_id(relay: &Relay, method: &str) {
     relay.record_refusal(method, Refusal::ServerRequestRefused, detail);
 }
 
-/// Notes that the server's request with id `id` (raw text) went to the client, so that the
-/// client's answer to it is relayed. `false` when the client already owes as many answers as
-/// the relay keeps track of: the request is then not relayed.
-pub(crate) fn expect_client_answer(relay: &Relay, state: &mut State, id: &[u8]) -> bool {
-    if state.asked.len() >= relay.config.max_in_flight {
-        return false;
+/// Notes that `server`'s request with id `id` (raw text) goes to the client, and returns
+/// the id the client is to see it under: the server's own with one server, else one of the
+/// relay's (two servers may use one id). `None` when the client already owes `server` as
+/// many answers as the relay keeps track of: the request is then not relayed.
+pub(crate) fn expect_client_answer(
+    relay: &Relay,
+    state: &mut State,
+    server: ServerId,
+    id: &[u8],
+) -> Option<Bytes> {
+    let owed = state
+        .asked
+        .values()
+        .filter(|asked| asked.server == server)
+        .count();
+    if owed >= relay.config.max_in_flight {
+        return None;
     }
-    state.asked.insert(key_text(id));
-    true
+    let seen_as = match state.servers {
+        1 => Bytes::copy_from_slice(id),
+        _ => Bytes::from(format!("\"{SERVER_REQUEST_PREFIX}{}\"", relay.next_id())),
+    };
+    let server_id = Bytes::copy_from_slice(id);
+    state
+        .asked
+        .insert(key_text(&seen_as), Asked { server, server_id });
+    Some(seen_as)
 }
 
-/// Whether the client's answer with id `id` (raw text) answers a server request the relay
-/// passed to it (each is relayed once); an answer to anything else is dropped, logged: the
-/// server never asked the client that (a request the host refused, a made-up id).
-pub(crate) fn takes_client_answer(state: &mut State, id: &[u8]) -> bool {
-    let expected = state.asked.remove(&key_text(id));
-    if !expected {
+/// The prefix of the ids the client sees servers' requests under when the gate fronts
+/// several servers.
+const SERVER_REQUEST_PREFIX: &str = "aml-server-request-";
+
+/// The server request that the client's answer with id `id` (raw text) answers, when the
+/// relay passed one to it under that id (each is relayed once); an answer to anything else
+/// is dropped, logged: no server asked the client that (a request the host refused, a
+/// made-up id).
+pub(crate) fn takes_client_answer(state: &mut State, id: &[u8]) -> Option<Asked> {
+    let asked = state.asked.remove(&key_text(id));
+    if asked.is_none() {
         tracing::warn!(target: "aml_mcp::relay", id = %String::from_utf8_lossy(id),
                        "the client answered no request the server sent it; dropped");
     }
-    expected
+    asked
 }

@@ -5,7 +5,7 @@
 //! here awaits, so every transition can be driven (and tested) without a runtime. A call's
 //! future holds no state: what it needs of the session it asks for ([`CallEvent`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -26,7 +26,18 @@ const CLIENT_WENT_AWAY: &str = "the client went away";
 /// Why the server is told an endpoint's requests are cancelled when it closes unanswered.
 const ENDPOINT_CLOSED: &str = "the client closed its response stream";
 
-/// What waits for an answer from the upstream, by the id the relay gave the request.
+/// A server behind the relay, by its place in the gate's list of servers: 0 for a gate with
+/// one server (ADR 033). Each server has its own connection, and what the session keeps of a
+/// request it sent names the server it went to, so that no server's answer (or absence) is
+/// ever taken for another's.
+pub type ServerId = usize;
+
+/// The only server of a gate with one, and the one a client's request goes to until routing
+/// by exposed name lands (ADR 033, step 4).
+pub const FIRST_SERVER: ServerId = 0;
+
+/// What waits for an answer from a server, by the server and the id the relay gave the
+/// request (unique across the session's servers).
 pub(crate) enum Pending {
     /// A client request relayed as is.
     Relayed {
@@ -44,6 +55,9 @@ pub(crate) enum Pending {
         /// limit that gives, in [`State::deadlines`].
         deadline: Option<(Instant, Duration)>,
         method: Box<str>,
+        /// One server's part of a request every server hears ([`super::gather`]): its
+        /// answer goes to the gathering, not to the client.
+        gather: Option<u64>,
     },
     /// A gated `tools/call` (or the relay's own `tools/list`): its future takes the answer.
     Call {
@@ -64,33 +78,52 @@ pub(crate) struct Reply {
 
 /// A client request in flight, by its id (as normalized JSON text).
 pub(crate) enum Flight {
-    Relayed(u64),
+    /// Relayed to a server, under the relay's id.
+    Relayed(ServerId, u64),
+    /// Relayed to every server, gathered under this number ([`super::gather`]).
+    Gathered(u64),
     Call {
-        upstream: Option<u64>,
+        /// The server and the relay's id, once the call's request was sent.
+        upstream: Option<(ServerId, u64)>,
         stop: Option<AbortHandle>,
     },
 }
 
+/// A server's request relayed to the client, by the id the client saw it under (as a key):
+/// where the client's answer goes, and the id the server gave it.
+pub(crate) struct Asked {
+    pub(crate) server: ServerId,
+    pub(crate) server_id: Bytes,
+}
+
 /// Everything one session keeps between messages: one owner, changed only by transitions.
-#[derive(Default)]
 pub(crate) struct State {
-    pub(crate) pending: HashMap<u64, Pending>,
+    pub(crate) pending: HashMap<(ServerId, u64), Pending>,
     pub(crate) flights: HashMap<String, Flight>,
-    pub(crate) gone: Option<String>,
+    /// How many servers the session fronts (at least one).
+    pub(crate) servers: usize,
+    /// Their names, as the operator gave them (shown to the client and in logs).
+    names: Vec<String>,
+    /// The requests every server hears, by their number, until each server has answered.
+    pub(crate) gathers: HashMap<u64, super::gather::Gather>,
+    /// The servers that are gone, with why: their requests are refused, the others serve.
+    pub(crate) gone: BTreeMap<ServerId, String>,
     /// Set when the session cannot go on (the upstream failed the handshake).
     pub(crate) fatal: Option<String>,
-    /// The server's tool definitions as this session has seen them (pins).
-    pub(crate) seen: super::pins::Seen,
-    /// The ids (as lookup keys) of the server's requests relayed to the client and not yet
-    /// answered: only answers to these are relayed back.
-    pub(crate) asked: HashSet<String>,
+    /// Each server's tool definitions as this session has seen them (pins), by server.
+    pub(crate) seen: Vec<super::pins::Seen>,
+    /// The servers' requests relayed to the client and not yet answered, by the id the
+    /// client saw (as a lookup key): only answers to these are relayed back, each to its
+    /// server under its own id. With one server the client sees the server's own id; with
+    /// several, one of the relay's (two servers may use one id).
+    pub(crate) asked: HashMap<String, Asked>,
     /// Tool names of the `tools/list` pages seen since the last complete list, and the
     /// registered tools last found missing from one (see `advertised`).
     pub(crate) listing: BTreeSet<String>,
     pub(crate) missing_warned: BTreeSet<String>,
-    /// The time limits of relayed requests, soonest first, by upstream id: the session's
-    /// one timer waits for the first (no task per request).
-    pub(crate) deadlines: BTreeSet<(Instant, u64)>,
+    /// The time limits of relayed requests, soonest first, by server and upstream id: the
+    /// session's one timer waits for the first (no task per request).
+    pub(crate) deadlines: BTreeSet<(Instant, ServerId, u64)>,
     /// Whether every endpoint belongs to one client (a standing connection, a Streamable
     /// HTTP session): they share its request ids and its progress tokens, and what is tied
     /// to no request goes to its newest stream, else its standing one. Else the endpoints
@@ -100,9 +133,9 @@ pub(crate) struct State {
     /// order, so the newest is the last).
     pub(crate) endpoints: BTreeMap<EndpointId, Endpoint>,
     /// The progress tokens of endpoints' requests (as key text): the relay's own for a
-    /// caller's request, with the endpoint and the token the caller chose (raw text); one
-    /// client's own, with its endpoint.
-    pub(crate) tokens: HashMap<String, (EndpointId, Bytes)>,
+    /// caller's request, with the endpoint, the server it went to and the token the caller
+    /// chose (raw text); one client's own, with its endpoint and server.
+    pub(crate) tokens: HashMap<String, (EndpointId, ServerId, Bytes)>,
 }
 
 /// An open endpoint.
@@ -115,6 +148,49 @@ pub(crate) struct Endpoint {
 }
 
 impl State {
+    /// The state of a session that has seen nothing yet, in front of the servers `names`
+    /// (one, unnamed, when empty), with one client's endpoints (`one_client`) or callers'.
+    pub(crate) fn new(names: Vec<String>, one_client: bool) -> State {
+        let servers = names.len().max(1);
+        State {
+            pending: HashMap::new(),
+            flights: HashMap::new(),
+            servers,
+            names,
+            gathers: HashMap::new(),
+            gone: BTreeMap::new(),
+            fatal: None,
+            seen: (0..servers).map(|_| Default::default()).collect(),
+            asked: HashMap::new(),
+            listing: BTreeSet::new(),
+            missing_warned: BTreeSet::new(),
+            deadlines: BTreeSet::new(),
+            one_client,
+            endpoints: BTreeMap::new(),
+            tokens: HashMap::new(),
+        }
+    }
+
+    /// `server`'s name (its number, for a gate given none).
+    pub(crate) fn server_name(&self, server: ServerId) -> String {
+        self.names
+            .get(server)
+            .cloned()
+            .unwrap_or_else(|| format!("server {server}"))
+    }
+
+    /// Why every server is gone, once each is (the first's reason).
+    pub(crate) fn all_gone(&self) -> Option<&String> {
+        (self.gone.len() >= self.servers)
+            .then(|| self.gone.values().next())
+            .flatten()
+    }
+
+    /// Why `server` is gone, if it is.
+    pub(crate) fn gone(&self, server: ServerId) -> Option<&String> {
+        self.gone.get(&server)
+    }
+
     /// The endpoint whose id space `endpoint`'s request ids are in: the standing
     /// connection's for one client's endpoints, its own for a caller's.
     pub(crate) fn id_space(&self, endpoint: EndpointId) -> EndpointId {
@@ -144,28 +220,41 @@ impl State {
         streaming.map_or(STANDING, |(id, _)| *id)
     }
 
-    /// Takes what waits for `upstream_id`'s answer, with its time limit.
-    pub(crate) fn take_pending(&mut self, upstream_id: u64) -> Option<Pending> {
-        let waiting = self.pending.remove(&upstream_id)?;
+    /// Takes what waits for `server`'s answer to `upstream_id`, with its time limit.
+    pub(crate) fn take_pending(&mut self, server: ServerId, upstream_id: u64) -> Option<Pending> {
+        let waiting = self.pending.remove(&(server, upstream_id))?;
         if let Pending::Relayed {
             deadline: Some((at, _)),
             ..
         } = &waiting
         {
-            self.deadlines.remove(&(*at, upstream_id));
+            self.deadlines.remove(&(*at, server, upstream_id));
         }
         Some(waiting)
     }
 
-    /// Takes everything that waits for an answer, and every time limit.
-    pub(crate) fn take_all_pending(&mut self) -> Vec<(u64, Pending)> {
-        self.deadlines.clear();
-        self.pending.drain().collect()
+    /// Takes everything that waits for an answer from `server` (every server: `None`), with
+    /// the time limits.
+    pub(crate) fn take_all_pending(&mut self, server: Option<ServerId>) -> Vec<((ServerId, u64), Pending)> {
+        let Some(server) = server else {
+            self.deadlines.clear();
+            return self.pending.drain().collect();
+        };
+        self.deadlines.retain(|(_, of, _)| *of != server);
+        let keys: Vec<(ServerId, u64)> = self
+            .pending
+            .keys()
+            .filter(|(of, _)| *of == server)
+            .copied()
+            .collect();
+        keys.into_iter()
+            .filter_map(|key| Some((key, self.pending.remove(&key)?)))
+            .collect()
     }
 
     /// The soonest time limit of a relayed request: the session's one timer waits for it.
     pub(crate) fn soonest(&self) -> Option<Instant> {
-        self.deadlines.first().map(|(at, _)| *at)
+        self.deadlines.first().map(|(at, _, _)| *at)
     }
 
     /// Whether the client has as many requests in flight as the relay takes: nothing more is
@@ -195,15 +284,16 @@ impl State {
         }
     }
 
-    /// The upstream ids whose time limit has passed by `now`, taken off the timer.
-    fn due(&mut self, now: Instant) -> Vec<u64> {
+    /// The requests (by server and upstream id) whose time limit has passed by `now`, taken
+    /// off the timer.
+    fn due(&mut self, now: Instant) -> Vec<(ServerId, u64)> {
         let mut due = Vec::new();
-        while let Some(&(at, id)) = self.deadlines.first() {
+        while let Some(&(at, server, id)) = self.deadlines.first() {
             if at > now {
                 break;
             }
             self.deadlines.pop_first();
-            due.push(id);
+            due.push((server, id));
         }
         due
     }
@@ -216,27 +306,29 @@ pub(crate) enum Out {
     /// A notification (or a server's request) for a client endpoint: dropped when an
     /// endpoint other than the standing connection cannot take it.
     Notify(EndpointId, Bytes),
-    /// A message for the server.
-    Upstream(Bytes),
+    /// A message for a server.
+    Upstream(ServerId, Bytes),
     /// A checked `tools/call` for the gate: the engine runs it as a future of its own.
     Call(Box<CallStart>),
 }
 
 /// What a call's future asks of the session core: it holds none of the session's state.
 pub(crate) enum CallEvent {
-    /// Send a request of the relay's own, made with `id` (from [`Relay::next_id`]), and give
-    /// the server's answer to `reply`. A call's flight learns the id, so that the client's
-    /// cancellation reaches the server.
+    /// Send `server` a request of the relay's own, made with `id` (from [`Relay::next_id`]),
+    /// and give the server's answer to `reply`. A call's flight learns the id, so that the
+    /// client's cancellation reaches the server.
     Ask {
+        server: ServerId,
         id: u64,
         flight: Option<String>,
         request: Bytes,
         reply: oneshot::Sender<Result<Reply, ForwardError>>,
     },
-    /// Request `id` got no answer in time: the server is told it is cancelled.
-    TimedOut(u64),
-    /// The relay's own complete `tools/list` (to check a pin) replaces what was seen.
-    Listed(super::pins::Seen),
+    /// Request `id` to `server` got no answer in time: the server is told it is cancelled.
+    TimedOut(ServerId, u64),
+    /// The relay's own complete `tools/list` of a server (to check a pin) replaces what was
+    /// seen of it.
+    Listed(ServerId, super::pins::Seen),
     /// A call's answer for an endpoint other than the standing connection.
     Answer(EndpointId, Bytes),
 }
@@ -279,7 +371,7 @@ impl Relay {
         self.tools.gate().gate().refused_by(tool, caller, refusal, detail)
     }
 
-    /// The `notifications/cancelled` that tells the server a request of ours is cancelled.
+    /// The `notifications/cancelled` that tells a server a request of ours is cancelled.
     pub(crate) fn cancel_note(upstream_id: u64, reason: &str) -> Bytes {
         Bytes::from(format!(
             "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":{upstream_id},\"reason\":{}}}}}",
@@ -351,17 +443,27 @@ impl<'a> Step<'a> {
         self.out.push(Out::Notify(endpoint, message));
     }
 
-    pub(crate) fn upstream(&mut self, message: Bytes) {
-        self.out.push(Out::Upstream(message));
+    pub(crate) fn upstream(&mut self, server: ServerId, message: Bytes) {
+        self.out.push(Out::Upstream(server, message));
+    }
+
+    /// A message for every server still there (a client's notification that names no
+    /// request: `notifications/initialized`, a change of its roots).
+    pub(crate) fn every_upstream(&mut self, message: Bytes) {
+        for server in 0..self.state.servers {
+            if self.state.gone(server).is_none() {
+                self.upstream(server, message.clone());
+            }
+        }
     }
 
     pub(crate) fn start_call(&mut self, call: CallStart) {
         self.out.push(Out::Call(Box::new(call)));
     }
 
-    /// Tells the server a request of ours is cancelled.
-    pub(crate) fn cancel_upstream(&mut self, upstream_id: u64, reason: &str) {
-        self.upstream(Relay::cancel_note(upstream_id, reason));
+    /// Tells `server` a request of ours is cancelled.
+    pub(crate) fn cancel_upstream(&mut self, server: ServerId, upstream_id: u64, reason: &str) {
+        self.upstream(server, Relay::cancel_note(upstream_id, reason));
     }
 
     /// Ends the session: the upstream cannot serve it.
@@ -372,25 +474,33 @@ impl<'a> Step<'a> {
 
     /// Answers every relayed request whose time limit has passed by [`Step::now`].
     pub(crate) fn expire_due(&mut self) {
-        for upstream_id in self.state.due(self.now) {
-            super::from_client::expire(self, upstream_id);
+        for (server, upstream_id) in self.state.due(self.now) {
+            super::from_client::expire(self, server, upstream_id);
         }
     }
 
-    /// The upstream is gone: every request waiting on it fails now, later ones are refused.
-    pub(crate) fn upstream_gone(&mut self, reason: String) {
-        if self.state.gone.is_some() {
+    /// `server` is gone: every request waiting on it fails now, later ones to it are
+    /// refused; the other servers serve on.
+    pub(crate) fn upstream_gone(&mut self, server: ServerId, reason: String) {
+        if self.state.gone(server).is_some() {
             return;
         }
-        tracing::error!(target: "aml_mcp::relay", "the upstream server is gone: {reason}");
-        self.state.gone = Some(reason.clone());
-        self.state.flights.retain(|_, f| matches!(f, Flight::Call { .. }));
+        tracing::error!(target: "aml_mcp::relay", server, "the upstream server is gone: {reason}");
+        self.state.gone.insert(server, reason.clone());
+        self.state
+            .flights
+            .retain(|_, f| !matches!(f, Flight::Relayed(of, _) if *of == server));
+        // Its requests to the client can no longer be answered to it.
+        self.state.asked.retain(|_, asked| asked.server != server);
         let message = format!(
             "{}: the upstream server is gone ({reason})",
             self.relay.config.product
         );
-        for (_, waiting) in self.state.take_all_pending() {
+        for (_, waiting) in self.state.take_all_pending(Some(server)) {
             match waiting {
+                Pending::Relayed {
+                    gather: Some(gather), ..
+                } => super::gather::said(self, gather, server, Err(format!("it is gone ({reason})"))),
                 Pending::Relayed {
                     endpoint, client_id, ..
                 } => self.answer_error_at(endpoint, &client_id, jsonrpc::UPSTREAM_GONE, &message),
@@ -410,7 +520,7 @@ impl<'a> Step<'a> {
             "{}: the server did not answer within {limit:?} of the client closing its input; the gate is stopping",
             self.relay.config.product
         );
-        let waiting: Vec<u64> = self
+        let waiting: Vec<(ServerId, u64)> = self
             .state
             .pending
             .iter()
@@ -423,22 +533,30 @@ impl<'a> Step<'a> {
                     }
                 )
             })
-            .map(|(id, _)| *id)
+            .map(|(key, _)| *key)
             .collect();
-        for upstream_id in waiting {
+        for (server, upstream_id) in waiting {
             let Some(Pending::Relayed {
                 endpoint,
                 client_id,
                 flight,
+                gather,
                 ..
-            }) = self.state.take_pending(upstream_id)
+            }) = self.state.take_pending(server, upstream_id)
             else {
                 continue;
             };
-            self.state.flights.remove(&flight);
-            self.state.pending.insert(upstream_id, Pending::Cancelled);
-            self.answer_error_at(endpoint, &client_id, jsonrpc::UPSTREAM_TIMEOUT, &message);
-            self.cancel_upstream(upstream_id, CLIENT_WENT_AWAY);
+            self.state
+                .pending
+                .insert((server, upstream_id), Pending::Cancelled);
+            self.cancel_upstream(server, upstream_id, CLIENT_WENT_AWAY);
+            match gather {
+                Some(gather) => super::gather::said(self, gather, server, Err(message.clone())),
+                None => {
+                    self.state.flights.remove(&flight);
+                    self.answer_error_at(endpoint, &client_id, jsonrpc::UPSTREAM_TIMEOUT, &message);
+                }
+            }
         }
     }
 
@@ -446,6 +564,7 @@ impl<'a> Step<'a> {
     pub(crate) fn on_call_event(&mut self, event: CallEvent) {
         match event {
             CallEvent::Ask {
+                server,
                 id,
                 flight,
                 request,
@@ -456,29 +575,37 @@ impl<'a> Step<'a> {
                     // request could be sent: it never is.
                     return;
                 }
-                if let Some(reason) = &self.state.gone {
-                    let _ = reply.send(Err(ForwardError::NotSent(reason.clone())));
+                let gone = match self.state.gone(server) {
+                    Some(reason) => Some(reason.clone()),
+                    None if server >= self.state.servers => Some(format!("no server {server} here")),
+                    None => None,
+                };
+                if let Some(reason) = gone {
+                    let _ = reply.send(Err(ForwardError::NotSent(reason)));
                     return;
                 }
-                self.state.pending.insert(id, Pending::Call { reply });
+                self.state.pending.insert((server, id), Pending::Call { reply });
                 if let Some(Flight::Call { upstream, .. }) =
                     flight.and_then(|f| self.state.flights.get_mut(&f))
                 {
-                    *upstream = Some(id);
+                    *upstream = Some((server, id));
                 }
-                self.upstream(request);
+                self.upstream(server, request);
             }
-            CallEvent::TimedOut(id) => {
+            CallEvent::TimedOut(server, id) => {
                 // An answer that came meanwhile has ended the request: nothing to cancel.
-                if let Some(waiting @ Pending::Call { .. }) = self.state.pending.get_mut(&id) {
+                if let Some(waiting @ Pending::Call { .. }) = self.state.pending.get_mut(&(server, id)) {
                     *waiting = Pending::Cancelled;
                     let reason = self.relay.no_answer_in_time();
-                    self.cancel_upstream(id, &reason);
+                    self.cancel_upstream(server, id, &reason);
                 }
             }
-            CallEvent::Listed(seen) => {
+            CallEvent::Listed(server, seen) => {
+                let Some(kept) = self.state.seen.get_mut(server) else {
+                    return;
+                };
                 let names: Vec<String> = seen.names().cloned().collect();
-                self.state.seen = seen;
+                *kept = seen;
                 // The relay's own complete list replaces any the client was walking.
                 self.state.listing.clear();
                 super::advertised::page(self.relay, self.state, names, true);
@@ -505,7 +632,7 @@ impl<'a> Step<'a> {
     /// Streamable HTTP session's client may resume the stream, or ask on another).
     pub(crate) fn endpoint_closed(&mut self, endpoint: EndpointId) {
         self.state.endpoints.remove(&endpoint);
-        self.state.tokens.retain(|_, (of, _)| *of != endpoint);
+        self.state.tokens.retain(|_, (of, _, _)| *of != endpoint);
         if self.state.one_client {
             return;
         }
@@ -518,9 +645,9 @@ impl<'a> Step<'a> {
             .cloned()
             .collect();
         for key in open {
-            if let Some(upstream_id) = super::from_client::cancel_flight(self.state, &key) {
+            for (server, upstream_id) in super::from_client::cancel_flight(self.state, &key) {
                 tracing::debug!(target: "aml_mcp::relay", endpoint, "an endpoint closed before its answer; its request is cancelled");
-                self.cancel_upstream(upstream_id, ENDPOINT_CLOSED);
+                self.cancel_upstream(server, upstream_id, ENDPOINT_CLOSED);
             }
         }
     }
@@ -530,12 +657,12 @@ impl<'a> Step<'a> {
         self.state.flights.remove(flight);
     }
 
-    /// The session ends: the server is told every request of ours still open is cancelled
+    /// The session ends: each server is told every request of ours still open is cancelled
     /// (those cancelled or timed out were told then).
     pub(crate) fn end(&mut self) {
-        for (id, waiting) in self.state.take_all_pending() {
+        for ((server, id), waiting) in self.state.take_all_pending(None) {
             if !matches!(waiting, Pending::Cancelled) {
-                self.cancel_upstream(id, CLIENT_WENT_AWAY);
+                self.cancel_upstream(server, id, CLIENT_WENT_AWAY);
             }
         }
     }

@@ -52,7 +52,7 @@ fn by(sent: Vec<Sent>) -> By {
     for next in sent {
         match next {
             Sent::Client(b) => by.client.push(read(&b)),
-            Sent::Upstream(b) => by.upstream.push(read(&b)),
+            Sent::Upstream(_, b) => by.upstream.push(read(&b)),
             Sent::Call(flight) => by.calls.push(flight),
             Sent::Endpoint(endpoint, ToEndpoint::Answer(b)) => by.endpoints.push((endpoint, true, read(&b))),
             Sent::Endpoint(endpoint, ToEndpoint::Notification(b)) => {
@@ -509,3 +509,6 @@ fn a_calls_timeout_after_its_answer_came_cancels_nothing() {
 
 #[path = "endpoint_tests.rs"]
 mod endpoints;
+
+#[path = "servers_tests.rs"]
+mod servers;

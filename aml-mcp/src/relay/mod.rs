@@ -37,6 +37,7 @@ mod endpoint;
 pub mod frame;
 mod from_client;
 mod from_upstream;
+mod gather;
 pub mod jsonrpc;
 mod kinds;
 mod machine;
@@ -59,6 +60,7 @@ pub use jsonrpc::{
     INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, REFUSED_BY_HOST, UPSTREAM_GONE, UPSTREAM_TIMEOUT,
 };
 pub use kinds::is_notification_method;
+pub use machine::{ServerId, FIRST_SERVER};
 pub use session::{probe, run, ProbeError, RelayEnd};
 pub use tools::{catalog_warnings, RelayTools};
 pub use wrap::{CallObserver, ForwardWrapper, ForwardedCall, ObservedCall, OutboundTraces};

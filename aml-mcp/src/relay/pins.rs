@@ -15,7 +15,7 @@ use aml_core::Sha256Digest;
 use serde_json::value::RawValue;
 
 use super::jsonrpc::{json_string, Envelope, Members};
-use super::machine::{Relay, Reply, State};
+use super::machine::{Relay, Reply, ServerId, State};
 use super::session::Session;
 use super::RelayTools;
 
@@ -123,24 +123,27 @@ fn observe(seen: &mut HashMap<String, Definition>, message: &[u8]) -> Option<Opt
     Some(cursor)
 }
 
-/// Records a `tools/list` answer relayed to the client (and its tool names, for
+/// Records `server`'s `tools/list` answer relayed to the client (and its tool names, for
 /// [`super::advertised`]).
-pub(crate) fn observe_answer(relay: &Relay, state: &mut State, message: &[u8]) {
+pub(crate) fn observe_answer(relay: &Relay, state: &mut State, server: ServerId, message: &[u8]) {
     let mut found = HashMap::new();
     if let Some(cursor) = observe(&mut found, message) {
         let names: Vec<String> = found.keys().cloned().collect();
-        state.seen.tools.extend(found);
+        let Some(seen) = state.seen.get_mut(server) else {
+            return;
+        };
+        seen.tools.extend(found);
         super::advertised::page(relay, state, names, cursor.is_none());
     }
 }
 
-/// Fetches the server's whole `tools/list` (every page): what was seen, complete (for the
+/// Fetches `server`'s whole `tools/list` (every page): what was seen, complete (for the
 /// engine to keep, [`super::machine::CallEvent::Listed`]).
-pub(crate) async fn fetch(session: &Session) -> Result<Seen, String> {
+pub(crate) async fn fetch(session: &Session, server: ServerId) -> Result<Seen, String> {
     let mut found = HashMap::new();
     let mut cursor: Option<String> = None;
     for _ in 0..MAX_PAGES {
-        let reply = request_page(session, cursor.as_deref()).await?;
+        let reply = request_page(session, server, cursor.as_deref()).await?;
         let body = match &reply.body {
             Ok(_) => observe(&mut found, &reply.message),
             Err(error) => {
@@ -163,7 +166,7 @@ pub(crate) async fn fetch(session: &Session) -> Result<Seen, String> {
 }
 
 /// Sends one `tools/list` of the relay's own and waits for its answer.
-async fn request_page(session: &Session, cursor: Option<&str>) -> Result<Reply, String> {
+async fn request_page(session: &Session, server: ServerId, cursor: Option<&str>) -> Result<Reply, String> {
     let params = cursor
         .map(|c| format!(",\"params\":{{\"cursor\":{}}}", json_string(c)))
         .unwrap_or_default();
@@ -174,7 +177,7 @@ async fn request_page(session: &Session, cursor: Option<&str>) -> Result<Reply, 
         )
     };
     session
-        .ask(None, request)
+        .ask(server, None, request)
         .await
         .map_err(|e| format!("tools/list: {e}"))
 }

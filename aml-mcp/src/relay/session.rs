@@ -19,7 +19,7 @@ use super::frame::Inbound;
 use super::from_client::on_client_event;
 use super::from_upstream::on_upstream;
 use super::jsonrpc::{Envelope, Kind};
-use super::machine::{CallEvent, Out, Relay, Reply, State, Step};
+use super::machine::{CallEvent, Out, Relay, Reply, ServerId, State, Step, FIRST_SERVER};
 use super::{Connection, RelayConfig, RelayTools, Upstream};
 use crate::ForwardError;
 
@@ -142,13 +142,14 @@ impl Session {
         let _ = left.wait_for(|gone| *gone).await;
     }
 
-    /// Sends a request of the relay's own (a gated call, its own `tools/list`), made by
-    /// `request` from the id it gets, and waits for the server's answer within the upstream
-    /// limit; past it the server is told the request is cancelled. A call's flight learns the
-    /// id, so that the client's cancellation reaches the server. `request` may also return a
-    /// guard, kept until the answer.
+    /// Sends `server` a request of the relay's own (a gated call, its own `tools/list`), made
+    /// by `request` from the id it gets, and waits for the server's answer within the
+    /// upstream limit; past it the server is told the request is cancelled. A call's flight
+    /// learns the id, so that the client's cancellation reaches the server. `request` may
+    /// also return a guard, kept until the answer.
     pub(crate) async fn ask<G>(
         &self,
+        server: ServerId,
         flight: Option<&str>,
         request: impl FnOnce(u64) -> (String, G),
     ) -> Result<Reply, ForwardError> {
@@ -156,6 +157,7 @@ impl Session {
         let id = self.relay.next_id();
         let (request, _guard) = request(id);
         self.tell(CallEvent::Ask {
+            server,
             id,
             flight: flight.map(str::to_owned),
             request: Bytes::from(request),
@@ -166,7 +168,7 @@ impl Session {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(ForwardError::UpstreamGone("the relay stopped".into())),
             Err(_) => {
-                self.tell(CallEvent::TimedOut(id));
+                self.tell(CallEvent::TimedOut(server, id));
                 Err(ForwardError::Timeout(limit))
             }
         }
@@ -239,8 +241,12 @@ impl Engine {
                 Out::Notify(endpoint, message) => {
                     deliver(session, &self.state, endpoint, ToEndpoint::Notification(message)).await
                 }
-                Out::Upstream(message) => {
+                Out::Upstream(FIRST_SERVER, message) => {
                     let _ = session.to_upstream.send(message).await;
+                }
+                // This engine drives one server: its state names no other (ADR 033).
+                Out::Upstream(server, _) => {
+                    tracing::error!(target: "aml_mcp::relay", server, "a message for a server this engine does not drive; dropped")
                 }
                 Out::Call(start) => {
                     let flight = start.flight().to_owned();
@@ -373,17 +379,14 @@ pub async fn run(
     });
     let mut engine = Engine {
         session: Arc::clone(&session),
-        state: State {
-            one_client,
-            ..State::default()
-        },
+        state: State::new(Vec::new(), one_client),
         out: Vec::new(),
         calls: Calls::new(),
         events: events_rx,
     };
     let mut handshake: Option<String> = None;
     for inbound in early {
-        handshake = engine.step(|step| on_upstream(step, inbound));
+        handshake = engine.step(|step| on_upstream(step, FIRST_SERVER, inbound));
     }
     engine.send().await;
     let mut upstream_open = true;
@@ -404,14 +407,14 @@ pub async fn run(
                 exit_pending = false;
                 gone_at.get_or_insert_with(Instant::now);
                 let why = format!("it exited ({})", status.unwrap_or_else(|_| "status unknown".into()));
-                engine.step(|step| step.upstream_gone(why))
+                engine.step(|step| step.upstream_gone(FIRST_SERVER, why))
             }
             next = from_upstream.recv(), if upstream_open => match next {
-                Some(inbound) => engine.step(|step| on_upstream(step, inbound)),
+                Some(inbound) => engine.step(|step| on_upstream(step, FIRST_SERVER, inbound)),
                 None => {
                     upstream_open = false;
                     gone_at.get_or_insert_with(Instant::now);
-                    engine.step(|step| step.upstream_gone(CLOSED.into()))
+                    engine.step(|step| step.upstream_gone(FIRST_SERVER, CLOSED.into()))
                 }
             },
             next = from_client.recv(), if !full => match next {
@@ -464,16 +467,16 @@ pub async fn run(
         let calls_idle = engine.calls.is_empty();
         tokio::select! {
             next = from_upstream.recv(), if upstream_open => match next {
-                Some(inbound) => engine.step(|step| on_upstream(step, inbound)),
+                Some(inbound) => engine.step(|step| on_upstream(step, FIRST_SERVER, inbound)),
                 None => {
                     upstream_open = false;
-                    engine.step(|step| step.upstream_gone(CLOSED.into()))
+                    engine.step(|step| step.upstream_gone(FIRST_SERVER, CLOSED.into()))
                 }
             },
             status = &mut exited, if exit_pending => {
                 exit_pending = false;
                 let why = format!("it exited ({})", status.unwrap_or_default());
-                engine.step(|step| step.upstream_gone(why))
+                engine.step(|step| step.upstream_gone(FIRST_SERVER, why))
             }
             Some(ended) = engine.calls.next(), if !calls_idle => engine.call_ended(ended),
             Some(event) = engine.events.recv() => engine.step(|step| step.on_call_event(event)),
@@ -493,7 +496,7 @@ pub async fn run(
     }
     engine.step(|step| step.end());
     engine.send().await;
-    match engine.state.gone.take() {
+    match engine.state.gone.remove(&FIRST_SERVER) {
         Some(reason) => RelayEnd::UpstreamGone(reason),
         None => RelayEnd::ClientClosed,
     }

@@ -11,6 +11,10 @@ use super::machine::{Relay, State};
 /// Notes one page of the server's `tools/list` (the names it lists); `last` when it has no
 /// `nextCursor`, which completes the list the pages since the last complete one make up.
 pub(crate) fn page(relay: &Relay, state: &mut State, names: impl IntoIterator<Item = String>, last: bool) {
+    // With several servers each lists only its own tools, under its own names (ADR 033).
+    if relay.tools.routes().listed() {
+        return;
+    }
     state.listing.extend(names);
     if !last {
         return;

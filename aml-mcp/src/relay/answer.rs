@@ -121,7 +121,7 @@ fn add_verdict(
             let mut out = Vec::with_capacity(existing.get().len() + entry.len() + 2);
             out.push(b'{');
             if let Ok(inner) = Members::parse(existing) {
-                if push_members(&mut out, &inner, VERDICT_META_KEY) {
+                if push_members(&mut out, &inner, &[VERDICT_META_KEY]) {
                     out.push(b',');
                 }
             } else if member == "data" {
@@ -147,11 +147,11 @@ fn add_verdict(
     }
 }
 
-/// Writes each of `members` but `except` as `"key":value`, comma-separated, values as their
-/// bytes; whether it wrote any.
-fn push_members(out: &mut Vec<u8>, members: &Members<'_>, except: &str) -> bool {
+/// Writes each of `members` but those named in `except` as `"key":value`, comma-separated,
+/// values as their bytes; whether it wrote any.
+pub(crate) fn push_members(out: &mut Vec<u8>, members: &Members<'_>, except: &[&str]) -> bool {
     let mut wrote = false;
-    for (key, value) in members.0.iter().filter(|(k, _)| k != except) {
+    for (key, value) in members.0.iter().filter(|(k, _)| !except.contains(&&**k)) {
         if wrote {
             out.push(b',');
         }
@@ -182,7 +182,7 @@ pub(crate) fn without_task_calls(reply: &Reply, client_id: &[u8]) -> Vec<u8> {
     let mut edits = vec![(reply.id.clone(), client_id.to_vec())];
     if let Some((tools, members)) = task_calls() {
         let mut out = vec![b'{'];
-        push_members(&mut out, &members, "call");
+        push_members(&mut out, &members, &["call"]);
         out.push(b'}');
         edits.push((range_in(message, tools), out));
     }
@@ -201,13 +201,15 @@ pub(crate) fn error_result(client_id: &[u8], explanation: &str, verdict: &str) -
 }
 
 /// The server's `tools/list` reply with only the tools the host lists (and `visible` lets
-/// through: pins), each with the host's input schema, and the client's id. `None` when the
-/// reply cannot be read.
+/// through: pins), each under the name the client sees (`shown` gives it from the
+/// server's own, ADR 033) with the host's input schema, and the client's id. `None` when
+/// the reply cannot be read.
 pub(crate) fn filter_tools_list(
     reply: &[u8],
     client_id: &[u8],
     tools: &RelayTools,
-    visible: &dyn Fn(&str) -> bool,
+    shown: &dyn Fn(&str) -> Option<String>,
+    visible: &dyn Fn(&str, &str) -> bool,
 ) -> Option<Vec<u8>> {
     let env = Envelope::parse(reply).ok()?;
     let mut edits = vec![(range_in(reply, env.id?), client_id.to_vec())];
@@ -218,15 +220,27 @@ pub(crate) fn filter_tools_list(
         out.push(b'[');
         for item in items {
             let members = Members::parse(item).ok()?;
-            let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
-            let Some(schema) = tools.listed(&name).filter(|_| visible(&name)) else {
+            let own: String = serde_json::from_str(members.get("name")?.get()).ok()?;
+            let Some(name) = shown(&own) else { continue };
+            let Some(schema) = tools.listed(&name).filter(|_| visible(&name, &own)) else {
                 continue;
             };
             if out.len() > 1 {
                 out.push(b',');
             }
             out.push(b'{');
-            if push_members(&mut out, &members, "inputSchema") {
+            let renamed = name != own;
+            let except: &[&str] = if renamed {
+                &["inputSchema", "name"]
+            } else {
+                &["inputSchema"]
+            };
+            if push_members(&mut out, &members, except) {
+                out.push(b',');
+            }
+            if renamed {
+                out.extend_from_slice(b"\"name\":");
+                out.extend_from_slice(json_string(&name).as_bytes());
                 out.push(b',');
             }
             out.extend_from_slice(b"\"inputSchema\":");

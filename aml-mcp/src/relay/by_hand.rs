@@ -21,6 +21,8 @@ pub struct Machine {
     now: Instant,
     /// Where the answers to the calls' own requests go, by request id.
     answers: HashMap<u64, oneshot::Receiver<Result<Reply, ForwardError>>>,
+    /// Each checked call's server and the tool name it is sent under, by flight.
+    targets: HashMap<String, (ServerId, String)>,
 }
 
 /// What one transition returned, in order.
@@ -62,6 +64,7 @@ impl Machine {
             state: State::new(servers.iter().map(|s| (*s).to_owned()).collect(), true),
             now: Instant::now(),
             answers: HashMap::new(),
+            targets: HashMap::new(),
         }
     }
 
@@ -82,6 +85,13 @@ impl Machine {
         let mut out = Vec::new();
         transition(&mut Step::new(&self.relay, &mut self.state, self.now, &mut out));
         let standing = self.state.one_client;
+        for next in &out {
+            if let Out::Call(start) = next {
+                let (server, name) = start.target();
+                let target = (server, name.to_owned());
+                self.targets.insert(start.flight().to_owned(), target);
+            }
+        }
         out.into_iter()
             .map(|next| match next {
                 Out::Client(STANDING, b) | Out::Notify(STANDING, b) if standing => Sent::Client(b),
@@ -217,6 +227,12 @@ impl Machine {
     /// The call of `flight` ended (answered, refused or withdrawn).
     pub fn call_ended(&mut self, flight: &str) -> Vec<Sent> {
         self.run(|step| step.call_ended(flight))
+    }
+
+    /// The server the checked call of `flight` goes to, and the tool name it is sent under.
+    pub fn call_target(&self, flight: &str) -> Option<(ServerId, &str)> {
+        let (server, name) = self.targets.get(flight)?;
+        Some((*server, name))
     }
 
     /// The progress tokens the relay keeps for endpoints' requests.

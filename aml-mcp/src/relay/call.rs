@@ -31,9 +31,10 @@ const FORWARDED: [&str; 5] = ["name", "arguments", "_meta", "inputResponses", "r
 struct CallRequest {
     /// Where the answer goes.
     endpoint: EndpointId,
-    /// The server whose tool it is: the first until calls are routed by the tool's exposed
-    /// name (ADR 033, step 4).
+    /// The server whose tool it is, and its own name for it when that is not `name` (the
+    /// exposed name, ADR 033).
     server: ServerId,
+    own_name: Option<String>,
     client_id: Bytes,
     flight: String,
     name: String,
@@ -43,6 +44,25 @@ struct CallRequest {
     meta: Option<String>,
     /// The transport's trace headers, for the host's observer.
     trace: Option<TransportTrace>,
+}
+
+impl CallRequest {
+    /// The server's own name for the tool.
+    fn own_name(&self) -> &str {
+        self.own_name.as_deref().unwrap_or(&self.name)
+    }
+}
+
+/// The server a `tools/call` goes to: its tool's (the first server's, for a tool no server
+/// has: the gate refuses it before anything is sent).
+pub(crate) fn server_of(relay: &Relay, env: &Envelope<'_>) -> ServerId {
+    let routes = relay.tools.routes();
+    if !routes.listed() {
+        return FIRST_SERVER;
+    }
+    routes
+        .resolve(&tool_named(env))
+        .map_or(FIRST_SERVER, |(server, _)| server)
 }
 
 /// A checked call for its future: planned when its tool's pin could be checked, else after
@@ -56,6 +76,11 @@ impl CallStart {
     /// The client's request id, as a flight key.
     pub(crate) fn flight(&self) -> &str {
         &self.request.flight
+    }
+
+    /// The server the call goes to, and the name it is sent under (the server's own).
+    pub(crate) fn target(&self) -> (ServerId, &str) {
+        (self.request.server, self.request.own_name())
     }
 }
 
@@ -82,8 +107,12 @@ pub(crate) fn start_call(
             return refuse_call(step, &client_id, env, trace.as_ref(), refusal, &detail);
         }
     };
+    if let Some((server, own)) = step.relay.tools.routes().resolve(&request.name) {
+        request.server = server;
+        request.own_name = (own != request.name).then(|| own.to_owned());
+    }
     let seen = &step.state.seen[request.server];
-    let plan = match pins::check(&step.relay.tools, seen, &request.name) {
+    let plan = match pins::check(&step.relay.tools, seen, &request.name, request.own_name()) {
         PinCheck::Changed(detail) => {
             let (trace, refusal) = (request.trace.as_ref(), Refusal::ToolDefinitionChanged);
             return refuse_call(step, &client_id, env, trace, refusal, &detail);
@@ -115,7 +144,7 @@ pub(crate) async fn run(session: Arc<Session>, start: CallStart) {
 async fn fetch_then_run(session: Arc<Session>, mut request: CallRequest) {
     let checked = match pins::fetch(&session, request.server).await {
         Ok(seen) => {
-            let checked = pins::check(&session.relay.tools, &seen, &request.name);
+            let checked = pins::check(&session.relay.tools, &seen, &request.name, request.own_name());
             session.tell(CallEvent::Listed(request.server, seen));
             checked
         }
@@ -210,6 +239,7 @@ fn check(
         flight: flight_key(ids, &client_id),
         endpoint,
         server: FIRST_SERVER,
+        own_name: None,
         client_id,
         name,
         arguments,
@@ -361,7 +391,7 @@ async fn run_call(session: Arc<Session>, request: CallRequest, retry: bool, prep
         session: Arc::clone(&session),
         server: request.server,
         flight: request.flight.clone(),
-        name: json_string(&request.name),
+        name: json_string(request.own_name()),
         meta: request.meta,
         retry,
         reply: Mutex::new(None),

@@ -9,13 +9,13 @@ use aml_core::Refusal;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::call::{record_unread_call, refuse_call, start_call, tool_named};
+use super::call::{record_unread_call, refuse_call, server_of, start_call, tool_named};
 use super::endpoint::{EndpointEvent, STANDING};
 use super::frame::{Inbound, TransportTrace};
-use super::gather;
 use super::jsonrpc::{self, error_response, range_in, scan_id, scan_method, splice, Envelope, Kind, Members};
 use super::kinds::{drop_client_request_without_id, is_notification_method, takes_client_answer};
 use super::machine::{Flight, Pending, Relay, ServerId, State, Step, FIRST_SERVER};
+use super::{gather, pages};
 use crate::ForwardError;
 
 fn strict_limits(relay: &Relay) -> Limits {
@@ -107,9 +107,12 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
         Kind::Request => {
             let Some(id) = env.id else { return };
             let client_id = Bytes::copy_from_slice(id.get().as_bytes());
-            // Every request goes to the first server until requests are routed by the name
-            // they carry (ADR 033, step 4).
-            let server = FIRST_SERVER;
+            // A call goes to its tool's server; every other request to the first server
+            // until the rest are routed (ADR 033).
+            let server = match method {
+                "tools/call" => server_of(relay, &env),
+                _ => FIRST_SERVER,
+            };
             let gathered = step.state.servers > 1 && gather::is_gathered(method);
             let gone = match gathered {
                 true => step.state.all_gone(),
@@ -183,6 +186,19 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
             match limit {
                 // Every server must hear the handshake (ADR 033).
                 Some(limit) if gathered => gather::start(step, client_id, &bytes, id_range, method, limit),
+                // With several servers a list walks them in turn, under the gate's cursor.
+                _ if step.state.servers > 1 && pages::is_paged(method) => {
+                    match pages::route(step.state, &bytes, &env) {
+                        Ok((server, paged)) => {
+                            let id_range = paged_id(&paged).unwrap_or(id_range);
+                            forward(step, server, client_id, &paged, id_range, method, limit)
+                        }
+                        Err(why) => {
+                            let message = format!("invalid params: {why}");
+                            step.answer_error(Some(&client_id), jsonrpc::INVALID_PARAMS, &message)
+                        }
+                    }
+                }
                 _ => forward(step, server, client_id, &bytes, id_range, method, limit),
             }
         }
@@ -374,6 +390,11 @@ fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
     Bytes::from(rewritten)
 }
 
+/// Where a rewritten request's id is.
+fn paged_id(message: &[u8]) -> Option<std::ops::Range<usize>> {
+    Some(range_in(message, Envelope::parse(message).ok()?.id?))
+}
+
 /// The 2026-07-28 request that opens a stream of notifications; they carry its id.
 pub(crate) const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
 
@@ -407,6 +428,7 @@ fn forward(
             deadline,
             method: method.into(),
             gather: None,
+            paged: state.servers > 1 && pages::is_paged(method),
         },
     );
     state.flights.insert(key, Flight::Relayed(server, upstream_id));

@@ -299,17 +299,24 @@ fn reply(step: &mut Step<'_>, server: ServerId, id: &str, answer: Reply) {
             client_id,
             tools_list,
             handshake,
+            paged,
             ..
         }) => {
             let answer = if tools_list {
                 observe_answer(relay, state, server, &answer.message);
                 let seen = &state.seen[server];
-                let visible = |tool: &str| visible(&relay.tools, seen, tool);
-                filter_tools_list(&answer.message, &client_id, &relay.tools, &visible)
+                let visible = |tool: &str, own: &str| visible(&relay.tools, seen, tool, own);
+                let routes = relay.tools.routes();
+                let shown = |own: &str| routes.exposed(server, own).map(str::to_owned);
+                filter_tools_list(&answer.message, &client_id, &relay.tools, &shown, &visible)
             } else if handshake {
                 Some(without_task_calls(&answer, &client_id))
             } else {
                 Some(relay_reply(&answer, &client_id, None))
+            };
+            let answer = match answer {
+                Some(answer) if paged => Some(super::pages::with_gate_cursor(state, server, answer)),
+                answer => answer,
             };
             match answer {
                 Some(answer) => step.answer_at(endpoint, Bytes::from(answer)),

@@ -64,6 +64,7 @@ pub(crate) fn start(
                 deadline: Some((at, limit)),
                 method: method.into(),
                 gather: Some(gather),
+                paged: false,
             },
         );
         let relayed = splice(

@@ -58,6 +58,9 @@ pub(crate) enum Pending {
         /// One server's part of a request every server hears ([`super::gather`]): its
         /// answer goes to the gathering, not to the client.
         gather: Option<u64>,
+        /// A list request of a gate with several servers: its answer's `nextCursor` becomes
+        /// the gate's ([`super::pages`]).
+        paged: bool,
     },
     /// A gated `tools/call` (or the relay's own `tools/list`): its future takes the answer.
     Call {

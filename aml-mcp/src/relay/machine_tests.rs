@@ -512,3 +512,6 @@ mod endpoints;
 
 #[path = "servers_tests.rs"]
 mod servers;
+
+#[path = "routes_tests.rs"]
+mod routes;

@@ -63,8 +63,9 @@ pub(crate) enum PinCheck {
     Unknown,
 }
 
-/// Checks `tool` against its pin.
-pub(crate) fn check(tools: &RelayTools, seen: &Seen, tool: &str) -> PinCheck {
+/// Checks `tool` (the name the host registered) against its pin; `own` is its server's name
+/// for it, under which `seen` holds the server's definition.
+pub(crate) fn check(tools: &RelayTools, seen: &Seen, tool: &str, own: &str) -> PinCheck {
     let Some(pin) = tools.pin(tool) else {
         return PinCheck::Pass;
     };
@@ -74,7 +75,7 @@ pub(crate) fn check(tools: &RelayTools, seen: &Seen, tool: &str) -> PinCheck {
             "the server's definition of tool {tool:?} is not the one the host pinned (pinned {pinned}, the server now advertises {now}); the host must review it and re-pin it in its tools file"
         ))
     };
-    match seen.tools.get(tool) {
+    match seen.tools.get(own) {
         Some(Definition::Digest(digest)) if *digest == pin => PinCheck::Pass,
         Some(Definition::Digest(digest)) => changed(&pin_text(digest)),
         Some(Definition::Unreadable(why)) => changed(&format!("a definition that cannot be hashed: {why}")),
@@ -184,8 +185,8 @@ async fn request_page(session: &Session, server: ServerId, cursor: Option<&str>)
 
 /// Whether a `tools/list` item may be shown: its pin (if any) matches what was seen. A
 /// hidden tool is logged, so the host learns of the change before any call is refused.
-pub(crate) fn visible(tools: &RelayTools, seen: &Seen, tool: &str) -> bool {
-    match check(tools, seen, tool) {
+pub(crate) fn visible(tools: &RelayTools, seen: &Seen, tool: &str, own: &str) -> bool {
+    match check(tools, seen, tool, own) {
         PinCheck::Pass => true,
         PinCheck::Changed(why) => {
             tracing::warn!(target: "aml_mcp::relay", tool, "hidden from tools/list: {why}");

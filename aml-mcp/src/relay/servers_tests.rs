@@ -10,7 +10,7 @@ fn two_servers() -> Machine {
 }
 
 /// What went to the servers, each message with its server; and what went to the client.
-fn split(sent: Vec<Sent>) -> (Vec<(usize, Value)>, Vec<Value>) {
+pub(super) fn split(sent: Vec<Sent>) -> (Vec<(usize, Value)>, Vec<Value>) {
     let (mut up, mut client) = (Vec::new(), Vec::new());
     for next in sent {
         match next {

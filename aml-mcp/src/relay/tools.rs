@@ -3,7 +3,7 @@
 //! `tools/list`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use aml_core::{
     ActionBoundary, ArgumentSnapshot, CatalogError, MapperError, ResourceMapper, ResourceRule, ToolCatalog,
@@ -11,7 +11,13 @@ use aml_core::{
 };
 use serde_json::{json, Value};
 
+use super::names::Naming;
+use super::routes::{expose_document, Routes};
 use super::{CallObserver, ForwardWrapper, OutboundTraces};
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}
 use crate::McpGate;
 
 /// The `$id` given to a tool's input schema inside its retry envelope's schema, so that its
@@ -26,6 +32,8 @@ pub struct RelayTools {
     wrapper: Option<Arc<dyn ForwardWrapper>>,
     observer: Option<Arc<dyn CallObserver>>,
     outbound: Option<OutboundTraces>,
+    /// Each tool's server, when the gate fronts a list of servers (replaced with the tools).
+    routes: Arc<RwLock<Arc<Routes>>>,
 }
 
 impl RelayTools {
@@ -44,6 +52,7 @@ impl RelayTools {
             wrapper: None,
             observer: None,
             outbound: None,
+            routes: Arc::default(),
         })
     }
 
@@ -54,6 +63,21 @@ impl RelayTools {
         Self::new(catalog, &rules, boundary)
     }
 
+    /// The tools of a catalog document for a gate in front of the servers `servers` (each
+    /// a name and how its tools' names are shown, ADR 033): each tool names its `"server"`,
+    /// and is registered, listed, gated and recorded under its exposed name, while its
+    /// server is sent its own. An empty `servers` is [`RelayTools::from_json`].
+    pub fn from_json_for_servers(
+        text: &str,
+        boundary: ActionBoundary,
+        servers: &[(String, Naming)],
+    ) -> Result<Self, CatalogError> {
+        let (document, routes) = expose_document(text, servers)?;
+        let tools = Self::from_json(&document, boundary)?;
+        *write(&tools.routes) = Arc::new(routes);
+        Ok(tools)
+    }
+
     /// No tools: every call is refused as unregistered.
     pub fn empty(boundary: ActionBoundary) -> Self {
         RelayTools {
@@ -62,6 +86,7 @@ impl RelayTools {
             wrapper: None,
             observer: None,
             outbound: None,
+            routes: Arc::default(),
         }
     }
 
@@ -105,11 +130,19 @@ impl RelayTools {
     /// document changes nothing and says why. A call already planned goes on under the
     /// registration it was planned with; the boundary's re-checks are the policy's.
     pub fn replace_from_json(&self, text: &str) -> Result<(), CatalogError> {
-        let (catalog, rules) = parse_document(text)?;
+        let servers = self.routes().servers().to_vec();
+        let (document, routes) = expose_document(text, &servers)?;
+        let (catalog, rules) = parse_document(&document)?;
         let retry = retry_catalog(&catalog, &rules)?;
         self.gate.gate().live_catalog().replace(catalog);
         self.retry.gate().live_catalog().replace(retry);
+        *write(&self.routes) = Arc::new(routes);
         Ok(())
+    }
+
+    /// Each tool's server, as the tools now stand.
+    pub(crate) fn routes(&self) -> Arc<Routes> {
+        Arc::clone(&self.routes.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The gate for first calls.

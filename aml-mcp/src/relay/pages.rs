@@ -1,0 +1,104 @@
+//! List requests when the gate fronts several servers (ADR 033): the servers' lists are
+//! walked in the host's order, one page per server, under the gate's own cursor
+//! `"<server>.<that server's cursor>"` (the server's part empty for its first page). A list
+//! request goes to one server; its answer's `nextCursor` names the same server's next
+//! page, else the next server still there, else nothing.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use serde_json::value::RawValue;
+
+use super::answer::push_members;
+use super::jsonrpc::{json_string, range_in, splice, Envelope, Members};
+use super::machine::{ServerId, State};
+
+/// The list methods paged across the servers.
+pub(crate) fn is_paged(method: &str) -> bool {
+    matches!(
+        method,
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list"
+    )
+}
+
+/// Where a list request goes, and the request as that server is to get it (its cursor the
+/// server's own, or none for its first page); why not, when its cursor is not one the gate
+/// gave or no server is there.
+pub(crate) fn route<'m>(
+    state: &State,
+    message: &'m [u8],
+    env: &Envelope<'_>,
+) -> Result<(ServerId, Cow<'m, [u8]>), String> {
+    let params = env.params.and_then(|p| Members::parse(p).ok().map(|m| (p, m)));
+    let cursor = params.as_ref().and_then(|(_, members)| members.get("cursor"));
+    let Some(cursor) = cursor else {
+        let first = next_there(state, 0).ok_or("every server is gone")?;
+        return Ok((first, Cow::Borrowed(message)));
+    };
+    let unknown = || "the cursor is not one this gate gave".to_owned();
+    let text: String = serde_json::from_str(cursor.get()).map_err(|_| unknown())?;
+    let (server, own) = text.split_once('.').ok_or_else(unknown)?;
+    let server: ServerId = server.parse().map_err(|_| unknown())?;
+    if server >= state.servers || state.gone(server).is_some() {
+        return Err(format!(
+            "the cursor's server ({}) is not there",
+            state.server_name(server)
+        ));
+    }
+    if !own.is_empty() {
+        let edit = (range_in(message, cursor), json_string(own));
+        return Ok((
+            server,
+            Cow::Owned(splice(message, &mut [(edit.0, edit.1.as_bytes())])),
+        ));
+    }
+    // The server's first page: no cursor at all.
+    let Some((raw, members)) = params else {
+        return Err(unknown());
+    };
+    let mut without = vec![b'{'];
+    push_members(&mut without, &members, &["cursor"]);
+    without.push(b'}');
+    Ok((
+        server,
+        Cow::Owned(splice(message, &mut [(range_in(message, raw), &without)])),
+    ))
+}
+
+/// The first server still there at or after `from`.
+fn next_there(state: &State, from: ServerId) -> Option<ServerId> {
+    (from..state.servers).find(|s| state.gone(*s).is_none())
+}
+
+/// `answer` (the client's answer to a list request `server` answered) with the gate's
+/// `nextCursor`: the server's next page, else the next server's first, else none.
+pub(crate) fn with_gate_cursor(state: &State, server: ServerId, answer: Vec<u8>) -> Vec<u8> {
+    let Some((result, members)) = result_members(&answer) else {
+        return answer;
+    };
+    let own = members
+        .get("nextCursor")
+        .and_then(|c| serde_json::from_str::<String>(c.get()).ok());
+    let next = match own {
+        Some(own) => Some(format!("{server}.{own}")),
+        None => next_there(state, server + 1).map(|next| format!("{next}.")),
+    };
+    let mut out = vec![b'{'];
+    let wrote = push_members(&mut out, &members, &["nextCursor"]);
+    if let Some(next) = next {
+        if wrote {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"nextCursor\":");
+        out.extend_from_slice(json_string(&next).as_bytes());
+    }
+    out.push(b'}');
+    splice(&answer, &mut [(result, &out)])
+}
+
+/// Where an answer's `result` is, and its members.
+fn result_members(answer: &[u8]) -> Option<(Range<usize>, Members<'_>)> {
+    let env = Envelope::parse(answer).ok()?;
+    let result: &RawValue = env.result?;
+    Some((range_in(answer, result), Members::parse(result).ok()?))
+}

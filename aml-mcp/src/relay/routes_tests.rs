@@ -1,0 +1,208 @@
+//! Tools of several servers (ADR 033, step 4): registered, listed and gated under their
+//! exposed names, sent to their own server under its own name; lists walk the servers.
+
+use super::servers::split;
+use super::*;
+use crate::relay::names::Naming;
+
+/// Tools `read` of server `files` and `send` of server `mail`, each prefixed, both allowed.
+fn routed_tools() -> RelayTools {
+    let catalog = r#"{"tools": [
+        {"name": "read", "server": "files", "effect": "read", "purpose": "Read a file",
+         "resource": {"argument": "to"}, "input_schema": {"type": "object"}},
+        {"name": "send", "server": "mail", "effect": "send", "purpose": "Send a note",
+         "resource": {"argument": "to"}, "input_schema": {"type": "object", "title": "host"}}]}"#;
+    let policy = Policy::from_value(&json!({"protocol": "aml-action-policy/1", "rules": [
+        {"tool": "files__read", "effect": "read", "resource": "team", "requires_approval": false},
+        {"tool": "mail__send", "effect": "send", "resource": "team", "requires_approval": false}]}));
+    let boundary = ActionBoundary::builder(Arc::new(policy)).build();
+    let servers = [
+        ("files".to_owned(), Naming::Prefix),
+        ("mail".to_owned(), Naming::Prefix),
+    ];
+    RelayTools::from_json_for_servers(catalog, boundary, &servers).unwrap()
+}
+
+fn routed() -> Machine {
+    Machine::with_servers(routed_tools(), RelayConfig::default(), &["files", "mail"])
+}
+
+fn call(id: &str, tool: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": {"to": "team"}}})
+}
+
+#[test]
+fn a_call_goes_to_its_tools_server_under_that_servers_own_name() {
+    let mut m = routed();
+    for (id, tool, server, own) in [("a", "mail__send", 1, "send"), ("b", "files__read", 0, "read")] {
+        let sent = m.client_says(call(id, tool));
+        let [flight] = &sent.calls[..] else {
+            panic!("checked: {tool}")
+        };
+        assert_eq!(m.call_target(flight), Some((server, own)));
+    }
+    // A server's own name is not a name the client can call.
+    let sent = m.client_says(call("c", "send"));
+    assert!(
+        sent.calls.len() == 1,
+        "checked, then refused by the gate as unregistered"
+    );
+    assert_eq!(m.call_target(&sent.calls[0]), Some((0, "send")));
+}
+
+#[test]
+fn a_call_to_a_gone_servers_tool_is_refused_and_the_others_still_run() {
+    let mut m = routed();
+    m.server_gone(1, "it exited");
+    let refused = m.client_says(call("a", "mail__send"));
+    assert!(refused.calls.is_empty());
+    assert!(
+        refused.client[0].to_string().contains("it exited"),
+        "{}",
+        refused.client[0]
+    );
+    assert_eq!(m.client_says(call("b", "files__read")).calls.len(), 1);
+}
+
+fn list(id: &str, cursor: Option<&str>) -> Value {
+    match cursor {
+        Some(cursor) => {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {"cursor": cursor}})
+        }
+        None => json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}),
+    }
+}
+
+fn up_one(sent: Vec<Sent>) -> (usize, Value) {
+    let [Sent::Upstream(server, bytes)] = &sent[..] else {
+        panic!("one message up: {sent:?}")
+    };
+    (*server, serde_json::from_slice(bytes).unwrap())
+}
+
+#[test]
+fn the_tool_list_walks_the_servers_under_the_gates_cursor_with_exposed_names() {
+    let mut m = routed();
+    let (server, up) = up_one(m.client(msg(list("l1", None))));
+    assert_eq!(server, 0);
+    assert!(up.get("params").is_none());
+    let page = json!({"jsonrpc": "2.0", "id": up["id"], "result": {"tools": [
+        {"name": "read", "description": "Reads", "inputSchema": {}}, {"name": "unregistered", "inputSchema": {}}],
+        "nextCursor": "p2"}});
+    let answer = &m.server_says(page).client[0];
+    assert_eq!(answer["id"], "l1");
+    let tools = answer["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(
+        (&tools[0]["name"], &tools[0]["description"]),
+        (&json!("files__read"), &json!("Reads"))
+    );
+    assert_eq!(answer["result"]["nextCursor"], "0.p2");
+    let (server, up) = up_one(m.client(msg(list("l2", Some("0.p2")))));
+    assert_eq!(
+        (server, &up["params"]["cursor"]),
+        (0, &json!("p2")),
+        "the server's own cursor"
+    );
+    let last = json!({"jsonrpc": "2.0", "id": up["id"], "result": {"tools": []}});
+    assert_eq!(m.server_says(last).client[0]["result"]["nextCursor"], "1.");
+    let (server, up) = up_one(m.client(msg(list("l3", Some("1.")))));
+    assert_eq!(server, 1);
+    assert_eq!(up["params"], json!({}), "a first page has no cursor");
+    let mail =
+        json!({"jsonrpc": "2.0", "id": up["id"], "result": {"tools": [{"name": "send", "inputSchema": {}}]}});
+    let (_, client) = split(m.server_at(1, msg(mail)));
+    let result = &client[0]["result"];
+    assert_eq!(result["tools"][0]["name"], "mail__send");
+    assert_eq!(
+        result["tools"][0]["inputSchema"],
+        json!({"type": "object", "title": "host"})
+    );
+    assert!(result.get("nextCursor").is_none(), "the last server's last page");
+}
+
+#[test]
+fn a_cursor_the_gate_did_not_give_or_whose_server_is_gone_is_refused() {
+    let mut m = routed();
+    for cursor in ["p2", "7.x", "a.b", ""] {
+        let sent = m.client_says(list("l", Some(cursor)));
+        assert!(sent.upstream.is_empty(), "{cursor:?} sent");
+        assert_eq!(
+            sent.client[0]["error"]["code"],
+            jsonrpc::INVALID_PARAMS,
+            "{cursor:?}"
+        );
+    }
+    m.server_gone(1, "it exited");
+    let sent = m.client_says(list("l", Some("1.")));
+    assert_eq!(sent.client[0]["error"]["code"], jsonrpc::INVALID_PARAMS);
+    let up = m.relayed(json!("l"), "tools/list");
+    let last = json!({"jsonrpc": "2.0", "id": up["id"], "result": {"tools": []}});
+    assert!(
+        m.server_says(last).client[0]["result"]
+            .get("nextCursor")
+            .is_none(),
+        "no next server"
+    );
+}
+
+#[test]
+fn a_tools_file_for_several_servers_names_each_tools_server_once() {
+    let boundary = || {
+        ActionBoundary::builder(Arc::new(Policy::from_value(
+            &json!({"protocol": "aml-action-policy/1", "rules": []}),
+        )))
+        .build()
+    };
+    let servers = [
+        ("files".to_owned(), Naming::Never),
+        ("mail".to_owned(), Naming::Never),
+    ];
+    let tool = |name: &str, server: Option<&str>| {
+        let mut tool = json!({"name": name, "effect": "read", "purpose": "p", "resource": {"argument": "to"}, "input_schema": {"type": "object"}});
+        if let Some(server) = server {
+            tool["server"] = json!(server);
+        }
+        tool
+    };
+    let load = |tools: Vec<Value>| {
+        let text = json!({"tools": tools}).to_string();
+        RelayTools::from_json_for_servers(&text, boundary(), &servers)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
+    assert!(load(vec![tool("a", Some("files")), tool("b", Some("mail"))]).is_ok());
+    let errors = [
+        load(vec![tool("a", None)]).unwrap_err(),
+        load(vec![tool("a", Some("web"))]).unwrap_err(),
+        load(vec![tool("a", Some("files")), tool("a", Some("mail"))]).unwrap_err(),
+    ];
+    assert!(errors[0].contains("names no \"server\""), "{}", errors[0]);
+    assert!(errors[1].contains("\"web\""), "{}", errors[1]);
+    assert!(
+        errors[2].contains("files") && errors[2].contains("mail"),
+        "{}",
+        errors[2]
+    );
+}
+
+#[test]
+fn a_reload_keeps_the_servers_and_re_exposes_the_names() {
+    let tools = routed_tools();
+    let next = r#"{"tools": [{"name": "write", "server": "files", "effect": "write", "purpose": "Write",
+                   "resource": {"argument": "to"}, "input_schema": {"type": "object"}}]}"#;
+    tools.replace_from_json(next).unwrap();
+    assert_eq!(tools.routes().resolve("files__write"), Some((0, "write")));
+    assert_eq!(tools.routes().resolve("files__read"), None);
+    let unnamed = r#"{"tools": [{"name": "write", "effect": "write", "purpose": "Write",
+                      "resource": {"argument": "to"}, "input_schema": {}}]}"#;
+    assert!(
+        tools.replace_from_json(unnamed).is_err(),
+        "a tool without its server is refused"
+    );
+    assert_eq!(
+        tools.routes().resolve("files__write"),
+        Some((0, "write")),
+        "and changes nothing"
+    );
+}

@@ -303,6 +303,7 @@ fn reply(step: &mut Step<'_>, server: ServerId, id: &str, answer: Reply) {
             ..
         }) => {
             let answer = if tools_list {
+                state.tools_listed = true;
                 observe_answer(relay, state, server, &answer.message);
                 let seen = &state.seen[server];
                 let visible = |tool: &str, own: &str| visible(&relay.tools, seen, tool, own);

@@ -109,6 +109,8 @@ pub(crate) struct State {
     names: Vec<String>,
     /// The requests every server hears, by their number, until each server has answered.
     pub(crate) gathers: HashMap<u64, super::gather::Gather>,
+    /// Whether the client has been sent a tool list (so a change to it is news).
+    pub(crate) tools_listed: bool,
     /// The servers that are gone, with why: their requests are refused, the others serve.
     pub(crate) gone: BTreeMap<ServerId, String>,
     /// Set when the session cannot go on (the upstream failed the handshake).
@@ -161,6 +163,7 @@ impl State {
             servers,
             names,
             gathers: HashMap::new(),
+            tools_listed: false,
             gone: BTreeMap::new(),
             fatal: None,
             seen: (0..servers).map(|_| Default::default()).collect(),
@@ -512,6 +515,11 @@ impl<'a> Step<'a> {
                 }
                 Pending::Cancelled => {}
             }
+        }
+        if self.state.servers > 1 && self.state.tools_listed {
+            // Its tools are gone from the list the client has (ADR 033).
+            let changed = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}";
+            self.notify(STANDING, Bytes::from_static(changed.as_bytes()));
         }
     }
 

@@ -48,6 +48,7 @@ mod routes;
 mod session;
 pub mod stdio;
 mod tools;
+mod upstreams;
 mod wrap;
 
 use std::time::Duration;
@@ -63,7 +64,7 @@ pub use jsonrpc::{
 };
 pub use kinds::is_notification_method;
 pub use machine::{ServerId, FIRST_SERVER};
-pub use session::{probe, run, ProbeError, RelayEnd};
+pub use session::{probe, run, run_servers, ProbeError, RelayEnd};
 pub use tools::{catalog_warnings, RelayTools};
 pub use wrap::{CallObserver, ForwardWrapper, ForwardedCall, ObservedCall, OutboundTraces};
 

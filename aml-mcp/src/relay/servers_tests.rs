@@ -330,3 +330,19 @@ fn when_no_server_completes_the_handshake_the_client_is_told_why_and_the_session
     );
     assert!(m.fatal().is_some());
 }
+
+#[test]
+fn a_client_that_has_the_tool_list_is_told_it_changed_when_a_server_goes() {
+    let mut m = two_servers();
+    assert!(
+        by(m.server_gone(1, "it exited")).client.is_empty(),
+        "nothing listed, no news"
+    );
+    let up = m.relayed(json!("l"), "tools/list");
+    m.server_says(json!({"jsonrpc": "2.0", "id": up["id"], "result": {"tools": []}}));
+    let sent = by(m.server_gone(0, "it exited"));
+    assert_eq!(
+        sent.client,
+        [json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})]
+    );
+}

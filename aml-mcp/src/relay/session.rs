@@ -20,6 +20,7 @@ use super::from_client::on_client_event;
 use super::from_upstream::on_upstream;
 use super::jsonrpc::{Envelope, Kind};
 use super::machine::{CallEvent, Out, Relay, Reply, ServerId, State, Step, FIRST_SERVER};
+use super::upstreams::{UpstreamEvent, Upstreams};
 use super::{Connection, RelayConfig, RelayTools, Upstream};
 use crate::ForwardError;
 
@@ -104,7 +105,8 @@ pub(crate) struct Session {
     /// The standing connection to the client, if the session has one (else its answers go
     /// to endpoints, through the engine).
     pub(crate) to_client: Option<mpsc::Sender<Bytes>>,
-    pub(crate) to_upstream: mpsc::Sender<Bytes>,
+    /// Each server's sending end, by server.
+    pub(crate) to_upstream: Vec<mpsc::Sender<Bytes>>,
     /// Set once the client has gone (end of its input, or its output closed): calls not yet
     /// authorized are withdrawn (see [`Session::client_left`]).
     left: tokio::sync::watch::Sender<bool>,
@@ -204,6 +206,17 @@ impl Engine {
         self.state.fatal.clone()
     }
 
+    /// Something happened at a server.
+    fn on_upstream_event(&mut self, event: UpstreamEvent) -> Option<String> {
+        match event {
+            UpstreamEvent::Message(server, inbound) => self.step(|step| on_upstream(step, server, inbound)),
+            UpstreamEvent::Closed(server) => self.step(|step| step.upstream_gone(server, CLOSED.into())),
+            UpstreamEvent::Exited(server, status) => {
+                self.step(|step| step.upstream_gone(server, format!("it exited ({status})")))
+            }
+        }
+    }
+
     /// Takes what calls asked while they were polled, before anything else can happen.
     fn take_events(&mut self) -> Option<String> {
         let mut fatal = None;
@@ -241,13 +254,13 @@ impl Engine {
                 Out::Notify(endpoint, message) => {
                     deliver(session, &self.state, endpoint, ToEndpoint::Notification(message)).await
                 }
-                Out::Upstream(FIRST_SERVER, message) => {
-                    let _ = session.to_upstream.send(message).await;
-                }
-                // This engine drives one server: its state names no other (ADR 033).
-                Out::Upstream(server, _) => {
-                    tracing::error!(target: "aml_mcp::relay", server, "a message for a server this engine does not drive; dropped")
-                }
+                Out::Upstream(server, message) => match session.to_upstream.get(server) {
+                    Some(to_upstream) => drop(to_upstream.send(message).await),
+                    // The state names only the servers the engine was given.
+                    None => {
+                        tracing::error!(target: "aml_mcp::relay", server, "a message for no server; dropped")
+                    }
+                },
                 Out::Call(start) => {
                     let flight = start.flight().to_owned();
                     let (abort, registration) = AbortHandle::new_pair();
@@ -354,21 +367,40 @@ pub async fn run(
     upstream: Upstream,
     early: Vec<Inbound>,
 ) -> RelayEnd {
-    let (mut from_client, to_client, one_client) = match client.into() {
+    run_engine(tools, config, client.into(), Vec::new(), vec![upstream], early).await
+}
+
+/// Runs one client session in front of several servers (ADR 033), each given with its
+/// name, in the order the host listed them (the tools' servers, see
+/// [`RelayTools::from_json_for_servers`]). As [`run`], except that a server that goes takes
+/// only its own requests and tools (the client is told its tools changed); the session ends
+/// as with one server once every server is gone.
+pub async fn run_servers(
+    tools: RelayTools,
+    config: RelayConfig,
+    client: impl Into<Client>,
+    servers: Vec<(String, Upstream)>,
+) -> RelayEnd {
+    let (names, upstreams) = servers.into_iter().unzip();
+    run_engine(tools, config, client.into(), names, upstreams, Vec::new()).await
+}
+
+async fn run_engine(
+    tools: RelayTools,
+    config: RelayConfig,
+    client: Client,
+    names: Vec<String>,
+    upstreams: Vec<Upstream>,
+    early: Vec<Inbound>,
+) -> RelayEnd {
+    let (mut from_client, to_client, one_client) = match client {
         Client::Connection(Connection { incoming, outgoing }) => {
             (ClientInput::Standing(incoming), Some(outgoing), true)
         }
         Client::Session(events) => (ClientInput::Endpoints(events), None, true),
         Client::Endpoints(events) => (ClientInput::Endpoints(events), None, false),
     };
-    let Upstream {
-        connection:
-            Connection {
-                incoming: mut from_upstream,
-                outgoing: to_upstream,
-            },
-        mut exited,
-    } = upstream;
+    let (mut upstreams, to_upstream) = Upstreams::new(upstreams);
     let (events, events_rx) = mpsc::unbounded_channel();
     let session = Arc::new(Session {
         relay: Relay::new(tools, config),
@@ -379,7 +411,7 @@ pub async fn run(
     });
     let mut engine = Engine {
         session: Arc::clone(&session),
-        state: State::new(Vec::new(), one_client),
+        state: State::new(names, one_client),
         out: Vec::new(),
         calls: Calls::new(),
         events: events_rx,
@@ -389,8 +421,6 @@ pub async fn run(
         handshake = engine.step(|step| on_upstream(step, FIRST_SERVER, inbound));
     }
     engine.send().await;
-    let mut upstream_open = true;
-    let mut exit_pending = true;
     let mut gone_at: Option<Instant> = None;
     let grace = session.relay.config.gone_grace;
     while handshake.is_none() {
@@ -403,20 +433,13 @@ pub async fn run(
         let soonest = engine.state.soonest();
         let calls_idle = engine.calls.is_empty();
         handshake = tokio::select! {
-            status = &mut exited, if exit_pending => {
-                exit_pending = false;
-                gone_at.get_or_insert_with(Instant::now);
-                let why = format!("it exited ({})", status.unwrap_or_else(|_| "status unknown".into()));
-                engine.step(|step| step.upstream_gone(FIRST_SERVER, why))
-            }
-            next = from_upstream.recv(), if upstream_open => match next {
-                Some(inbound) => engine.step(|step| on_upstream(step, FIRST_SERVER, inbound)),
-                None => {
-                    upstream_open = false;
+            event = upstreams.next(), if upstreams.active() => {
+                let fatal = engine.on_upstream_event(event);
+                if engine.state.all_gone().is_some() {
                     gone_at.get_or_insert_with(Instant::now);
-                    engine.step(|step| step.upstream_gone(FIRST_SERVER, CLOSED.into()))
                 }
-            },
+                fatal
+            }
             next = from_client.recv(), if !full => match next {
                 // Its answers cannot be written (it closed its end): it has gone, and what
                 // it sent after that is not taken up to run unanswered.
@@ -466,18 +489,7 @@ pub async fn run(
         let soonest = engine.state.soonest();
         let calls_idle = engine.calls.is_empty();
         tokio::select! {
-            next = from_upstream.recv(), if upstream_open => match next {
-                Some(inbound) => engine.step(|step| on_upstream(step, FIRST_SERVER, inbound)),
-                None => {
-                    upstream_open = false;
-                    engine.step(|step| step.upstream_gone(FIRST_SERVER, CLOSED.into()))
-                }
-            },
-            status = &mut exited, if exit_pending => {
-                exit_pending = false;
-                let why = format!("it exited ({})", status.unwrap_or_default());
-                engine.step(|step| step.upstream_gone(FIRST_SERVER, why))
-            }
+            event = upstreams.next(), if upstreams.active() => engine.on_upstream_event(event),
             Some(ended) = engine.calls.next(), if !calls_idle => engine.call_ended(ended),
             Some(event) = engine.events.recv() => engine.step(|step| step.on_call_event(event)),
             () = sleep_until(soonest), if soonest.is_some() => engine.step(|step| step.expire_due()),
@@ -496,8 +508,8 @@ pub async fn run(
     }
     engine.step(|step| step.end());
     engine.send().await;
-    match engine.state.gone.remove(&FIRST_SERVER) {
-        Some(reason) => RelayEnd::UpstreamGone(reason),
+    match engine.state.all_gone() {
+        Some(reason) => RelayEnd::UpstreamGone(reason.clone()),
         None => RelayEnd::ClientClosed,
     }
 }
@@ -520,3 +532,7 @@ mod kinds_tests;
 #[cfg(test)]
 #[path = "outbound_tests.rs"]
 mod outbound_tests;
+
+#[cfg(test)]
+#[path = "run_servers_tests.rs"]
+mod run_servers_tests;

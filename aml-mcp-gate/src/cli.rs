@@ -101,6 +101,9 @@ pub(crate) struct RunArgs {
     /// it, else this process's working directory.
     #[arg(skip)]
     pub(crate) server_dir: Option<PathBuf>,
+    /// The `[[servers]]` of `--config`: several servers behind the gate (ADR 033).
+    #[arg(skip)]
+    pub(crate) servers: Vec<crate::servers::Listed>,
     /// The policy: an aml-action-policy/1 JSON document, or a Cedar policy set (a file
     /// ending in .cedar, with NAME.cedarschema beside it as its schema; docs/POLICY.md); a
     /// malformed policy is refused at start

@@ -11,6 +11,10 @@
 //! state = "gate.sqlite3"          # or "memory", or "postgres://…"
 //! receipts = "receipts.jsonl"
 //! server = ["npx", "-y", "@modelcontextprotocol/server-everything"]
+//! # or several servers instead of `server`, each a table (crate::servers, docs/GATE.md):
+//! # [[servers]]
+//! # name = "files"
+//! # command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "share"]
 //! metrics = "127.0.0.1:9464"      # or "listen": /metrics, /healthz, /readyz
 //! otlp_endpoint = "http://127.0.0.1:4318"   # one OpenTelemetry span per call
 //!
@@ -84,6 +88,8 @@ struct File {
     listen: Listen,
     #[serde(default)]
     upstream: Upstream,
+    /// Several servers behind the gate (`crate::servers`), instead of `server`.
+    servers: Option<Vec<crate::servers::Table>>,
 }
 
 /// `[upstream]`: a remote server and how the gate authenticates to it.
@@ -211,6 +217,22 @@ pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
             path.display()
         ));
     }
+    if let Some(tables) = file.servers {
+        let one = server.is_some() || url.is_some() || !args.command.is_empty() || up.upstream.is_some();
+        if one {
+            return Err(format!(
+                "{}: `[[servers]]` lists the gate's servers; it cannot be given with `server`, `[upstream] url`, --upstream or a command after `--`",
+                path.display()
+            ));
+        }
+        if tables.is_empty() {
+            return Err(format!("{}: `servers` lists no server", path.display()));
+        }
+        let folder = std::path::absolute(base)
+            .map_err(|e| format!("{}: cannot resolve its folder: {e}", path.display()))?;
+        args.servers =
+            crate::servers::read(tables, &folder).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     if args.command.is_empty() {
         fill(&mut up.upstream, url);
     }
@@ -243,7 +265,7 @@ pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
 /// The file's `server` command, to run in `folder`: a relative program path (one with a
 /// `/`, such as `./server.sh`) names a file there; a bare name (`npx`) is looked up in
 /// `PATH`; the arguments are passed as written.
-fn server_command(folder: &Path, server: Vec<String>) -> Vec<OsString> {
+pub(crate) fn server_command(folder: &Path, server: Vec<String>) -> Vec<OsString> {
     let mut command: Vec<OsString> = server.into_iter().map(OsString::from).collect();
     let program = Path::new(&command[0]);
     if program.is_relative() && program.components().count() > 1 {

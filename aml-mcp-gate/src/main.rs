@@ -17,6 +17,7 @@ mod policy_cases;
 mod policy_cmd;
 mod reload;
 mod run;
+mod servers;
 mod sinks;
 mod state;
 mod telemetry;
@@ -106,7 +107,7 @@ fn settle(args: RunArgs) -> run::Settings {
             "--policy is required (or `policy` in --config)",
         )
     };
-    if args.command.is_empty() && args.upstream.upstream.is_none() {
+    if args.command.is_empty() && args.upstream.upstream.is_none() && args.servers.is_empty() {
         usage_error(
             ErrorKind::MissingRequiredArgument,
             "the server command is required: -- SERVER_COMMAND… (or `server` in --config, or --upstream URL)",
@@ -211,6 +212,7 @@ fn settle(args: RunArgs) -> run::Settings {
             .with_max_message_bytes(max_message_bytes as usize),
         command: args.command,
         server_dir: args.server_dir,
+        servers: args.servers,
         listen: args.listen,
         upstream: args.upstream,
     }

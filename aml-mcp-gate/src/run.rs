@@ -43,6 +43,8 @@ pub(crate) struct Settings {
     pub(crate) command: Vec<OsString>,
     /// Where the server command runs (`None`: here).
     pub(crate) server_dir: Option<PathBuf>,
+    /// `[[servers]]`: several servers instead of one (ADR 033).
+    pub(crate) servers: Vec<crate::servers::Listed>,
     pub(crate) listen: crate::listen::ListenArgs,
     pub(crate) upstream: crate::upstream::UpstreamArgs,
 }
@@ -109,7 +111,8 @@ pub(crate) fn load(settings: &Settings) -> Result<Loaded, String> {
             let text = read(path)?;
             // Checked now; built again with the boundary below.
             let probe = ActionBoundary::builder(Arc::new(Policy::empty())).build();
-            RelayTools::from_json(&text, probe).map_err(|e| {
+            let servers = crate::servers::namings(&settings.servers);
+            RelayTools::from_json_for_servers(&text, probe, &servers).map_err(|e| {
                 crate::init::placeholder_error(path, &text).unwrap_or_else(|| named(path, &e))
             })?;
             Some(text)
@@ -216,17 +219,32 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
     .map_err(|e| Failure::Config(format!("cannot open the receipt log: {e}")))?
     .map(Arc::new);
     let receipts = Receipts::new(log, stored);
-    let server = upstream::Server::from_args(
-        &settings.upstream,
-        &settings.command,
-        settings.server_dir.as_deref(),
-        settings.relay.max_message_bytes,
-    )
-    .map_err(Failure::Config)?;
+    let listed = !settings.servers.is_empty();
+    if listed && settings.listen.listen.is_some() {
+        return Err(Failure::Config(
+            "`[[servers]]` is for a gate on stdio for now; --listen fronts one server".into(),
+        ));
+    }
+    let server = match listed {
+        true => None,
+        false => Some(
+            upstream::Server::from_args(
+                &settings.upstream,
+                &settings.command,
+                settings.server_dir.as_deref(),
+                settings.relay.max_message_bytes,
+            )
+            .map_err(Failure::Config)?,
+        ),
+    };
+    let label = match &server {
+        Some(server) => server.name(),
+        None => crate::servers::label(&settings.servers),
+    };
     let telemetry = settings
         .metrics
         .as_ref()
-        .map(|_| Arc::new(Telemetry::new(&telemetry::server_label(&server.name()))));
+        .map(|_| Arc::new(Telemetry::new(&telemetry::server_label(&label))));
     if let Some(telemetry) = &telemetry {
         telemetry
             .metrics
@@ -282,8 +300,10 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
         .map_err(Failure::Config)?;
     }
     let boundary = boundary.build();
+    let namings = crate::servers::namings(&settings.servers);
     let mut tools = match &loaded.tools {
-        Some(text) => RelayTools::from_json(text, boundary).map_err(|e| Failure::Config(e.to_string()))?,
+        Some(text) => RelayTools::from_json_for_servers(text, boundary, &namings)
+            .map_err(|e| Failure::Config(e.to_string()))?,
         None => RelayTools::empty(boundary),
     };
     let forward = match &telemetry {
@@ -296,10 +316,9 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
     if let Some(forward) = forward {
         tools = tools.with_forward_wrapper(forward);
     }
-    let traces =
-        telemetry::start_traces(settings.otlp.as_deref(), &server.name()).map_err(Failure::Config)?;
+    let traces = telemetry::start_traces(settings.otlp.as_deref(), &label).map_err(Failure::Config)?;
     let mut server = server;
-    if let Some(traces) = &traces {
+    if let (Some(traces), Some(server)) = (&traces, &mut server) {
         tools = tools.with_call_observer(Arc::clone(traces) as Arc<dyn relay::CallObserver>);
         // An HTTP server gets each forwarded call's trace context as headers.
         let outbound = relay::OutboundTraces::default();
@@ -338,6 +357,9 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
         _ => None,
     };
     if let Some(addr) = &settings.listen.listen {
+        let Some(server) = server else {
+            return Err(Failure::Config("--listen fronts one server".into()));
+        };
         let mut front = settings.listen.front_config(addr).map_err(Failure::Config)?;
         if let Some(health) = &health {
             front = front.with_ops(Arc::clone(health) as Arc<dyn aml_mcp_http::Ops>);
@@ -357,6 +379,24 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
         telemetry::stop_traces(traces).await;
         return served.map_err(Failure::Runtime);
     }
+    let Some(server) = server else {
+        let (end, stoppers) = run_listed(&settings.servers, tools, config, metrics.as_ref()).await?;
+        reloader.abort();
+        if tokio::time::timeout(Duration::from_secs(5), records)
+            .await
+            .is_err()
+        {
+            eprintln!("aml-mcp-gate: some call records were not written in time");
+        }
+        crate::servers::stop(stoppers, Duration::from_secs(2)).await;
+        settle(&receipts, grouped.as_deref()).await;
+        if let Some(checkpoints) = checkpoints {
+            checkpoints.finish().await;
+        }
+        telemetry::stop_traces(traces).await;
+        drop((receipts, stored_task));
+        return ended(end, &label);
+    };
     let program = server.name();
     let (mut upstream, stopper) = server
         .start(config.max_message_bytes)
@@ -410,6 +450,30 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
     }
     telemetry::stop_traces(traces).await;
     drop((receipts, stored_task));
+    ended(end, &program)
+}
+
+/// The gate in front of the `[[servers]]` on stdio, until the client goes (or every server
+/// has); with what stops the servers.
+async fn run_listed(
+    listed: &[crate::servers::Listed],
+    tools: RelayTools,
+    config: RelayConfig,
+    metrics: Option<&Arc<telemetry::Metrics>>,
+) -> Result<(Result<RelayEnd, String>, Vec<upstream::Stopper>), Failure> {
+    let (upstreams, stoppers) = crate::servers::start(listed, config.max_message_bytes)
+        .await
+        .map_err(Failure::Runtime)?;
+    let client = stdio::stdio_connection(config.max_message_bytes);
+    if let Some(metrics) = metrics {
+        metrics.sessions.set(1);
+    }
+    let relay = tokio::spawn(relay::run_servers(tools, config, client, upstreams));
+    Ok((until_stopped(relay).await, stoppers))
+}
+
+/// How the gate exits once its session has ended; `program` names its server(s).
+fn ended(end: Result<RelayEnd, String>, program: &str) -> Result<(), Failure> {
     match end {
         Ok(RelayEnd::ClientClosed) => Ok(()),
         Ok(RelayEnd::UpstreamGone(reason)) => Err(Failure::Runtime(format!(

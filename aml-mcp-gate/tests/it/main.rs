@@ -39,6 +39,7 @@ mod policy_callers;
 mod policy_cmd;
 mod reload;
 mod replicas;
+mod servers;
 mod telemetry;
 mod traces;
 mod traces_http;

@@ -79,6 +79,7 @@ impl CallStart {
     }
 
     /// The server the call goes to, and the name it is sent under (the server's own).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn target(&self) -> (ServerId, &str) {
         (self.request.server, self.request.own_name())
     }

@@ -1,0 +1,257 @@
+//! `[[servers]]` (ADR 033): one gate on stdio in front of two raw-stdin servers. The client
+//! sees each server's tools under its prefix, page by page; a call reaches only its tool's
+//! server (their raw input logs), under the server's own name; a server that stops reading
+//! takes only its own tools.
+
+use crate::raw;
+
+use serde_json::{json, Value};
+
+use raw::{python, read_lines, repo, StdioGate};
+
+/// `dir` with two raw-stdin servers `a` and `b` (logs `a.raw.log`, `b.raw.log`), both with a
+/// tool `echo`, registered and allowed as `a__echo` and `b__echo`.
+fn layout(dir: &std::path::Path) -> Vec<String> {
+    let server = |name: &str| {
+        let script = repo().join("scripts/interop/mcp_raw_stdin_server.py");
+        json!({"name": name, "command": [python().display().to_string(), script.display().to_string(),
+                                         format!("{name}.raw.log"), format!("{name}.ran.log")]})
+    };
+    let tool = |server: &str| {
+        json!({"name": "echo", "server": server, "effect": "read", "purpose": "Echo",
+               "resource": {"fixed": "echo"}, "input_schema": {"type": "object"}})
+    };
+    let tools = json!({"tools": [tool("a"), tool("b")]});
+    std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
+    let rule =
+        |tool: &str| json!({"tool": tool, "effect": "read", "resource": "echo", "requires_approval": false});
+    let policy = json!({"protocol": "aml-action-policy/1", "rules": [rule("a__echo"), rule("b__echo")]});
+    std::fs::write(dir.join("policy.json"), policy.to_string()).unwrap();
+    let mut config = String::from("policy = \"policy.json\"\ntools = \"tools.json\"\nstate = \"memory\"\nreceipts = \"receipts.jsonl\"\n");
+    for name in ["a", "b"] {
+        let table = server(name);
+        config.push_str(&format!(
+            "\n[[servers]]\nname = {}\ncommand = {}\n",
+            table["name"], table["command"]
+        ));
+    }
+    std::fs::write(dir.join("gate.toml"), config).unwrap();
+    vec!["--config".into(), dir.join("gate.toml").display().to_string()]
+}
+
+fn call(gate: &mut StdioGate, id: &str, tool: &str, arguments: Value) -> Value {
+    gate.send_json(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                           "params": {"name": tool, "arguments": arguments}}));
+    gate.recv()
+}
+
+/// The `tools/call` lines a server read.
+fn calls_read(dir: &std::path::Path, server: &str) -> Vec<Value> {
+    read_lines(&dir.join(format!("{server}.raw.log")))
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|m| m["method"] == "tools/call")
+        .collect()
+}
+
+#[test]
+fn two_servers_behind_one_gate_each_get_only_their_own_calls_and_one_can_fail_alone() {
+    let dir = raw::work("servers");
+    let options = layout(&dir);
+    let mut gate = StdioGate::start(&dir, &options, &[]);
+    let init = gate.initialize();
+    assert_eq!(init["result"]["serverInfo"]["name"], "aml-mcp-gate", "{init}");
+    assert_eq!(init["result"]["capabilities"]["tools"]["listChanged"], true);
+    for server in ["a", "b"] {
+        let read = read_lines(&dir.join(format!("{server}.raw.log")));
+        assert!(
+            read.iter().any(|l| l.contains("\"initialize\"")),
+            "{server} was not initialized"
+        );
+    }
+
+    gate.send_json(&json!({"jsonrpc": "2.0", "id": "l1", "method": "tools/list"}));
+    let first = gate.recv();
+    assert_eq!(first["result"]["tools"][0]["name"], "a__echo", "{first}");
+    let cursor = first["result"]["nextCursor"].clone();
+    gate.send_json(
+        &json!({"jsonrpc": "2.0", "id": "l2", "method": "tools/list", "params": {"cursor": cursor}}),
+    );
+    let second = gate.recv();
+    assert_eq!(second["result"]["tools"][0]["name"], "b__echo", "{second}");
+    assert!(second["result"].get("nextCursor").is_none());
+
+    let answer = call(&mut gate, "c1", "b__echo", json!({"n": 1}));
+    assert_eq!(answer["result"]["content"][0]["text"], r#"{"n": 1}"#, "{answer}");
+    assert!(calls_read(&dir, "a").is_empty(), "a read b's call");
+    let read = calls_read(&dir, "b");
+    assert_eq!(read.len(), 1);
+    assert_eq!(read[0]["params"]["name"], "echo", "under b's own name");
+
+    // a stops reading its input: its next call cannot be written, and a is gone; b serves on.
+    call(&mut gate, "c2", "a__echo", json!({"close_input": true}));
+    // The client is told a's tools are gone, and the call that found a gone is answered.
+    let first = call(&mut gate, "c3", "a__echo", json!({}));
+    let (changed, lost) = match first.get("method") {
+        Some(_) => (first, gate.recv()),
+        None => (gate.recv(), first),
+    };
+    assert_eq!(changed["method"], "notifications/tools/list_changed", "{changed}");
+    assert_eq!(
+        (&lost["id"], &lost["result"]["isError"]),
+        (&json!("c3"), &json!(true)),
+        "{lost}"
+    );
+    let refused = call(&mut gate, "c4", "a__echo", json!({}));
+    let verdict = &refused["result"]["_meta"]["aml.action-boundary/verdict"];
+    assert_eq!(verdict["rejection"], "upstream_gone", "{refused}");
+    let answer = call(&mut gate, "c5", "b__echo", json!({"n": 2}));
+    assert_eq!(answer["result"]["content"][0]["text"], r#"{"n": 2}"#, "{answer}");
+    assert_eq!(calls_read(&dir, "b").len(), 2);
+    assert_eq!(
+        calls_read(&dir, "a").len(),
+        1,
+        "only the call before it stopped reading"
+    );
+
+    gate.close();
+    assert_eq!(gate.wait().code(), Some(0), "{}", gate.stderr());
+    let records = read_lines(&dir.join("receipts.jsonl"));
+    assert_eq!(records.len(), 5, "one record per call");
+}
+
+/// The issue's three servers at once: server-everything (npm), server-filesystem (npm) and
+/// a server made with the official Python SDK, behind one gate, driven by the official
+/// Python SDK client: every page of the tools, and a call to each that reaches its server.
+#[test]
+fn the_python_sdk_client_reaches_three_real_servers_through_one_gate() {
+    let dir = raw::work("servers-sdk");
+    let files = dir.join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("report.txt"), "quarterly numbers").unwrap();
+    let notices = dir.join("notices.jsonl");
+    let path = |p: &std::path::Path| p.display().to_string();
+    let string = json!({"type": "string"});
+    let tool = |name: &str, server: &str, properties: Value| {
+        json!({"name": name, "server": server, "effect": "read", "purpose": format!("Use {name}"),
+               "resource": {"fixed": server}, "input_schema": {"type": "object", "properties": properties}})
+    };
+    let tools = json!({"tools": [
+        tool("echo", "everything", json!({"message": string})),
+        tool("read_text_file", "files", json!({"path": string})),
+        tool("send_notice", "notes", json!({"to": string, "body": string}))]});
+    std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
+    let rule = |tool: &str, server: &str| json!({"tool": tool, "effect": "read", "resource": server, "requires_approval": false});
+    let policy = json!({"protocol": "aml-action-policy/1", "rules": [
+        rule("everything__echo", "everything"), rule("read_text_file", "files"), rule("send_notice", "notes")]});
+    std::fs::write(dir.join("policy.json"), policy.to_string()).unwrap();
+    let config = format!(
+        r#"policy = "policy.json"
+tools = "tools.json"
+state = "memory"
+receipts = "receipts.jsonl"
+
+[[servers]]
+name = "everything"
+command = [{everything:?}]
+
+[[servers]]
+name = "files"
+command = [{filesystem:?}, {files:?}]
+names = "on_conflict"
+
+[[servers]]
+name = "notes"
+command = [{python:?}, {notice:?}]
+names = "never"
+"#,
+        everything = path(&crate::common::everything()),
+        filesystem = path(&crate::common::node_bin("mcp-server-filesystem")),
+        files = path(&files),
+        python = path(&python()),
+        notice = path(&repo().join("scripts/interop/mcp_notice_server.py")),
+    );
+    std::fs::write(dir.join("gate.toml"), config).unwrap();
+    let command = json!([crate::common::GATE, "--config", path(&dir.join("gate.toml"))]);
+    let calls = json!([
+        {"name": "everything__echo", "arguments": {"message": "hello"}},
+        {"name": "read_text_file", "arguments": {"path": path(&files.join("report.txt"))}},
+        {"name": "send_notice", "arguments": {"to": "team", "body": "hi"}},
+    ]);
+    let out = std::process::Command::new(python())
+        .arg(repo().join("scripts/interop/mcp_servers_client.py"))
+        .arg(command.to_string())
+        .arg(calls.to_string())
+        .env("AML_NOTICE_AUDIT", &notices)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["server"], "aml-mcp-gate", "{report}");
+    assert_eq!(
+        report["pages"],
+        json!([["everything__echo"], ["read_text_file"], ["send_notice"]]),
+        "one page per server, each with its registered tool under its exposed name"
+    );
+    let texts: Vec<&str> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["text"].as_str().unwrap())
+        .collect();
+    assert!(texts[0].contains("hello"), "{report}");
+    assert!(texts[1].contains("quarterly numbers"), "{report}");
+    assert_eq!(texts[2], "sent to team", "{report}");
+    assert!(
+        report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["is_error"] == false),
+        "{report}"
+    );
+    assert_eq!(
+        read_lines(&notices).len(),
+        1,
+        "the notes server ran its tool once"
+    );
+}
+
+/// A `[[servers]]` file that cannot work stops the gate at start (exit 2), saying why.
+#[test]
+fn servers_that_cannot_work_are_refused_at_start() {
+    let dir = raw::work("servers-refused");
+    layout(&dir);
+    let base = std::fs::read_to_string(dir.join("gate.toml")).unwrap();
+    let no_server_tool = json!({"tools": [{"name": "echo", "effect": "read", "purpose": "Echo",
+        "resource": {"fixed": "echo"}, "input_schema": {"type": "object"}}]});
+    std::fs::write(dir.join("unnamed.json"), no_server_tool.to_string()).unwrap();
+    let cases = [
+        (
+            format!("server = [\"x\"]\n{base}"),
+            "cannot be given with `server`",
+        ),
+        (
+            base.replace("name = \"b\"", "name = \"a\""),
+            "two servers are named \"a\"",
+        ),
+        (base.replace("name = \"b\"", "name = \"b__c\""), "\"b__c\""),
+        (format!("{base}names = \"sometimes\"\n"), "\"sometimes\""),
+        (base.replace("tools.json", "unnamed.json"), "names no \"server\""),
+    ];
+    for (config, why) in cases {
+        std::fs::write(dir.join("bad.toml"), &config).unwrap();
+        let out = std::process::Command::new(crate::common::GATE)
+            .args(["--config", &dir.join("bad.toml").display().to_string()])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{config}\n{stderr}");
+        assert!(stderr.contains(why), "{why:?} not in: {stderr}");
+    }
+}

@@ -15,7 +15,7 @@ use super::frame::{Inbound, TransportTrace};
 use super::jsonrpc::{self, error_response, range_in, scan_id, scan_method, splice, Envelope, Kind, Members};
 use super::kinds::{drop_client_request_without_id, is_notification_method, takes_client_answer};
 use super::machine::{Flight, Pending, Relay, ServerId, State, Step, FIRST_SERVER};
-use super::{gather, pages};
+use super::{gather, pages, prompts};
 use crate::ForwardError;
 
 fn strict_limits(relay: &Relay) -> Limits {
@@ -109,9 +109,10 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
             let client_id = Bytes::copy_from_slice(id.get().as_bytes());
             // A call goes to its tool's server; every other request to the first server
             // until the rest are routed (ADR 033).
-            let server = match method {
-                "tools/call" => server_of(relay, &env),
-                _ => FIRST_SERVER,
+            let (server, own_name) = match method {
+                "tools/call" => (server_of(relay, &env), None),
+                "prompts/get" if step.state.servers > 1 => prompts::target(step.state, &env),
+                _ => (FIRST_SERVER, None),
             };
             let gathered = step.state.servers > 1 && gather::is_gathered(method);
             let gone = match gathered {
@@ -190,7 +191,7 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                 _ if step.state.servers > 1 && pages::is_paged(method) => {
                     match pages::route(step.state, &bytes, &env) {
                         Ok((server, paged)) => {
-                            let id_range = paged_id(&paged).unwrap_or(id_range);
+                            let id_range = rewritten_id(&paged).unwrap_or(id_range);
                             forward(step, server, client_id, &paged, id_range, method, limit)
                         }
                         Err(why) => {
@@ -199,7 +200,13 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                         }
                     }
                 }
-                _ => forward(step, server, client_id, &bytes, id_range, method, limit),
+                _ => match own_name.and_then(|own| prompts::with_own_name(&bytes, &own)) {
+                    Some(renamed) => {
+                        let id_range = rewritten_id(&renamed).unwrap_or(id_range);
+                        forward(step, server, client_id, &renamed, id_range, method, limit)
+                    }
+                    None => forward(step, server, client_id, &bytes, id_range, method, limit),
+                },
             }
         }
         Kind::Notification if method == "notifications/cancelled" => cancel(step, &bytes, &env),
@@ -391,7 +398,7 @@ fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
 }
 
 /// Where a rewritten request's id is.
-fn paged_id(message: &[u8]) -> Option<std::ops::Range<usize>> {
+fn rewritten_id(message: &[u8]) -> Option<std::ops::Range<usize>> {
     Some(range_in(message, Envelope::parse(message).ok()?.id?))
 }
 

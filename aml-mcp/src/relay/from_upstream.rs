@@ -300,6 +300,7 @@ fn reply(step: &mut Step<'_>, server: ServerId, id: &str, answer: Reply) {
             tools_list,
             handshake,
             paged,
+            method,
             ..
         }) => {
             let answer = if tools_list {
@@ -316,7 +317,13 @@ fn reply(step: &mut Step<'_>, server: ServerId, id: &str, answer: Reply) {
                 Some(relay_reply(&answer, &client_id, None))
             };
             let answer = match answer {
-                Some(answer) if paged => Some(super::pages::with_gate_cursor(state, server, answer)),
+                Some(answer) if paged => {
+                    let answer = match &*method {
+                        "prompts/list" => super::prompts::expose_page(relay, state, server, answer),
+                        _ => answer,
+                    };
+                    Some(super::pages::with_gate_cursor(state, server, answer))
+                }
                 answer => answer,
             };
             match answer {

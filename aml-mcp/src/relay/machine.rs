@@ -111,6 +111,9 @@ pub(crate) struct State {
     pub(crate) gathers: HashMap<u64, super::gather::Gather>,
     /// Whether the client has been sent a tool list (so a change to it is news).
     pub(crate) tools_listed: bool,
+    /// With several servers: each prompt the client was shown, by the name it was shown
+    /// under, with its server and the server's own name for it ([`super::prompts`]).
+    pub(crate) prompts: HashMap<String, (ServerId, String)>,
     /// The servers that are gone, with why: their requests are refused, the others serve.
     pub(crate) gone: BTreeMap<ServerId, String>,
     /// Set when the session cannot go on (the upstream failed the handshake).
@@ -164,6 +167,7 @@ impl State {
             names,
             gathers: HashMap::new(),
             tools_listed: false,
+            prompts: HashMap::new(),
             gone: BTreeMap::new(),
             fatal: None,
             seen: (0..servers).map(|_| Default::default()).collect(),

@@ -44,6 +44,7 @@ mod machine;
 pub mod names;
 mod pages;
 mod pins;
+mod prompts;
 mod routes;
 mod session;
 pub mod stdio;

@@ -7,6 +7,10 @@ use crate::relay::names::Naming;
 
 /// Tools `read` of server `files` and `send` of server `mail`, each prefixed, both allowed.
 fn routed_tools() -> RelayTools {
+    routed_tools_named(Naming::Prefix, Naming::Prefix)
+}
+
+fn routed_tools_named(files: Naming, mail: Naming) -> RelayTools {
     let catalog = r#"{"tools": [
         {"name": "read", "server": "files", "effect": "read", "purpose": "Read a file",
          "resource": {"argument": "to"}, "input_schema": {"type": "object"}},
@@ -16,10 +20,7 @@ fn routed_tools() -> RelayTools {
         {"tool": "files__read", "effect": "read", "resource": "team", "requires_approval": false},
         {"tool": "mail__send", "effect": "send", "resource": "team", "requires_approval": false}]}));
     let boundary = ActionBoundary::builder(Arc::new(policy)).build();
-    let servers = [
-        ("files".to_owned(), Naming::Prefix),
-        ("mail".to_owned(), Naming::Prefix),
-    ];
+    let servers = [("files".to_owned(), files), ("mail".to_owned(), mail)];
     RelayTools::from_json_for_servers(catalog, boundary, &servers).unwrap()
 }
 
@@ -204,5 +205,71 @@ fn a_reload_keeps_the_servers_and_re_exposes_the_names() {
         tools.routes().resolve("files__write"),
         Some((0, "write")),
         "and changes nothing"
+    );
+}
+
+#[test]
+fn prompts_are_shown_under_their_servers_naming_and_got_from_their_server() {
+    let tools = routed_tools_named(Naming::Prefix, Naming::OnConflict);
+    let mut m = Machine::with_servers(tools, RelayConfig::default(), &["files", "mail"]);
+    let page = |m: &mut Machine, server: usize, cursor: Option<&str>, prompts: Value| {
+        let request = match cursor {
+            Some(c) => {
+                json!({"jsonrpc": "2.0", "id": "p", "method": "prompts/list", "params": {"cursor": c}})
+            }
+            None => json!({"jsonrpc": "2.0", "id": "p", "method": "prompts/list"}),
+        };
+        let (to, up) = up_one(m.client(msg(request)));
+        assert_eq!(to, server);
+        let answer = json!({"jsonrpc": "2.0", "id": up["id"], "result": {"prompts": prompts}});
+        split(m.server_at(server, msg(answer))).1.remove(0)
+    };
+    let first = page(
+        &mut m,
+        0,
+        None,
+        json!([{"name": "summarize", "description": "d"}]),
+    );
+    assert_eq!(
+        first["result"]["prompts"],
+        json!([{"description": "d", "name": "files__summarize"}])
+    );
+    let second = page(
+        &mut m,
+        1,
+        Some("1."),
+        json!([{"name": "summarize"}, {"name": "draft"}]),
+    );
+    let names: Vec<&Value> = second["result"]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["name"])
+        .collect();
+    assert_eq!(
+        names,
+        [&json!("summarize"), &json!("draft")],
+        "no other server shows these bare"
+    );
+    let get = |m: &mut Machine, name: &str| {
+        let request = json!({"jsonrpc": "2.0", "id": "g", "method": "prompts/get", "params": {"name": name}});
+        let (server, up) = up_one(m.client(msg(request)));
+        m.server_at(
+            server,
+            msg(json!({"jsonrpc": "2.0", "id": up["id"], "result": {"messages": []}})),
+        );
+        (server, up["params"]["name"].clone())
+    };
+    assert_eq!(get(&mut m, "files__summarize"), (0, json!("summarize")));
+    assert_eq!(get(&mut m, "summarize"), (1, json!("summarize")));
+    assert_eq!(
+        get(&mut m, "mail__other"),
+        (1, json!("other")),
+        "a prefix names its server"
+    );
+    assert_eq!(
+        get(&mut m, "unknown"),
+        (0, json!("unknown")),
+        "else the first server, as it is"
     );
 }

@@ -15,7 +15,7 @@ use super::frame::{Inbound, TransportTrace};
 use super::jsonrpc::{self, error_response, range_in, scan_id, scan_method, splice, Envelope, Kind, Members};
 use super::kinds::{drop_client_request_without_id, is_notification_method, takes_client_answer};
 use super::machine::{Flight, Pending, Relay, ServerId, State, Step, FIRST_SERVER};
-use super::{gather, pages, prompts};
+use super::{gather, pages, prompts, resources};
 use crate::ForwardError;
 
 fn strict_limits(relay: &Relay) -> Limits {
@@ -112,6 +112,17 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
             let (server, own_name) = match method {
                 "tools/call" => (server_of(relay, &env), None),
                 "prompts/get" if step.state.servers > 1 => prompts::target(step.state, &env),
+                _ if step.state.servers > 1 && resources::names_a_resource(method) => {
+                    let uri = resources::uri_of(method, &env);
+                    match uri.map(|uri| resources::target(step.state, &uri)) {
+                        Some(Ok(server)) => (server, None),
+                        None => (FIRST_SERVER, None),
+                        Some(Err(why)) => {
+                            let message = format!("{}: {why}", relay.config.product);
+                            return step.answer_error(Some(&client_id), RESOURCE_NOT_FOUND, &message);
+                        }
+                    }
+                }
                 _ => (FIRST_SERVER, None),
             };
             let gathered = step.state.servers > 1 && gather::is_gathered(method);
@@ -401,6 +412,9 @@ fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
 fn rewritten_id(message: &[u8]) -> Option<std::ops::Range<usize>> {
     Some(range_in(message, Envelope::parse(message).ok()?.id?))
 }
+
+/// MCP's error code for a resource that cannot be found.
+const RESOURCE_NOT_FOUND: i64 = -32002;
 
 /// The 2026-07-28 request that opens a stream of notifications; they carry its id.
 pub(crate) const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";

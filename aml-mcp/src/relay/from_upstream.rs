@@ -320,6 +320,9 @@ fn reply(step: &mut Step<'_>, server: ServerId, id: &str, answer: Reply) {
                 Some(answer) if paged => {
                     let answer = match &*method {
                         "prompts/list" => super::prompts::expose_page(relay, state, server, answer),
+                        "resources/list" | "resources/templates/list" => {
+                            super::resources::note_page(state, server, &method, answer)
+                        }
                         _ => answer,
                     };
                     Some(super::pages::with_gate_cursor(state, server, answer))

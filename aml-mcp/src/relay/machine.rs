@@ -114,6 +114,10 @@ pub(crate) struct State {
     /// With several servers: each prompt the client was shown, by the name it was shown
     /// under, with its server and the server's own name for it ([`super::prompts`]).
     pub(crate) prompts: HashMap<String, (ServerId, String)>,
+    /// With several servers: whose each listed resource URI and URI template is
+    /// ([`super::resources`]).
+    pub(crate) resources: HashMap<String, super::resources::Owner>,
+    pub(crate) templates: HashMap<String, super::resources::Owner>,
     /// The servers that are gone, with why: their requests are refused, the others serve.
     pub(crate) gone: BTreeMap<ServerId, String>,
     /// Set when the session cannot go on (the upstream failed the handshake).
@@ -168,6 +172,8 @@ impl State {
             gathers: HashMap::new(),
             tools_listed: false,
             prompts: HashMap::new(),
+            resources: HashMap::new(),
+            templates: HashMap::new(),
             gone: BTreeMap::new(),
             fatal: None,
             seen: (0..servers).map(|_| Default::default()).collect(),

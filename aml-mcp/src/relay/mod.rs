@@ -45,6 +45,7 @@ pub mod names;
 mod pages;
 mod pins;
 mod prompts;
+mod resources;
 mod routes;
 mod session;
 pub mod stdio;

@@ -273,3 +273,77 @@ fn prompts_are_shown_under_their_servers_naming_and_got_from_their_server() {
         "else the first server, as it is"
     );
 }
+
+#[test]
+fn a_resource_goes_to_the_server_that_listed_it_and_one_two_servers_list_to_neither() {
+    let mut m = routed();
+    let page = |m: &mut Machine, method: &str, server: usize, cursor: Option<&str>, result: Value| {
+        let params = cursor.map_or(json!({}), |c| json!({"cursor": c}));
+        let request = json!({"jsonrpc": "2.0", "id": "r", "method": method, "params": params});
+        let (to, up) = up_one(m.client(msg(request)));
+        assert_eq!(to, server);
+        let answer = json!({"jsonrpc": "2.0", "id": up["id"], "result": result});
+        split(m.server_at(server, msg(answer))).1.remove(0)
+    };
+    let resource = |uri: &str| json!({"uri": uri, "name": uri});
+    page(
+        &mut m,
+        "resources/list",
+        0,
+        None,
+        json!({"resources": [resource("file:///a"), resource("shared://x")]}),
+    );
+    let second = page(
+        &mut m,
+        "resources/list",
+        1,
+        Some("1."),
+        json!({"resources": [resource("mail://inbox"), resource("shared://x")]}),
+    );
+    assert_eq!(
+        second["result"]["resources"],
+        json!([resource("mail://inbox")]),
+        "the URI listed twice is left out"
+    );
+    let template = json!({"uriTemplate": "mail://msg/{id}", "name": "message"});
+    page(
+        &mut m,
+        "resources/templates/list",
+        1,
+        Some("1."),
+        json!({"resourceTemplates": [template]}),
+    );
+    let read = |m: &mut Machine, method: &str, params: Value| {
+        // Each under an id of its own: none is answered here.
+        let request = json!({"jsonrpc": "2.0", "id": params.to_string(), "method": method, "params": params});
+        let sent = m.client(msg(request));
+        match &sent[..] {
+            [Sent::Upstream(server, _)] => Ok(*server),
+            _ => Err(split(sent).1.remove(0)),
+        }
+    };
+    assert_eq!(
+        read(&mut m, "resources/read", json!({"uri": "mail://inbox"})),
+        Ok(1)
+    );
+    assert_eq!(
+        read(&mut m, "resources/subscribe", json!({"uri": "file:///a"})),
+        Ok(0)
+    );
+    assert_eq!(
+        read(&mut m, "resources/read", json!({"uri": "mail://msg/7"})),
+        Ok(1),
+        "by its template"
+    );
+    let complete = json!({"ref": {"type": "ref/resource", "uri": "mail://msg/{id}"}, "argument": {"name": "id", "value": "7"}});
+    assert_eq!(read(&mut m, "completion/complete", complete), Ok(1));
+    assert_eq!(
+        read(&mut m, "resources/read", json!({"uri": "other://y"})),
+        Ok(0),
+        "else the first server"
+    );
+    let refused = read(&mut m, "resources/read", json!({"uri": "shared://x"})).unwrap_err();
+    assert_eq!(refused["error"]["code"], -32002);
+    let why = refused["error"]["message"].as_str().unwrap();
+    assert!(why.contains("files") && why.contains("mail"), "{why}");
+}

@@ -112,6 +112,9 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
             let (server, own_name) = match method {
                 "tools/call" => (server_of(relay, &env), None),
                 "prompts/get" if step.state.servers > 1 => prompts::target(step.state, &env),
+                _ if step.state.servers > 1 && prompts::is_prompt_completion(&env) => {
+                    prompts::target(step.state, &env)
+                }
                 _ if step.state.servers > 1 && resources::names_a_resource(method) => {
                     let uri = resources::uri_of(method, &env);
                     match uri.map(|uri| resources::target(step.state, &uri)) {

@@ -14,8 +14,8 @@ use super::jsonrpc::{json_string, range_in, splice, Envelope, Members};
 use super::machine::{Relay, ServerId, State, FIRST_SERVER};
 use super::names::{Naming, SEPARATOR};
 
-/// Where a `prompts/get` goes: the prompt's server, and its own name when the client used
-/// another. A name this session has not listed goes by its prefix when it names a server,
+/// Where a `prompts/get` (or a `completion/complete` for a `ref/prompt`) goes: the
+/// prompt's server, and its own name when the client used another. A name this session has not listed goes by its prefix when it names a server,
 /// else to the first server as it is.
 pub(crate) fn target(state: &State, env: &Envelope<'_>) -> (ServerId, Option<String>) {
     let Some(name) = prompt_name(env) else {
@@ -35,14 +35,31 @@ pub(crate) fn target(state: &State, env: &Envelope<'_>) -> (ServerId, Option<Str
 }
 
 fn prompt_name(env: &Envelope<'_>) -> Option<String> {
-    let name = Members::parse(env.params?).ok()?.get("name")?;
-    serde_json::from_str(name.get()).ok()
+    serde_json::from_str(name_member(env)?.get()).ok()
 }
 
-/// `message` (a `prompts/get`) with `params.name` replaced by `own`.
+/// `params.name` of a `prompts/get`, or `params.ref.name` of a `completion/complete` for a
+/// `ref/prompt`.
+fn name_member<'a>(env: &Envelope<'a>) -> Option<&'a RawValue> {
+    let params = Members::parse(env.params?).ok()?;
+    if env.method.as_deref() != Some("completion/complete") {
+        return params.get("name");
+    }
+    let reference = Members::parse(params.get("ref")?).ok()?;
+    (reference.get("type")?.get() == "\"ref/prompt\"").then_some(())?;
+    reference.get("name")
+}
+
+/// Whether a `completion/complete` is for a prompt.
+pub(crate) fn is_prompt_completion(env: &Envelope<'_>) -> bool {
+    env.method.as_deref() == Some("completion/complete") && name_member(env).is_some()
+}
+
+/// `message` (a `prompts/get`, or a completion for a prompt) with the prompt's name replaced
+/// by `own`.
 pub(crate) fn with_own_name(message: &[u8], own: &str) -> Option<Vec<u8>> {
     let env = Envelope::parse(message).ok()?;
-    let name = Members::parse(env.params?).ok()?.get("name")?;
+    let name = name_member(&env)?;
     Some(splice(
         message,
         &mut [(range_in(message, name), json_string(own).as_bytes())],

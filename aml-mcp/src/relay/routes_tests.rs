@@ -272,6 +272,10 @@ fn prompts_are_shown_under_their_servers_naming_and_got_from_their_server() {
         (0, json!("unknown")),
         "else the first server, as it is"
     );
+    let complete = json!({"jsonrpc": "2.0", "id": "c", "method": "completion/complete", "params": {
+        "ref": {"type": "ref/prompt", "name": "files__summarize"}, "argument": {"name": "a", "value": "b"}}});
+    let (server, up) = up_one(m.client(msg(complete)));
+    assert_eq!((server, &up["params"]["ref"]["name"]), (0, &json!("summarize")));
 }
 
 #[test]

@@ -255,3 +255,40 @@ fn servers_that_cannot_work_are_refused_at_start() {
         assert!(stderr.contains(why), "{why:?} not in: {stderr}");
     }
 }
+
+/// Durable state with several servers: each call's intent and record are kept under the
+/// exposed tool name, and a session that ends leaves nothing unresolved.
+#[test]
+fn several_servers_keep_their_calls_in_the_durable_state() {
+    let dir = raw::work("servers-durable");
+    let options = layout(&dir);
+    let config = std::fs::read_to_string(dir.join("gate.toml")).unwrap();
+    std::fs::write(dir.join("gate.toml"), config.replace("state = \"memory\"", "state = \"gate.sqlite3\"")).unwrap();
+    let mut gate = StdioGate::start(&dir, &options, &[]);
+    gate.initialize();
+    for (id, tool) in [("c1", "a__echo"), ("c2", "b__echo")] {
+        let answer = call(&mut gate, id, tool, json!({"id": id}));
+        assert_eq!(answer["result"]["content"][0]["text"], format!(r#"{{"id": "{id}"}}"#), "{answer}");
+    }
+    gate.close();
+    assert_eq!(gate.wait().code(), Some(0), "{}", gate.stderr());
+    let journal = |what: &str| {
+        let state = dir.join("gate.sqlite3").display().to_string();
+        let out = std::process::Command::new(crate::common::GATE)
+            .args(["journal", what, "--state", &state])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert!(journal("unresolved").is_empty());
+    let calls: Vec<Value> = journal("receipts")
+        .into_iter()
+        .filter(|r| r.get("tool").is_some())
+        .map(|r| json!([r["tool"], r["receipt"]["execution_status"]]))
+        .collect();
+    assert_eq!(calls, [json!(["a__echo", "dispatched"]), json!(["b__echo", "dispatched"])]);
+}

@@ -395,7 +395,7 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
         }
         telemetry::stop_traces(traces).await;
         drop((receipts, stored_task));
-        return ended(end, &label);
+        return ended(end, &format!("every server ({label})"));
     };
     let program = server.name();
     let (mut upstream, stopper) = server
@@ -450,7 +450,7 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
     }
     telemetry::stop_traces(traces).await;
     drop((receipts, stored_task));
-    ended(end, &program)
+    ended(end, &format!("the server {program}"))
 }
 
 /// The gate in front of the `[[servers]]` on stdio, until the client goes (or every server
@@ -472,14 +472,15 @@ async fn run_listed(
     Ok((until_stopped(relay).await, stoppers))
 }
 
-/// How the gate exits once its session has ended; `program` names its server(s).
-fn ended(end: Result<RelayEnd, String>, program: &str) -> Result<(), Failure> {
+/// How the gate exits once its session has ended; `servers` names what it fronted ("the
+/// server X", "every server (a,b)").
+fn ended(end: Result<RelayEnd, String>, servers: &str) -> Result<(), Failure> {
     match end {
         Ok(RelayEnd::ClientClosed) => Ok(()),
         Ok(RelayEnd::UpstreamGone(reason)) => Err(Failure::Runtime(format!(
-            "the server {program} is gone ({reason}); calls after that were refused"
+            "{servers} is gone ({reason}); calls after that were refused"
         ))),
-        Ok(RelayEnd::Handshake(why)) => Err(Failure::Runtime(format!("{program}: {why}"))),
+        Ok(RelayEnd::Handshake(why)) => Err(Failure::Runtime(format!("{servers}: {why}"))),
         Ok(other) => Err(Failure::Runtime(format!("the relay ended: {other:?}"))),
         Err(e) => Err(Failure::Runtime(e)),
     }

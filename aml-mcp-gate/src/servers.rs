@@ -29,8 +29,11 @@ use crate::upstream::{Server, Stopper};
 #[serde(deny_unknown_fields)]
 pub(crate) struct Table {
     name: String,
+    #[serde(default)]
     command: Vec<String>,
     names: Option<String>,
+    /// Read only to say that HTTP servers cannot be listed yet.
+    url: Option<String>,
 }
 
 /// A server of the list: its name, how its tools are named, and how it is started.
@@ -51,8 +54,17 @@ pub(crate) fn read(tables: Vec<Table>, folder: &Path) -> Result<Vec<Listed>, Str
                 .map_err(|e| format!("[[servers]] {:?}: {e}", table.name))?,
             None => Naming::default(),
         };
+        if table.url.is_some() {
+            return Err(format!(
+                "[[servers]] {:?}: `url` is not supported yet (a server in the list is a `command`); run a gate of its own for a server over HTTP (`[upstream] url`)",
+                table.name
+            ));
+        }
         if table.command.is_empty() {
-            return Err(format!("[[servers]] {:?}: `command` is empty", table.name));
+            return Err(format!(
+                "[[servers]] {:?}: `command` is missing or empty",
+                table.name
+            ));
         }
         let argv = crate::config::server_command(folder, table.command);
         let server = Server::Child(ServerCommand::new(argv, Some(folder)));

@@ -263,12 +263,20 @@ fn several_servers_keep_their_calls_in_the_durable_state() {
     let dir = raw::work("servers-durable");
     let options = layout(&dir);
     let config = std::fs::read_to_string(dir.join("gate.toml")).unwrap();
-    std::fs::write(dir.join("gate.toml"), config.replace("state = \"memory\"", "state = \"gate.sqlite3\"")).unwrap();
+    std::fs::write(
+        dir.join("gate.toml"),
+        config.replace("state = \"memory\"", "state = \"gate.sqlite3\""),
+    )
+    .unwrap();
     let mut gate = StdioGate::start(&dir, &options, &[]);
     gate.initialize();
     for (id, tool) in [("c1", "a__echo"), ("c2", "b__echo")] {
         let answer = call(&mut gate, id, tool, json!({"id": id}));
-        assert_eq!(answer["result"]["content"][0]["text"], format!(r#"{{"id": "{id}"}}"#), "{answer}");
+        assert_eq!(
+            answer["result"]["content"][0]["text"],
+            format!(r#"{{"id": "{id}"}}"#),
+            "{answer}"
+        );
     }
     gate.close();
     assert_eq!(gate.wait().code(), Some(0), "{}", gate.stderr());
@@ -278,7 +286,12 @@ fn several_servers_keep_their_calls_in_the_durable_state() {
             .args(["journal", what, "--state", &state])
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(|line| serde_json::from_str::<Value>(line).unwrap())
@@ -290,5 +303,8 @@ fn several_servers_keep_their_calls_in_the_durable_state() {
         .filter(|r| r.get("tool").is_some())
         .map(|r| json!([r["tool"], r["receipt"]["execution_status"]]))
         .collect();
-    assert_eq!(calls, [json!(["a__echo", "dispatched"]), json!(["b__echo", "dispatched"])]);
+    assert_eq!(
+        calls,
+        [json!(["a__echo", "dispatched"]), json!(["b__echo", "dispatched"])]
+    );
 }

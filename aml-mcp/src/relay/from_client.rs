@@ -119,14 +119,14 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                     let uri = resources::uri_of(method, &env);
                     match uri.map(|uri| resources::target(step.state, &uri)) {
                         Some(Ok(server)) => (server, None),
-                        None => (FIRST_SERVER, None),
+                        None => (step.state.default_server(), None),
                         Some(Err(why)) => {
                             let message = format!("{}: {why}", relay.config.product);
                             return step.answer_error(Some(&client_id), RESOURCE_NOT_FOUND, &message);
                         }
                     }
                 }
-                _ => (FIRST_SERVER, None),
+                _ => (step.state.default_server(), None),
             };
             let gathered = step.state.servers > 1 && gather::is_gathered(method);
             let gone = match gathered {

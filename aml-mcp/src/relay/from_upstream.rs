@@ -325,7 +325,7 @@ fn reply(step: &mut Step<'_>, server: ServerId, id: &str, answer: Reply) {
                         }
                         _ => answer,
                     };
-                    Some(super::pages::with_gate_cursor(state, server, answer))
+                    Some(super::pages::with_gate_cursor(state, server, &method, answer))
                 }
                 answer => answer,
             };

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use super::endpoint::EndpointId;
-use super::jsonrpc::{self, error_response, splice};
+use super::jsonrpc::{self, error_response, splice, Envelope, Members};
 use super::machine::{Flight, Pending, ServerId, State, Step};
 
 /// One gathered request: where its answer goes, and what each server said so far.
@@ -21,6 +21,8 @@ pub(crate) struct Gather {
     client_id: Bytes,
     flight: String,
     method: Box<str>,
+    /// The protocol version the client asked for, if it named one.
+    asked_version: Option<String>,
     /// The relay's request to each server, by server.
     parts: Vec<(ServerId, u64)>,
     /// Each server's result, or why it has none.
@@ -84,6 +86,7 @@ pub(crate) fn start(
             method: method.into(),
             parts,
             said: Vec::new(),
+            asked_version: asked_version(message),
         },
     );
     finish_if_complete(step, gather);
@@ -135,8 +138,11 @@ fn finish_if_complete(step: &mut Step<'_>, gather: u64) {
     let mut answered = Vec::new();
     let mut failed = Vec::new();
     for (server, said) in done.said {
-        match said {
-            Ok(result) => answered.push((server, result)),
+        match said.and_then(|result| acceptable(result, done.asked_version.as_deref())) {
+            Ok(result) => {
+                step.state.offered[server] = Some(capabilities(&result));
+                answered.push((server, result))
+            }
             Err(why) => failed.push((server, why)),
         }
     }
@@ -173,6 +179,41 @@ fn finish_if_complete(step: &mut Step<'_>, gather: u64) {
     answer.extend_from_slice(result.as_bytes());
     answer.push(b'}');
     step.answer_at(done.endpoint, Bytes::from(answer));
+}
+
+/// The MCP versions a server may answer with besides the client's own (older ones).
+const KNOWN_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// `params.protocolVersion` of the client's handshake.
+fn asked_version(message: &[u8]) -> Option<String> {
+    let params = Members::parse(Envelope::parse(message).ok()?.params?).ok()?;
+    serde_json::from_str(params.get("protocolVersion")?.get()).ok()
+}
+
+/// A server's handshake result, unless it answered a protocol version the client cannot
+/// speak: one that is neither the client's nor a known MCP version older than it. (The
+/// merged answer gives the client the oldest version answered, so one bogus version would
+/// cost it every server.)
+fn acceptable(result: Value, asked: Option<&str>) -> Result<Value, String> {
+    let Some(version) = result.get("protocolVersion").and_then(Value::as_str) else {
+        return Ok(result);
+    };
+    let known = KNOWN_VERSIONS.contains(&version) && asked.is_none_or(|asked| version <= asked);
+    if Some(version) == asked || known {
+        return Ok(result);
+    }
+    Err(format!(
+        "it answered protocol version {version:?}, which the client did not ask for and MCP does not know"
+    ))
+}
+
+/// The capabilities a handshake result names.
+fn capabilities(result: &Value) -> Vec<String> {
+    result
+        .get("capabilities")
+        .and_then(Value::as_object)
+        .map(|c| c.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// One result from every server's: the first server's members, with the union of the

@@ -111,6 +111,9 @@ pub(crate) struct State {
     pub(crate) gathers: HashMap<u64, super::gather::Gather>,
     /// Whether the client has been sent a tool list (so a change to it is news).
     pub(crate) tools_listed: bool,
+    /// Per server, the capabilities its handshake answered with, once gathered
+    /// ([`State::offers`]).
+    pub(crate) offered: Vec<Option<Vec<String>>>,
     /// With several servers: each prompt the client was shown, by the name it was shown
     /// under, with its server and the server's own name for it ([`super::prompts`]).
     pub(crate) prompts: HashMap<String, (ServerId, String)>,
@@ -171,6 +174,7 @@ impl State {
             names,
             gathers: HashMap::new(),
             tools_listed: false,
+            offered: vec![None; servers],
             prompts: HashMap::new(),
             resources: HashMap::new(),
             templates: HashMap::new(),
@@ -193,6 +197,29 @@ impl State {
             .get(server)
             .cloned()
             .unwrap_or_else(|| format!("server {server}"))
+    }
+
+    /// The server a request that names none goes to: the first one still there (the first
+    /// one, when every server is gone: the request is then refused as its).
+    pub(crate) fn default_server(&self) -> ServerId {
+        (0..self.servers)
+            .find(|s| self.gone(*s).is_none())
+            .unwrap_or(FIRST_SERVER)
+    }
+
+    /// Whether `server` offers what `method` lists or gets (its handshake's capabilities:
+    /// `tools`, `prompts` or `resources`); a server whose handshake the relay did not see
+    /// (none yet, or one server) is taken to offer everything.
+    pub(crate) fn offers(&self, server: ServerId, method: &str) -> bool {
+        let Some(capability) = method.split('/').next() else {
+            return true;
+        };
+        match self.offered.get(server) {
+            Some(Some(offered)) if matches!(capability, "tools" | "prompts" | "resources") => {
+                offered.iter().any(|c| c == capability)
+            }
+            _ => true,
+        }
     }
 
     /// Why every server is gone, once each is (the first's reason).
@@ -501,7 +528,8 @@ impl<'a> Step<'a> {
         if self.state.gone(server).is_some() {
             return;
         }
-        tracing::error!(target: "aml_mcp::relay", server, "the upstream server is gone: {reason}");
+        let name = self.state.server_name(server);
+        tracing::error!(target: "aml_mcp::relay", server = %name, "the upstream server is gone: {reason}");
         self.state.gone.insert(server, reason.clone());
         self.state
             .flights

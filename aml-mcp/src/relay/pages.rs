@@ -31,14 +31,22 @@ pub(crate) fn route<'m>(
 ) -> Result<(ServerId, Cow<'m, [u8]>), String> {
     let params = env.params.and_then(|p| Members::parse(p).ok().map(|m| (p, m)));
     let cursor = params.as_ref().and_then(|(_, members)| members.get("cursor"));
+    let method = env.method.as_deref().unwrap_or_default();
     let Some(cursor) = cursor else {
-        let first = next_there(state, 0).ok_or("every server is gone")?;
+        let first = next_there(state, method, 0).ok_or("no server here offers it")?;
         return Ok((first, Cow::Borrowed(message)));
     };
     let unknown = || "the cursor is not one this gate gave".to_owned();
     let text: String = serde_json::from_str(cursor.get()).map_err(|_| unknown())?;
     let (server, own) = text.split_once('.').ok_or_else(unknown)?;
-    let server: ServerId = server.parse().map_err(|_| unknown())?;
+    // As the gate writes it: decimal digits, no sign, no leading zero.
+    let canonical = !server.is_empty()
+        && server.bytes().all(|b| b.is_ascii_digit())
+        && (server == "0" || !server.starts_with('0'));
+    let server: ServerId = match canonical {
+        true => server.parse().map_err(|_| unknown())?,
+        false => return Err(unknown()),
+    };
     if server >= state.servers || state.gone(server).is_some() {
         return Err(format!(
             "the cursor's server ({}) is not there",
@@ -65,14 +73,14 @@ pub(crate) fn route<'m>(
     ))
 }
 
-/// The first server still there at or after `from`.
-fn next_there(state: &State, from: ServerId) -> Option<ServerId> {
-    (from..state.servers).find(|s| state.gone(*s).is_none())
+/// The first server still there at or after `from` that offers what `method` lists.
+fn next_there(state: &State, method: &str, from: ServerId) -> Option<ServerId> {
+    (from..state.servers).find(|s| state.gone(*s).is_none() && state.offers(*s, method))
 }
 
 /// `answer` (the client's answer to a list request `server` answered) with the gate's
 /// `nextCursor`: the server's next page, else the next server's first, else none.
-pub(crate) fn with_gate_cursor(state: &State, server: ServerId, answer: Vec<u8>) -> Vec<u8> {
+pub(crate) fn with_gate_cursor(state: &State, server: ServerId, method: &str, answer: Vec<u8>) -> Vec<u8> {
     let Some((result, members)) = result_members(&answer) else {
         return answer;
     };
@@ -81,7 +89,7 @@ pub(crate) fn with_gate_cursor(state: &State, server: ServerId, answer: Vec<u8>)
         .and_then(|c| serde_json::from_str::<String>(c.get()).ok());
     let next = match own {
         Some(own) => Some(format!("{server}.{own}")),
-        None => next_there(state, server + 1).map(|next| format!("{next}.")),
+        None => next_there(state, method, server + 1).map(|next| format!("{next}.")),
     };
     let mut out = vec![b'{'];
     let wrote = push_members(&mut out, &members, &["nextCursor"]);

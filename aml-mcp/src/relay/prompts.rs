@@ -11,15 +11,15 @@ use serde_json::value::RawValue;
 
 use super::answer::push_members;
 use super::jsonrpc::{json_string, range_in, splice, Envelope, Members};
-use super::machine::{Relay, ServerId, State, FIRST_SERVER};
+use super::machine::{Relay, ServerId, State};
 use super::names::{Naming, SEPARATOR};
 
 /// Where a `prompts/get` (or a `completion/complete` for a `ref/prompt`) goes: the
 /// prompt's server, and its own name when the client used another. A name this session has not listed goes by its prefix when it names a server,
-/// else to the first server as it is.
+/// else to the first server still there, as it is.
 pub(crate) fn target(state: &State, env: &Envelope<'_>) -> (ServerId, Option<String>) {
     let Some(name) = prompt_name(env) else {
-        return (FIRST_SERVER, None);
+        return (state.default_server(), None);
     };
     if let Some((server, own)) = state.prompts.get(&name) {
         return (*server, (*own != name).then(|| own.clone()));
@@ -30,7 +30,7 @@ pub(crate) fn target(state: &State, env: &Envelope<'_>) -> (ServerId, Option<Str
     });
     match prefixed {
         Some((server, own)) => (server, Some(own)),
-        None => (FIRST_SERVER, None),
+        None => (state.default_server(), None),
     }
 }
 

@@ -4,14 +4,15 @@
 //! list is left out of the later one's page and logged; reading it is refused, naming both.
 //! `resources/read`, `resources/subscribe`, `resources/unsubscribe` and a
 //! `completion/complete` for a resource go to the URI's server: one that listed it, else the
-//! one whose template's fixed beginning is the longest match, else the first server.
+//! one whose template's fixed beginning is the longest match, else the first server still
+//! there.
 
 use std::ops::Range;
 
 use serde_json::value::RawValue;
 
 use super::jsonrpc::{range_in, splice, Envelope, Members};
-use super::machine::{ServerId, State, FIRST_SERVER};
+use super::machine::{ServerId, State};
 
 /// Where a resource request goes, or why it is refused (a URI two servers listed).
 pub(crate) fn target(state: &State, uri: &str) -> Result<ServerId, String> {
@@ -25,7 +26,7 @@ pub(crate) fn target(state: &State, uri: &str) -> Result<ServerId, String> {
         .max_by_key(|(template, _)| fixed_start(template).len());
     match by_template {
         Some((template, owner)) => owner_of(state, template, *owner),
-        None => Ok(FIRST_SERVER),
+        None => Ok(state.default_server()),
     }
 }
 

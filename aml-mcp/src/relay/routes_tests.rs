@@ -125,7 +125,7 @@ fn the_tool_list_walks_the_servers_under_the_gates_cursor_with_exposed_names() {
 #[test]
 fn a_cursor_the_gate_did_not_give_or_whose_server_is_gone_is_refused() {
     let mut m = routed();
-    for cursor in ["p2", "7.x", "a.b", ""] {
+    for cursor in ["p2", "7.x", "a.b", "", "+1.", "01.", "-0."] {
         let sent = m.client_says(list("l", Some(cursor)));
         assert!(sent.upstream.is_empty(), "{cursor:?} sent");
         assert_eq!(

@@ -346,3 +346,61 @@ fn a_client_that_has_the_tool_list_is_told_it_changed_when_a_server_goes() {
         [json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})]
     );
 }
+
+#[test]
+fn with_the_first_server_gone_requests_that_name_none_go_to_the_next_one() {
+    let mut m = two_servers();
+    m.server_gone(0, "it exited");
+    for method in ["ping", "tools/list"] {
+        let request = json!({"jsonrpc": "2.0", "id": method, "method": method});
+        let (up, client) = split(m.client(msg(request)));
+        assert!(client.is_empty(), "{method}: {client:?}");
+        assert_eq!(up[0].0, 1, "{method}");
+    }
+}
+
+#[test]
+fn a_list_walks_only_the_servers_whose_handshake_offered_it() {
+    let mut m = two_servers();
+    let parts = initialize(&mut m);
+    let offers = |capabilities: Value| json!({"protocolVersion": "2025-06-18", "capabilities": capabilities});
+    from_server(&mut m, 0, result(&parts[0].1, offers(json!({"tools": {}}))));
+    from_server(
+        &mut m,
+        1,
+        result(&parts[1].1, offers(json!({"tools": {}, "prompts": {}}))),
+    );
+    let (up, _) = split(m.client(msg(
+        json!({"jsonrpc": "2.0", "id": "p", "method": "prompts/list"}),
+    )));
+    assert_eq!(up[0].0, 1, "server 0 offers no prompts");
+    let (up, _) = split(m.client(msg(
+        json!({"jsonrpc": "2.0", "id": "r", "method": "resources/list"}),
+    )));
+    assert!(up.is_empty(), "no server offers resources");
+    let (up, _) = split(m.client(msg(json!({"jsonrpc": "2.0", "id": "t", "method": "tools/list"}))));
+    assert_eq!(up[0].0, 0);
+    let (_, client) = from_server(
+        &mut m,
+        0,
+        json!({"jsonrpc": "2.0", "id": up[0].1["id"], "result": {"tools": []}}),
+    );
+    assert_eq!(client[0]["result"]["nextCursor"], "1.", "server 1 offers tools");
+}
+
+#[test]
+fn a_server_that_answers_a_protocol_version_nobody_asked_for_is_left_out() {
+    let mut m = two_servers();
+    let parts = initialize(&mut m);
+    let answer = |version: &str| json!({"protocolVersion": version, "capabilities": {}});
+    from_server(&mut m, 0, result(&parts[0].1, answer("1999-01-01")));
+    let (_, client) = from_server(&mut m, 1, result(&parts[1].1, answer("2025-03-26")));
+    assert_eq!(
+        client[0]["result"]["protocolVersion"], "2025-03-26",
+        "a known older version is fine"
+    );
+    let (id, sent) = m.call_sends_to(0, "c", call_request);
+    assert!(sent.is_empty());
+    let refused = m.call_answer(id).unwrap().unwrap_err();
+    assert!(refused.contains("1999-01-01"), "{refused}");
+}

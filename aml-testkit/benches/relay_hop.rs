@@ -47,21 +47,12 @@ async fn repetition(setup: &Setup, forwarder: &std::path::Path) -> ([Vec<Duratio
         )
         .await,
     ];
-    for _ in 0..WARM_UP {
-        for peer in &mut peers {
-            peer.call().await;
-        }
-    }
+    peer::interleaved(&mut peers, WARM_UP).await;
     let cpu = |peers: &[Peer; 3]| {
         [1, 2].map(|i| support::cpu_ns(peers[i].child.id()).expect("the process's CPU time (Linux /proc)"))
     };
     let before = cpu(&peers);
-    let mut samples: [Vec<Duration>; 3] = Default::default();
-    for _ in 0..CALLS {
-        for (peer, samples) in peers.iter_mut().zip(&mut samples) {
-            samples.push(peer.call().await);
-        }
-    }
+    let samples = peer::interleaved(&mut peers, CALLS).await;
     let after = cpu(&peers);
     (samples, [after[0] - before[0], after[1] - before[1]])
 }

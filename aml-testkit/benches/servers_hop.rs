@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
-use support::peer::{Peer, Setup};
+use support::peer::{self, Peer, Setup};
 use support::summary::micros as us;
 
 const REPETITIONS: usize = 5;
@@ -49,18 +49,8 @@ async fn repetition(setup: &Setup, three: &[String]) -> [Vec<Duration>; 3] {
         Peer::start("gate, one server", &gate, &setup.gate_args("memory", &[]), &audit).await,
         Peer::start("gate, three servers", &gate, three, &audit).await,
     ];
-    for _ in 0..WARM_UP {
-        for peer in &mut peers {
-            peer.call().await;
-        }
-    }
-    let mut samples: [Vec<Duration>; 3] = Default::default();
-    for _ in 0..CALLS {
-        for (peer, samples) in peers.iter_mut().zip(&mut samples) {
-            samples.push(peer.call().await);
-        }
-    }
-    samples
+    peer::interleaved(&mut peers, WARM_UP).await;
+    peer::interleaved(&mut peers, CALLS).await
 }
 
 fn main() {

@@ -1,7 +1,8 @@
 """Official Python MCP SDK client, calling tools through aml-mcp-gate.
 
 Usage: mcp_client.py GATE_COMMAND_JSON CALLS_JSON
-Prints one JSON object: the tool names listed and, per call, isError, text and _meta.
+Prints one JSON object: the server's name and instructions from the handshake, the tool
+names listed (all pages, and each page's), and per call isError, text and _meta.
 A call written {"create": PATH, "content": TEXT} is not sent: the client writes the file
 itself at that point of the session (a file that appears after the gate started).
 """
@@ -10,7 +11,7 @@ import json
 import os
 import sys
 
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
 
 async def main() -> None:
@@ -20,8 +21,18 @@ async def main() -> None:
     params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
-            await session.initialize()
-            listed = await session.list_tools()
+            hello = await session.initialize()
+            # Every page, as a client that follows nextCursor sees them (a gate in front of
+            # several servers gives one page per server).
+            pages = []
+            cursor = None
+            for _ in range(16):
+                paged = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                listed = await session.list_tools(params=paged)
+                pages.append(sorted(t.name for t in listed.tools))
+                cursor = listed.next_cursor
+                if not cursor:
+                    break
             results = []
             for call in calls:
                 if "create" in call:
@@ -35,7 +46,13 @@ async def main() -> None:
                     "text": "".join(c.get("text", "") for c in dumped.get("content", [])),
                     "meta": dumped.get("_meta"),
                 })
-    print(json.dumps({"tools": sorted(t.name for t in listed.tools), "results": results}))
+    print(json.dumps({
+        "server": hello.server_info.name,
+        "instructions": hello.instructions,
+        "tools": sorted(name for page in pages for name in page),
+        "pages": pages,
+        "results": results,
+    }))
 
 
 asyncio.run(main())

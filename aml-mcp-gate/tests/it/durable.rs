@@ -16,24 +16,6 @@ use aml_core::{ClaimStatus, GrantRef, GrantStore, Sha256Digest};
 use serde_json::Value;
 use session::*;
 
-fn journal(state: &str, args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
-    let out = Command::new(GATE)
-        .arg("journal")
-        .args(args)
-        .args(["--state", state])
-        .output()
-        .unwrap();
-    let lines = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    (
-        out.status.code(),
-        lines,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn a_gate_killed_during_a_call_leaves_its_intent_and_the_grant_stays_spent() {
     let dir = work("sigkill");

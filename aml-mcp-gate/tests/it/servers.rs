@@ -179,7 +179,7 @@ names = "never"
         {"name": "send_notice", "arguments": {"to": "team", "body": "hi"}},
     ]);
     let out = std::process::Command::new(python())
-        .arg(repo().join("scripts/interop/mcp_servers_client.py"))
+        .arg(repo().join("scripts/interop/mcp_client.py"))
         .arg(command.to_string())
         .arg(calls.to_string())
         .env("AML_NOTICE_AUDIT", &notices)
@@ -280,22 +280,11 @@ fn several_servers_keep_their_calls_in_the_durable_state() {
     }
     gate.close();
     assert_eq!(gate.wait().code(), Some(0), "{}", gate.stderr());
+    let state = dir.join("gate.sqlite3").display().to_string();
     let journal = |what: &str| {
-        let state = dir.join("gate.sqlite3").display().to_string();
-        let out = std::process::Command::new(crate::common::GATE)
-            .args(["journal", what, "--state", &state])
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|line| serde_json::from_str::<Value>(line).unwrap())
-            .collect::<Vec<_>>()
+        let (code, lines, stderr) = crate::session::journal(&state, &[what]);
+        assert_eq!(code, Some(0), "{stderr}");
+        lines
     };
     assert!(journal("unresolved").is_empty());
     let calls: Vec<Value> = journal("receipts")

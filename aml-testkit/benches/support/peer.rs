@@ -123,6 +123,18 @@ impl Peer {
     }
 }
 
+/// `calls` calls through each of `peers` in turn (uncounted: a warm-up, when the samples
+/// are dropped); each peer's round trips, in order.
+pub(crate) async fn interleaved<const N: usize>(peers: &mut [Peer; N], calls: usize) -> [Vec<Duration>; N] {
+    let mut samples: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(calls));
+    for _ in 0..calls {
+        for (peer, samples) in peers.iter_mut().zip(&mut samples) {
+            samples.push(peer.call().await);
+        }
+    }
+    samples
+}
+
 /// The notice fixture's policy and catalog in a directory, and the gate's arguments.
 pub(crate) struct Setup {
     pub(crate) dir: PathBuf,

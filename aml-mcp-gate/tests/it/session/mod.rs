@@ -292,3 +292,23 @@ pub fn write_config(dir: &Path, requires_approval: Option<bool>) {
                                   "resource": {"argument": "to"}, "input_schema": schema}]});
     std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
 }
+
+/// `aml-mcp-gate journal ARGS --state STATE`: its exit code, its output's JSON lines, and
+/// its stderr.
+pub fn journal(state: &str, args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    let out = Command::new(GATE)
+        .arg("journal")
+        .args(args)
+        .args(["--state", state])
+        .output()
+        .unwrap();
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    (
+        out.status.code(),
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

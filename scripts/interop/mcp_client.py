@@ -5,6 +5,9 @@ Prints one JSON object: the server's name and instructions from the handshake, t
 names listed (all pages, and each page's), and per call isError, text and _meta.
 A call written {"create": PATH, "content": TEXT} is not sent: the client writes the file
 itself at that point of the session (a file that appears after the gate started).
+{"list": "prompts"|"resources"|"templates"} walks every page of that list (its names or
+URIs, per page); {"prompt": NAME, "arguments": {...}} gets a prompt and {"read": URI} reads
+a resource (each reported as its text).
 """
 import asyncio
 import json
@@ -12,6 +15,27 @@ import os
 import sys
 
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
+
+
+async def walk(session: ClientSession, what: str) -> list:
+    """Every page of prompts, resources or resource templates: each page's names or URIs."""
+    pages = []
+    cursor = None
+    for _ in range(16):
+        paged = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        if what == "prompts":
+            listed = await session.list_prompts(params=paged)
+            pages.append([p.name for p in listed.prompts])
+        elif what == "resources":
+            listed = await session.list_resources(params=paged)
+            pages.append([str(r.uri) for r in listed.resources])
+        else:
+            listed = await session.list_resource_templates(params=paged)
+            pages.append([t.uri_template for t in listed.resource_templates])
+        cursor = listed.next_cursor
+        if not cursor:
+            break
+    return pages
 
 
 async def main() -> None:
@@ -35,6 +59,18 @@ async def main() -> None:
                     break
             results = []
             for call in calls:
+                if "list" in call:
+                    results.append({"pages": await walk(session, call["list"])})
+                    continue
+                if "prompt" in call:
+                    got = await session.get_prompt(call["prompt"], call.get("arguments"))
+                    texts = [m.content.text for m in got.messages if getattr(m.content, "text", None)]
+                    results.append({"text": "".join(texts)})
+                    continue
+                if "read" in call:
+                    read = await session.read_resource(call["read"])
+                    results.append({"text": "".join(getattr(c, "text", "") or "" for c in read.contents)})
+                    continue
                 if "create" in call:
                     with open(call["create"], "w", encoding="utf-8") as f:
                         f.write(call["content"])

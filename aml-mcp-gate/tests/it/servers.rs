@@ -152,13 +152,13 @@ state = "memory"
 receipts = "receipts.jsonl"
 
 [[servers]]
-name = "everything"
-command = [{everything:?}]
-
-[[servers]]
 name = "files"
 command = [{filesystem:?}, {files:?}]
 names = "on_conflict"
+
+[[servers]]
+name = "everything"
+command = [{everything:?}]
 
 [[servers]]
 name = "notes"
@@ -177,6 +177,14 @@ names = "never"
         {"name": "everything__echo", "arguments": {"message": "hello"}},
         {"name": "read_text_file", "arguments": {"path": path(&files.join("report.txt"))}},
         {"name": "send_notice", "arguments": {"to": "team", "body": "hi"}},
+        // Prompts and resources of server-everything, the second server: only what the gate
+        // learnt from the lists sends them there, not the first server's default.
+        {"list": "prompts"},
+        {"prompt": "everything__simple-prompt"},
+        {"list": "resources"},
+        {"read": "demo://resource/static/document/architecture.md"},
+        {"list": "templates"},
+        {"read": "demo://resource/dynamic/text/1"},
     ]);
     let out = std::process::Command::new(python())
         .arg(repo().join("scripts/interop/mcp_client.py"))
@@ -194,25 +202,49 @@ names = "never"
     assert_eq!(report["server"], "aml-mcp-gate", "{report}");
     assert_eq!(
         report["pages"],
-        json!([["everything__echo"], ["read_text_file"], ["send_notice"]]),
+        json!([["read_text_file"], ["everything__echo"], ["send_notice"]]),
         "one page per server, each with its registered tool under its exposed name"
     );
-    let texts: Vec<&str> = report["results"]
-        .as_array()
-        .unwrap()
+    let results = report["results"].as_array().unwrap();
+    let texts: Vec<&str> = results
         .iter()
-        .map(|r| r["text"].as_str().unwrap())
+        .map(|r| r["text"].as_str().unwrap_or_default())
         .collect();
     assert!(texts[0].contains("hello"), "{report}");
     assert!(texts[1].contains("quarterly numbers"), "{report}");
     assert_eq!(texts[2], "sent to team", "{report}");
-    assert!(
-        report["results"]
+    assert!(results[..3].iter().all(|r| r["is_error"] == false), "{report}");
+    let listed = |i: usize| {
+        results[i]["pages"]
             .as_array()
             .unwrap()
             .iter()
-            .all(|r| r["is_error"] == false),
+            .flat_map(|p| p.as_array().unwrap().clone())
+            .collect::<Vec<Value>>()
+    };
+    assert!(
+        listed(3).contains(&json!("everything__simple-prompt")),
         "{report}"
+    );
+    assert!(
+        !texts[4].is_empty(),
+        "the prompt came from server-everything: {report}"
+    );
+    assert!(
+        listed(5).contains(&json!("demo://resource/static/document/architecture.md")),
+        "{report}"
+    );
+    assert!(
+        !texts[6].is_empty(),
+        "a listed resource read from server-everything: {report}"
+    );
+    assert!(
+        listed(7).contains(&json!("demo://resource/dynamic/text/{resourceId}")),
+        "{report}"
+    );
+    assert!(
+        !texts[8].is_empty(),
+        "a resource read by its template's server: {report}"
     );
     assert_eq!(
         read_lines(&notices).len(),

@@ -7,7 +7,8 @@ A call written {"create": PATH, "content": TEXT} is not sent: the client writes 
 itself at that point of the session (a file that appears after the gate started).
 {"list": "prompts"|"resources"|"templates"} walks every page of that list (its names or
 URIs, per page); {"prompt": NAME, "arguments": {...}} gets a prompt and {"read": URI} reads
-a resource (each reported as its text).
+a resource (each reported as its text). A tool call with "progress": true asks for progress
+and reports the progress values it got, in order.
 """
 import asyncio
 import json
@@ -75,12 +76,19 @@ async def main() -> None:
                     with open(call["create"], "w", encoding="utf-8") as f:
                         f.write(call["content"])
                     continue
-                result = await session.call_tool(call["name"], call["arguments"])
+                progress = []
+
+                async def on_progress(done, total, message):
+                    progress.append(done)
+
+                watch = on_progress if call.get("progress") else None
+                result = await session.call_tool(call["name"], call["arguments"], progress_callback=watch)
                 dumped = result.model_dump(by_alias=True, exclude_none=True)
                 results.append({
                     "is_error": bool(dumped.get("isError", False)),
                     "text": "".join(c.get("text", "") for c in dumped.get("content", [])),
                     "meta": dumped.get("_meta"),
+                    "progress": progress,
                 })
     print(json.dumps({
         "server": hello.server_info.name,

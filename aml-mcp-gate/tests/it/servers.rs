@@ -136,14 +136,17 @@ fn the_python_sdk_client_reaches_three_real_servers_through_one_gate() {
         json!({"name": name, "server": server, "effect": "read", "purpose": format!("Use {name}"),
                "resource": {"fixed": server}, "input_schema": {"type": "object", "properties": properties}})
     };
+    let number = json!({"type": "number"});
     let tools = json!({"tools": [
         tool("echo", "everything", json!({"message": string})),
+        tool("trigger-long-running-operation", "everything", json!({"duration": number, "steps": number})),
         tool("read_text_file", "files", json!({"path": string})),
         tool("send_notice", "notes", json!({"to": string, "body": string}))]});
     std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
     let rule = |tool: &str, server: &str| json!({"tool": tool, "effect": "read", "resource": server, "requires_approval": false});
     let policy = json!({"protocol": "aml-action-policy/1", "rules": [
-        rule("everything__echo", "everything"), rule("read_text_file", "files"), rule("send_notice", "notes")]});
+        rule("everything__echo", "everything"), rule("everything__trigger-long-running-operation", "everything"),
+        rule("read_text_file", "files"), rule("send_notice", "notes")]});
     std::fs::write(dir.join("policy.json"), policy.to_string()).unwrap();
     let config = format!(
         r#"policy = "policy.json"
@@ -185,6 +188,8 @@ names = "never"
         {"read": "demo://resource/static/document/architecture.md"},
         {"list": "templates"},
         {"read": "demo://resource/dynamic/text/1"},
+        // Progress from the second server reaches the client's call.
+        {"name": "everything__trigger-long-running-operation", "arguments": {"duration": 1, "steps": 3}, "progress": true},
     ]);
     let out = std::process::Command::new(python())
         .arg(repo().join("scripts/interop/mcp_client.py"))
@@ -202,7 +207,11 @@ names = "never"
     assert_eq!(report["server"], "aml-mcp-gate", "{report}");
     assert_eq!(
         report["pages"],
-        json!([["read_text_file"], ["everything__echo"], ["send_notice"]]),
+        json!([
+            ["read_text_file"],
+            ["everything__echo", "everything__trigger-long-running-operation"],
+            ["send_notice"]
+        ]),
         "one page per server, each with its registered tool under its exposed name"
     );
     let results = report["results"].as_array().unwrap();
@@ -245,6 +254,12 @@ names = "never"
     assert!(
         !texts[8].is_empty(),
         "a resource read by its template's server: {report}"
+    );
+    assert_eq!(results[9]["is_error"], false, "{report}");
+    assert_eq!(
+        results[9]["progress"],
+        json!([1.0, 2.0, 3.0]),
+        "each step's progress: {report}"
     );
     assert_eq!(
         read_lines(&notices).len(),

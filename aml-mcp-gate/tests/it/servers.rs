@@ -344,3 +344,61 @@ fn several_servers_keep_their_calls_in_the_durable_state() {
         [json!(["a__echo", "dispatched"]), json!(["b__echo", "dispatched"])]
     );
 }
+
+/// Hostile input through a gate with several servers, in each shape the wire allows: every
+/// message gets its clear answer (or, a notification, none) in bounded time, and no call
+/// reaches either server.
+#[test]
+fn hostile_calls_through_several_servers_reach_neither() {
+    let dir = raw::work("servers-hostile");
+    let options = layout(&dir);
+    let mut gate = StdioGate::start(&dir, &options, &[]);
+    gate.initialize();
+    let echo = |id: Value, name: &str| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": {}}});
+    // A batch of two servers' calls: refused whole, each member answered -32600.
+    gate.send(&format!(
+        "[{},{}]",
+        echo(json!(1), "a__echo"),
+        echo(json!(2), "b__echo")
+    ));
+    let batch = gate.recv();
+    let codes: Vec<&Value> = batch
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| &a["error"]["code"])
+        .collect();
+    assert_eq!(codes, [&json!(-32600), &json!(-32600)], "{batch}");
+    // A call sent as a notification is dropped; the next request is still answered.
+    gate.send_json(
+        &json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "b__echo", "arguments": {}}}),
+    );
+    // A server's own name is not a name the client may call.
+    let own = call(&mut gate, "own", "echo", json!({}));
+    let verdict = &own["result"]["_meta"]["aml.action-boundary/verdict"];
+    assert_eq!(verdict["rejection"], "invalid_or_unregistered_call", "{own}");
+    // A member the digest would not cover, an inexact number, a cursor the gate did not give.
+    gate.send_json(&json!({"jsonrpc": "2.0", "id": "extra", "method": "tools/call",
+                           "params": {"name": "a__echo", "arguments": {}, "server": "b"}}));
+    assert_eq!(gate.recv()["error"]["code"], -32602);
+    gate.send(r#"{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"name":"b__echo","arguments":{"n":9007199254740993}}}"#);
+    let big = gate.recv();
+    assert_eq!(
+        big["result"]["_meta"]["aml.action-boundary/verdict"]["rejection"], "inexact_number",
+        "{big}"
+    );
+    for cursor in [json!("9."), json!(1), json!("b.x")] {
+        gate.send_json(
+            &json!({"jsonrpc": "2.0", "id": "l", "method": "tools/list", "params": {"cursor": cursor}}),
+        );
+        assert_eq!(gate.recv()["error"]["code"], -32602, "cursor {cursor}");
+    }
+    gate.send_json(&json!({"jsonrpc": "2.0", "id": "live", "method": "tools/list"}));
+    assert_eq!(gate.recv()["id"], "live", "the gate still answers");
+    assert!(
+        calls_read(&dir, "a").is_empty() && calls_read(&dir, "b").is_empty(),
+        "a call reached a server"
+    );
+    gate.close();
+    assert_eq!(gate.wait().code(), Some(0), "{}", gate.stderr());
+}

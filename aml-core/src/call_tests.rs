@@ -213,6 +213,35 @@ fn the_frozen_arguments_run_once_and_only_their_digest_is_recorded() {
 }
 
 #[test]
+fn a_registration_that_names_its_server_has_it_named_in_every_record_of_its_calls() {
+    let sink = MemorySink::new();
+    let catalog = ToolCatalog::new()
+        .with(registration().with_server("mail"))
+        .unwrap();
+    let boundary = ActionBoundary::builder(testing::send_message_policy(false))
+        .sink(sink.clone())
+        .build();
+    let gate = ToolGate::new(catalog, boundary).with_runtime(TokioRuntime);
+    let counting = CountingTool::new();
+    let text = args();
+    let rt = rt();
+    let done =
+        rt.block_on(gate.call(CallRequest::bytes(testing::SEND_MESSAGE, &text).executor(tool(&counting))));
+    assert_eq!(done.status(), "dispatched");
+    let refused = rt.block_on(gate.call(CallRequest::bytes(testing::SEND_MESSAGE, b"{}")));
+    assert_eq!(refused.status(), "refused");
+    let unknown = rt.block_on(gate.call(CallRequest::bytes("no_such_tool", &text)));
+    assert_eq!(unknown.status(), "refused");
+    let servers: Vec<_> = sink.calls().iter().map(|r| r.server.clone()).collect();
+    assert_eq!(servers, [Some("mail".into()), Some("mail".into()), None]);
+    assert_eq!(sink.calls()[0].to_value()["server"], "mail");
+    assert!(
+        sink.calls()[2].to_value().get("server").is_none(),
+        "no server, no member"
+    );
+}
+
+#[test]
 fn executors_are_chosen_registration_then_request_then_boundary_and_none_blocks_before_approval() {
     let own = CountingTool::new();
     let catalog = ToolCatalog::new()

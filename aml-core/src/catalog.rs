@@ -112,6 +112,7 @@ pub struct ToolRegistration {
     pin: Option<Sha256Digest>,
     rule: Option<ResourceRule>,
     scopes: Arc<[String]>,
+    server: Option<Arc<str>>,
 }
 
 impl core::fmt::Debug for ToolRegistration {
@@ -201,6 +202,7 @@ impl ToolRegistration {
             pin: None,
             scopes: Arc::from([]),
             rule: None,
+            server: None,
         })
     }
 
@@ -288,6 +290,27 @@ impl ToolRegistration {
     /// The scopes a caller's access token must hold to call this tool (none by default).
     pub fn scopes(&self) -> &[String] {
         &self.scopes
+    }
+
+    /// Names the server that serves this tool, for a gateway in front of several: every
+    /// [`CallRecord`](crate::CallRecord) of a call to it names the server too. A label
+    /// only; the boundary decides nothing by it.
+    ///
+    /// ```
+    /// use aml_core::{Effect, ResourceRule, ToolRegistration};
+    /// let tool = ToolRegistration::new("files__read", Effect::Read, "Read a file",
+    ///     ResourceRule::Argument("path".into()), serde_json::json!({"type": "object"})).unwrap()
+    ///     .with_server("files");
+    /// assert_eq!(tool.server(), Some("files"));
+    /// ```
+    pub fn with_server(mut self, server: impl Into<String>) -> Self {
+        self.server = Some(server.into().into());
+        self
+    }
+
+    /// The server that serves this tool, when the host named one.
+    pub fn server(&self) -> Option<&str> {
+        self.server.as_deref()
     }
 
     /// The tool name.

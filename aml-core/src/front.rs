@@ -25,6 +25,8 @@ pub(crate) struct CallTracker {
     policies: Vec<String>,
     /// The caller, when it is not `local`.
     caller: Option<String>,
+    /// The tool's server, when its registration names one.
+    server: Option<std::sync::Arc<str>>,
     done: bool,
 }
 
@@ -59,6 +61,7 @@ impl CallTracker {
             plan: None,
             policies: Vec::new(),
             caller: None,
+            server: None,
             done: false,
         }
     }
@@ -80,6 +83,11 @@ impl CallTracker {
         self.caller = (!caller.is_local()).then(|| caller.id().to_owned());
     }
 
+    /// Names the tool's server in the record, when its registration names one.
+    pub(crate) fn served_by(&mut self, registration: &crate::ToolRegistration) {
+        self.server = registration.server().map(Arc::from);
+    }
+
     /// Records how the call ended: the closing event and the one record.
     pub(crate) fn finish(mut self, fill: impl FnOnce(&mut CallRecord)) {
         self.done = true;
@@ -90,6 +98,7 @@ impl CallTracker {
         let mut record = CallRecord::new(&*self.adapter, self.tool.as_str(), &self.clock);
         record.policies = std::mem::take(&mut self.policies);
         record.caller = self.caller.take();
+        record.server = self.server.as_deref().map(str::to_owned);
         fill(&mut record);
         self.emit(record);
     }
@@ -135,6 +144,7 @@ impl CallTracker {
                 parent: &self.span,
                 adapter = &*self.adapter,
                 tool = self.tool.as_str(),
+                server = self.server.as_deref(),
                 digest = digest.as_deref().unwrap_or("null"),
                 reason,
                 status,
@@ -167,6 +177,7 @@ impl Drop for CallTracker {
         record.detail = Some(format!("the caller went away {during}"));
         record.policies = std::mem::take(&mut self.policies);
         record.caller = self.caller.take();
+        record.server = self.server.as_deref().map(str::to_owned);
         if let Some(plan) = &self.plan {
             record.receipt = Some(Receipt::new(plan.proposal_sha256(), plan.decision(), reason));
             record.plan = Some(plan.clone());

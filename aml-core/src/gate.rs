@@ -338,6 +338,7 @@ impl ToolGate {
             );
             return ended(tracker, refused);
         };
+        tracker.served_by(registration);
         let policy = self.boundary.policy().current();
         let outcome = |outcome, host_error| GateOutcome {
             tool: tool.to_owned(),
@@ -392,6 +393,9 @@ impl ToolGate {
     ) -> GateOutcome {
         let mut tracker = CallTracker::start(&self.adapter, tool, self.boundary.sink());
         tracker.called_by(caller);
+        if let Some(registration) = self.catalog.current().get(tool) {
+            tracker.served_by(registration);
+        }
         finish_ended(tracker, refused_outcome(tool, refusal, detail))
     }
 

@@ -148,6 +148,10 @@ pub struct CallRecord {
     /// Who called, when it was not the host's own agent (`local`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub caller: Option<String>,
+    /// The server that serves the tool, when its registration names one
+    /// ([`ToolRegistration::with_server`](crate::ToolRegistration::with_server)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
     /// The caller's usage of the tool that the plan was decided on, for a policy that reads
     /// `context.usage`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -173,6 +177,7 @@ impl CallRecord {
             policies: Vec::new(),
             would_block: None,
             caller: None,
+            server: None,
             usage: None,
         }
     }

@@ -118,6 +118,12 @@ fn two_servers_behind_one_gate_each_get_only_their_own_calls_and_one_can_fail_al
     assert_eq!(gate.wait().code(), Some(0), "{}", gate.stderr());
     let records = read_lines(&dir.join("receipts.jsonl"));
     assert_eq!(records.len(), 5, "one record per call");
+    for line in &records {
+        let record: Value = serde_json::from_str(line).unwrap();
+        let tool = record["tool"].as_str().unwrap();
+        let server = &tool[..1];
+        assert_eq!(record["server"], server, "each record names its server: {record}");
+    }
 }
 
 /// The three servers at once: server-everything (npm), server-filesystem (npm) and

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use aml_core::CatalogError;
+use aml_core::{CatalogError, ToolCatalog};
 use serde_json::Value;
 
 use super::machine::{ServerId, FIRST_SERVER};
@@ -39,6 +39,23 @@ impl Routes {
             return Some((FIRST_SERVER, tool));
         }
         self.exposed.resolve(tool)
+    }
+
+    /// `catalog` (of exposed names) with each tool's registration naming its server, so
+    /// that its records do; unchanged for a gate given one server the usual way.
+    pub(crate) fn label(&self, catalog: ToolCatalog) -> Result<ToolCatalog, CatalogError> {
+        if !self.listed() {
+            return Ok(catalog);
+        }
+        let mut labelled = ToolCatalog::new();
+        for tool in catalog.tools() {
+            let mut tool = tool.clone();
+            if let Some((server, _)) = self.exposed.resolve(tool.name()) {
+                tool = tool.with_server(self.servers[server].0.clone());
+            }
+            labelled.register(tool)?;
+        }
+        Ok(labelled)
     }
 
     /// The name the client sees for `server`'s tool `own`; `None` when the host did not

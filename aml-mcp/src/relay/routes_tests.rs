@@ -34,6 +34,17 @@ fn call(id: &str, tool: &str) -> Value {
 
 #[test]
 fn a_call_goes_to_its_tools_server_under_that_servers_own_name() {
+    let tools = routed_tools();
+    for (tool, server) in [("files__read", "files"), ("mail__send", "mail")] {
+        for gate in [tools.gate(), tools.retry_gate()] {
+            let catalog = gate.gate().catalog();
+            assert_eq!(
+                catalog.get(tool).unwrap().server(),
+                Some(server),
+                "records name it"
+            );
+        }
+    }
     let mut m = routed();
     for (id, tool, server, own) in [("a", "mail__send", 1, "send"), ("b", "files__read", 0, "read")] {
         let sent = m.client_says(call(id, tool));
@@ -194,6 +205,14 @@ fn a_reload_keeps_the_servers_and_re_exposes_the_names() {
                    "resource": {"argument": "to"}, "input_schema": {"type": "object"}}]}"#;
     tools.replace_from_json(next).unwrap();
     assert_eq!(tools.routes().resolve("files__write"), Some((0, "write")));
+    let registered = tools
+        .gate()
+        .gate()
+        .catalog()
+        .get("files__write")
+        .cloned()
+        .unwrap();
+    assert_eq!(registered.server(), Some("files"), "its records name its server");
     assert_eq!(tools.routes().resolve("files__read"), None);
     let unnamed = r#"{"tools": [{"name": "write", "effect": "write", "purpose": "Write",
                       "resource": {"argument": "to"}, "input_schema": {}}]}"#;

@@ -73,7 +73,8 @@ impl RelayTools {
         servers: &[(String, Naming)],
     ) -> Result<Self, CatalogError> {
         let (document, routes) = expose_document(text, servers)?;
-        let tools = Self::from_json(&document, boundary)?;
+        let (catalog, rules) = parse_document(&document)?;
+        let tools = Self::new(routes.label(catalog)?, &rules, boundary)?;
         *write(&tools.routes) = Arc::new(routes);
         Ok(tools)
     }
@@ -133,6 +134,7 @@ impl RelayTools {
         let servers = self.routes().servers().to_vec();
         let (document, routes) = expose_document(text, &servers)?;
         let (catalog, rules) = parse_document(&document)?;
+        let catalog = routes.label(catalog)?;
         let retry = retry_catalog(&catalog, &rules)?;
         self.gate.gate().live_catalog().replace(catalog);
         self.retry.gate().live_catalog().replace(retry);
@@ -252,10 +254,12 @@ fn envelope_registration(
         "additionalProperties": false,
     });
     let mapper = EnvelopeResource(rule);
-    Ok(
-        ToolRegistration::new(tool.name(), tool.effect(), tool.purpose(), mapper, schema)?
-            .with_description(tool.description()),
-    )
+    let mut envelope = ToolRegistration::new(tool.name(), tool.effect(), tool.purpose(), mapper, schema)?
+        .with_description(tool.description());
+    if let Some(server) = tool.server() {
+        envelope = envelope.with_server(server);
+    }
+    Ok(envelope)
 }
 
 /// The tool's resource rule, applied to the envelope's `arguments`.

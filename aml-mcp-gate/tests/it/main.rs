@@ -40,6 +40,7 @@ mod policy_cmd;
 mod reload;
 mod replicas;
 mod servers;
+mod servers_approvals;
 mod telemetry;
 mod traces;
 mod traces_http;

@@ -2,7 +2,9 @@
 //! gate receives it. Two gate processes share one SQLite file (and, in the second test, one
 //! PostgreSQL database); 64 identical calls arrive at once, half through each gate; a person
 //! approves one of them on one gate's page. Exactly one call reaches the server (it counts),
-//! and every other call ends blocked. Driven with the official Python MCP SDK client.
+//! and every other call ends blocked. The same with two gates each in front of two servers
+//! (`[[servers]]`, ADR 033): the one call reaches only its tool's server. Driven with the
+//! official Python MCP SDK client.
 
 use crate::session;
 
@@ -11,15 +13,48 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use session::*;
 
-fn race(tag: &str, state: &str) {
+/// Where the calls go: a gate in front of one server, or of two (the call to the second's
+/// tool, which needs the approval).
+#[derive(Clone, Copy)]
+enum Servers {
+    One,
+    Two,
+}
+
+impl Servers {
+    fn start(self, dir: &std::path::Path, flags: &[&str]) -> Session {
+        match self {
+            Servers::One => Session::start(dir, Some(true), flags),
+            Servers::Two => Session::start_listed(dir, flags),
+        }
+    }
+
+    fn tool(self) -> &'static str {
+        match self {
+            Servers::One => "send_notice",
+            Servers::Two => "b__send_notice",
+        }
+    }
+
+    /// How many calls reached the tool's server, and how many any other.
+    fn reached(self, dir: &std::path::Path) -> (usize, usize) {
+        let count = |file: &str| std::fs::read_to_string(dir.join(file)).map_or(0, |t| t.lines().count());
+        match self {
+            Servers::One => (count("audit.jsonl"), 0),
+            Servers::Two => (count("audit-b.jsonl"), count("audit-a.jsonl")),
+        }
+    }
+}
+
+fn race(tag: &str, state: &str, servers: Servers) {
     let dir = work(tag);
     let flags = ["--state", state, "--approve", "web", "--approval-timeout", "5"];
-    let mut a = Session::start(&dir, Some(true), &flags);
-    let mut b = Session::start(&dir, Some(true), &flags);
+    let mut a = servers.start(&dir, &flags);
+    let mut b = servers.start(&dir, &flags);
     let (origin, token) = page(&a);
     // One proposal for this run only: a shared database outlives runs.
     let nonce = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    let order = json!({"call": "send_notice", "times": 32,
+    let order = json!({"call": servers.tool(), "times": 32,
                        "arguments": {"to": TO, "body": format!("Deploy {nonce}?")}});
     a.order(order.clone());
     b.order(order);
@@ -50,7 +85,11 @@ fn race(tag: &str, state: &str) {
             "{status} {reason}"
         );
     }
-    assert_eq!(session_count(&dir), 1, "exactly one call reached the server");
+    assert_eq!(
+        servers.reached(&dir),
+        (1, 0),
+        "exactly one call reached the server, the tool's"
+    );
     a.close();
     b.close();
     let mine: Vec<Value> = receipts(&dir)
@@ -60,20 +99,32 @@ fn race(tag: &str, state: &str) {
     assert_eq!(mine.len(), 1, "one dispatched receipt between the two gates");
 }
 
-fn session_count(dir: &std::path::Path) -> usize {
-    std::fs::read_to_string(dir.join("audit.jsonl")).map_or(0, |t| t.lines().count())
-}
-
 #[test]
 fn two_gates_on_one_sqlite_file_dispatch_an_approved_proposal_once() {
     let dir = work("replicas-sqlite-state");
     race(
         "replicas-sqlite",
         &dir.join("shared.sqlite3").display().to_string(),
+        Servers::One,
     );
 }
 
 #[test]
 fn two_gates_on_one_postgres_database_dispatch_an_approved_proposal_once() {
-    race("replicas-postgres", &postgres_url());
+    race("replicas-postgres", &postgres_url(), Servers::One);
+}
+
+#[test]
+fn two_gates_of_two_servers_on_one_sqlite_file_dispatch_an_approved_proposal_once() {
+    let dir = work("replicas-servers-sqlite-state");
+    race(
+        "replicas-servers-sqlite",
+        &dir.join("shared.sqlite3").display().to_string(),
+        Servers::Two,
+    );
+}
+
+#[test]
+fn two_gates_of_two_servers_on_one_postgres_database_dispatch_an_approved_proposal_once() {
+    race("replicas-servers-postgres", &postgres_url(), Servers::Two);
 }

@@ -72,12 +72,27 @@ impl Session {
         command.extend(extra.iter().map(|s| s.to_string()));
         command.push("--".into());
         command.push(python().display().to_string());
-        command.push(
-            repo()
-                .join("scripts/interop/mcp_notice_server.py")
-                .display()
-                .to_string(),
-        );
+        command.push(notice_server());
+        Session::spawn(dir, &command, env)
+    }
+
+    /// A session of a gate in front of two servers (`--config gate.toml`, ADR 033), `a` and
+    /// `b`, each the notice server recording the calls it receives in `audit-a.jsonl` and
+    /// `audit-b.jsonl`: `a__send_notice` to [`TO`] is allowed, `b__send_notice` needs an
+    /// approval.
+    pub fn start_listed(dir: &Path, extra: &[&str]) -> Session {
+        write_listed_config(dir);
+        let mut command: Vec<String> = vec![GATE.into(), "--config".into()];
+        command.push(dir.join("gate.toml").display().to_string());
+        if !extra.contains(&"--state") {
+            command.push("--state".into());
+            command.push(dir.join("state.sqlite3").display().to_string());
+        }
+        command.extend(extra.iter().map(|s| s.to_string()));
+        Session::spawn(dir, &command, &[])
+    }
+
+    fn spawn(dir: &Path, command: &[String], env: &[(&str, &str)]) -> Session {
         let mut client = Child::spawn(
             "the Python SDK client",
             Command::new(python())
@@ -139,7 +154,12 @@ impl Session {
     }
 
     pub fn reached_server(&self) -> usize {
-        std::fs::read_to_string(self.dir.join("audit.jsonl")).map_or(0, |text| text.lines().count())
+        self.reached("audit.jsonl")
+    }
+
+    /// How many calls the server that records in `audit` (`audit-a.jsonl`, …) received.
+    pub fn reached(&self, audit: &str) -> usize {
+        std::fs::read_to_string(self.dir.join(audit)).map_or(0, |text| text.lines().count())
     }
 }
 
@@ -291,6 +311,50 @@ pub fn write_config(dir: &Path, requires_approval: Option<bool>) {
     let tools = json!({"tools": [{"name": "send_notice", "effect": "send", "purpose": "Send a notice for the user",
                                   "resource": {"argument": "to"}, "input_schema": schema}]});
     std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
+}
+
+fn notice_server() -> String {
+    repo()
+        .join("scripts/interop/mcp_notice_server.py")
+        .display()
+        .to_string()
+}
+
+/// [`Session::start_listed`]'s files: `gate.toml` with servers `a` and `b`, `tools.json`
+/// with `send_notice` of each, `policy.json` (`b`'s needs an approval).
+pub fn write_listed_config(dir: &Path) {
+    write_config(dir, None);
+    let mut tools: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tools.json")).unwrap()).unwrap();
+    let notice = tools["tools"][0].clone();
+    let mut rules = Vec::new();
+    tools["tools"] = Value::Array(Vec::new());
+    let mut toml =
+        String::from("policy = \"policy.json\"\ntools = \"tools.json\"\nreceipts = \"receipts.jsonl\"\n");
+    for (server, approval) in [("a", false), ("b", true)] {
+        let mut tool = notice.clone();
+        tool["server"] = json!(server);
+        tools["tools"].as_array_mut().unwrap().push(tool);
+        rules.push(
+            json!({"tool": format!("{server}__send_notice"), "effect": "send", "resource": TO,
+                          "requires_approval": approval}),
+        );
+        let audit = dir.join(format!("audit-{server}.jsonl"));
+        let command = [
+            "env".to_owned(),
+            format!("AML_NOTICE_AUDIT={}", audit.display()),
+            python().display().to_string(),
+            notice_server(),
+        ];
+        toml.push_str(&format!(
+            "\n[[servers]]\nname = \"{server}\"\ncommand = {}\n",
+            serde_json::to_string(&command).unwrap()
+        ));
+    }
+    std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
+    let policy = json!({"protocol": "aml-action-policy/1", "rules": rules});
+    std::fs::write(dir.join("policy.json"), policy.to_string()).unwrap();
+    std::fs::write(dir.join("gate.toml"), toml).unwrap();
 }
 
 /// `aml-mcp-gate journal ARGS --state STATE`: its exit code, its output's JSON lines, and

@@ -9,11 +9,17 @@ itself at that point of the session (a file that appears after the gate started)
 URIs, per page); {"prompt": NAME, "arguments": {...}} gets a prompt and {"read": URI} reads
 a resource (each reported as its text). A tool call with "progress": true asks for progress
 and reports the progress values it got, in order.
+{"complete": {"prompt": NAME} | {"template": URI}, "argument": {"name": N, "value": V}} asks
+for completions (reported as their values). {"cancel": NAME, "arguments": {...}} calls a tool
+that reports progress and cancels the call at its first progress (the SDK then tells the
+server); reported as the progress seen and whether the call finished anyway.
 """
 import asyncio
 import json
 import os
 import sys
+
+import anyio
 
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
@@ -37,6 +43,37 @@ async def walk(session: ClientSession, what: str) -> list:
         if not cursor:
             break
     return pages
+
+
+async def complete(session: ClientSession, order: dict) -> dict:
+    ref = order["complete"]
+    if "prompt" in ref:
+        reference = types.PromptReference(type="ref/prompt", name=ref["prompt"])
+    else:
+        reference = types.ResourceTemplateReference(type="ref/resource", uri=ref["template"])
+    done = await session.complete(reference, order["argument"])
+    return {"values": done.completion.values}
+
+
+async def cancel_at_first_progress(session: ClientSession, order: dict) -> dict:
+    first = anyio.Event()
+    progress = []
+    finished = {"finished": False}
+
+    async def on_progress(done, total, message):
+        progress.append(done)
+        first.set()
+
+    async def call():
+        await session.call_tool(order["cancel"], order["arguments"], progress_callback=on_progress)
+        finished["finished"] = True
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        with anyio.fail_after(20):
+            await first.wait()
+        group.cancel_scope.cancel()
+    return {"progress": progress[:1], "finished": finished["finished"]}
 
 
 async def main() -> None:
@@ -67,6 +104,12 @@ async def main() -> None:
                     got = await session.get_prompt(call["prompt"], call.get("arguments"))
                     texts = [m.content.text for m in got.messages if getattr(m.content, "text", None)]
                     results.append({"text": "".join(texts)})
+                    continue
+                if "complete" in call:
+                    results.append(await complete(session, call))
+                    continue
+                if "cancel" in call:
+                    results.append(await cancel_at_first_progress(session, call))
                     continue
                 if "read" in call:
                     read = await session.read_resource(call["read"])

@@ -128,7 +128,9 @@ fn two_servers_behind_one_gate_each_get_only_their_own_calls_and_one_can_fail_al
 
 /// The issue's three servers at once: server-everything (npm), server-filesystem (npm) and
 /// a server made with the official Python SDK, behind one gate, driven by the official
-/// Python SDK client: every page of the tools, and a call to each that reaches its server.
+/// Python SDK client: every page of the tools, a call to each that reaches its server,
+/// prompts, resources, completion, progress and a cancellation that reaches only its
+/// server (server-everything's input is logged through `tee`).
 #[test]
 fn the_python_sdk_client_reaches_three_real_servers_through_one_gate() {
     let dir = raw::work("servers-sdk");
@@ -167,7 +169,7 @@ names = "on_conflict"
 
 [[servers]]
 name = "everything"
-command = [{everything:?}]
+command = ["sh", "-c", "tee -a \"$0\" | exec \"$1\"", {everything_in:?}, {everything:?}]
 
 [[servers]]
 name = "notes"
@@ -175,6 +177,7 @@ command = [{python:?}, {notice:?}]
 names = "never"
 "#,
         everything = path(&crate::common::everything()),
+        everything_in = path(&dir.join("everything.in.log")),
         filesystem = path(&crate::common::node_bin("mcp-server-filesystem")),
         files = path(&files),
         python = path(&python()),
@@ -196,6 +199,13 @@ names = "never"
         {"read": "demo://resource/dynamic/text/1"},
         // Progress from the second server reaches the client's call.
         {"name": "everything__trigger-long-running-operation", "arguments": {"duration": 1, "steps": 3}, "progress": true},
+        // Completion by the prompt's and by the template's server.
+        {"complete": {"prompt": "everything__completable-prompt"}, "argument": {"name": "department", "value": "Eng"}},
+        {"complete": {"template": "demo://resource/dynamic/text/{resourceId}"}, "argument": {"name": "resourceId", "value": "7"}},
+        // A call the client cancels at its first progress: the cancellation reaches its server.
+        {"cancel": "everything__trigger-long-running-operation", "arguments": {"duration": 4, "steps": 4}},
+        {"name": "everything__echo", "arguments": {"message": "after the cancel"}},
+        {"name": "send_notice", "arguments": {"to": "team", "body": "after the cancel"}},
     ]);
     let out = std::process::Command::new(python())
         .arg(repo().join("scripts/interop/mcp_client.py"))
@@ -267,10 +277,46 @@ names = "never"
         json!([1.0, 2.0, 3.0]),
         "each step's progress: {report}"
     );
+    assert_eq!(results[10]["values"], json!(["Engineering"]), "{report}");
+    assert_eq!(results[11]["values"], json!(["7"]), "{report}");
+    assert_eq!(
+        (&results[12]["progress"], &results[12]["finished"]),
+        (&json!([1.0]), &json!(false)),
+        "{report}"
+    );
+    assert!(texts[13].contains("after the cancel"), "{report}");
+    assert_eq!(texts[14], "sent to team", "{report}");
     assert_eq!(
         read_lines(&notices).len(),
-        1,
-        "the notes server ran its tool once"
+        2,
+        "the notes server ran its tool twice"
+    );
+    // server-everything's own input: the cancelled call under its id, then its cancellation.
+    let received: Vec<Value> = read_lines(&dir.join("everything.in.log"))
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let cancelled_call = received
+        .iter()
+        .find(|m| m["method"] == "tools/call" && m["params"]["arguments"]["duration"] == 4)
+        .unwrap_or_else(|| panic!("the call did not reach server-everything: {received:?}"));
+    assert_eq!(cancelled_call["params"]["name"], "trigger-long-running-operation");
+    let cancel = received
+        .iter()
+        .find(|m| m["method"] == "notifications/cancelled")
+        .unwrap_or_else(|| panic!("no cancellation reached server-everything: {received:?}"));
+    assert_eq!(cancel["params"]["requestId"], cancelled_call["id"], "{cancel}");
+    let records = read_lines(&dir.join("receipts.jsonl"));
+    let record: Value = records
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["tool"] == "everything__trigger-long-running-operation")
+        .last()
+        .unwrap();
+    assert_eq!(record["server"], "everything", "{record}");
+    assert_eq!(
+        record["receipt"]["execution_status"], "unknown",
+        "entered, then cancelled: {record}"
     );
 }
 

@@ -11,7 +11,7 @@ use raw::{python, read_lines, repo, StdioGate};
 
 /// `dir` with two raw-stdin servers `a` and `b` (logs `a.raw.log`, `b.raw.log`), both with a
 /// tool `echo`, registered and allowed as `a__echo` and `b__echo`.
-fn layout(dir: &std::path::Path) -> Vec<String> {
+pub(crate) fn layout(dir: &std::path::Path) -> Vec<String> {
     let server = |name: &str| {
         let script = repo().join("scripts/interop/mcp_raw_stdin_server.py");
         json!({"name": name, "command": [python().display().to_string(), script.display().to_string(),
@@ -39,14 +39,14 @@ fn layout(dir: &std::path::Path) -> Vec<String> {
     vec!["--config".into(), dir.join("gate.toml").display().to_string()]
 }
 
-fn call(gate: &mut StdioGate, id: &str, tool: &str, arguments: Value) -> Value {
+pub(crate) fn call(gate: &mut StdioGate, id: &str, tool: &str, arguments: Value) -> Value {
     gate.send_json(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
                            "params": {"name": tool, "arguments": arguments}}));
     gate.recv()
 }
 
 /// The `tools/call` lines a server read.
-fn calls_read(dir: &std::path::Path, server: &str) -> Vec<Value> {
+pub(crate) fn calls_read(dir: &std::path::Path, server: &str) -> Vec<Value> {
     read_lines(&dir.join(format!("{server}.raw.log")))
         .iter()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())

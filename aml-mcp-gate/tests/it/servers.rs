@@ -309,9 +309,9 @@ names = "never"
     let records = read_lines(&dir.join("receipts.jsonl"));
     let record: Value = records
         .iter()
+        .rev()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|r| r["tool"] == "everything__trigger-long-running-operation")
-        .last()
+        .find(|r| r["tool"] == "everything__trigger-long-running-operation")
         .unwrap();
     assert_eq!(record["server"], "everything", "{record}");
     assert_eq!(

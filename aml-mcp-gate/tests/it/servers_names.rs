@@ -59,10 +59,13 @@ fn listed(gate: &mut StdioGate) -> Vec<String> {
     names
 }
 
+/// What the client sees under a naming: (shown name, server, the server's own name).
+type Shown = &'static [(&'static str, &'static str, &'static str)];
+
 #[test]
 fn a_name_two_servers_share_is_shown_per_each_naming_and_reaches_its_own_server() {
     // (a's naming, b's naming, what the client sees: (shown, server, own name)).
-    let cases: [(&str, &str, &[(&str, &str, &str)]); 3] = [
+    let cases: [(&str, &str, Shown); 3] = [
         (
             "prefix",
             "prefix",

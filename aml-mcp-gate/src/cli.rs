@@ -79,9 +79,10 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Read the state: calls whose outcome is unknown, reconcile one, print receipts
     Journal(crate::journal::JournalArgs),
-    /// Start a server, read its tools, write a pinned tools.json and an empty policy.json
+    /// Start a server (or each server a config file lists), read its tools, write a pinned
+    /// tools.json and an empty policy.json
     #[command(
-        after_help = "Example:\n  aml-mcp-gate init --out gate -- npx -y @modelcontextprotocol/server-everything\n\nExit status: 0 written; 1 the server could not be started or read; 2 bad usage, or\nthe files exist (without --force) or cannot be written."
+        after_help = "Examples:\n  aml-mcp-gate init --out gate -- npx -y @modelcontextprotocol/server-everything\n  aml-mcp-gate init --out gate --config gate.toml   # its `server` or `[[servers]]`\n\nExit status: 0 written; 1 a server could not be started or read, or two servers' tools\nwould be shown under one name; 2 bad usage, a config file that cannot be read, or the\nfiles exist (without --force) or cannot be written."
     )]
     Init(crate::init::InitArgs),
     /// Check a policy without a server: validate it (check), decide one call (explain), or

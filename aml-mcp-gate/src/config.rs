@@ -149,6 +149,54 @@ struct Limits {
     elicitation: Option<Setting>,
 }
 
+/// The servers of the file at `path`, for `init`: its `[[servers]]` (each named), or its one
+/// `server` (unnamed), each a command to run in the file's folder.
+pub(crate) fn servers_for_init(path: &Path) -> Result<Vec<InitServer>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file: File = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let folder = std::path::absolute(base)
+        .map_err(|e| format!("{}: cannot resolve its folder: {e}", path.display()))?;
+    match (file.servers, file.server.filter(|s| !s.is_empty()), file.upstream.url) {
+        (Some(tables), None, None) if !tables.is_empty() => {
+            let listed = crate::servers::read(tables, &folder).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(listed
+                .iter()
+                .filter_map(|l| {
+                    let command = l.command()?.clone();
+                    Some(InitServer {
+                        named: Some((l.name().to_owned(), l.naming())),
+                        command,
+                    })
+                })
+                .collect())
+        }
+        (None, Some(server), None) => Ok(vec![InitServer {
+            named: None,
+            command: crate::child::ServerCommand::new(server_command(&folder, server), Some(&folder)),
+        }]),
+        (None, None, Some(_)) => Err(format!(
+            "{}: init starts the servers it reads; a server over HTTP (`[upstream] url`) cannot be read by init",
+            path.display()
+        )),
+        (None, None, None) | (Some(_), None, None) => Err(format!(
+            "{}: names no server (`server = [...]` or `[[servers]]` tables)",
+            path.display()
+        )),
+        _ => Err(format!(
+            "{}: `server`, `[upstream] url` and `[[servers]]` name the servers in different ways: keep one",
+            path.display()
+        )),
+    }
+}
+
+/// A server `init` reads: its name and naming when the file lists several, and its command.
+#[derive(Debug)]
+pub(crate) struct InitServer {
+    pub(crate) named: Option<(String, aml_mcp::relay::names::Naming)>,
+    pub(crate) command: crate::child::ServerCommand,
+}
+
 /// Fills every option of `args` that was not given as a flag from the file at `path`.
 pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;

@@ -1,7 +1,9 @@
-//! `aml-mcp-gate init -- SERVER…`: starts the server, reads its tools, and writes a
-//! `tools.json` with every tool pinned to the definition it advertises and an empty
-//! `policy.json`. Nothing is allowed until the host chooses each tool's effect and writes
-//! rules: the effect is a placeholder the catalog refuses to load.
+//! `aml-mcp-gate init -- SERVER…` (or `init --config gate.toml`, for the servers the file
+//! names): starts each server, reads its tools, and writes a `tools.json` with every tool
+//! pinned to the definition it advertises and an empty `policy.json`. Nothing is allowed
+//! until the host chooses each tool's effect and writes rules: the effect is a placeholder
+//! the catalog refuses to load. With several servers (`[[servers]]`, ADR 033) each tool
+//! names its `"server"`, and the policy examples use the names the client will see.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -15,6 +17,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use crate::child::ServerCommand;
+use crate::config::InitServer;
 
 /// What `init` writes for each tool's effect: not an effect, so the gate refuses to start
 /// until the host replaces it with one.
@@ -39,8 +42,16 @@ pub(crate) struct InitArgs {
     /// and elicitation in form and URL mode]
     #[arg(long, value_name = "JSON", value_parser = parse_capabilities)]
     pub(crate) client_capabilities: Option<Value>,
+    /// Read the servers a gate's config file names (its `server`, or its `[[servers]]`
+    /// list) instead of a command after `--`
+    #[arg(long, value_name = "FILE", conflicts_with = "command")]
+    pub(crate) config: Option<PathBuf>,
     /// The MCP server to start and its arguments
-    #[arg(last = true, required = true, value_name = "SERVER_COMMAND")]
+    #[arg(
+        last = true,
+        required_unless_present = "config",
+        value_name = "SERVER_COMMAND"
+    )]
     pub(crate) command: Vec<OsString>,
 }
 
@@ -62,6 +73,19 @@ fn parse_capabilities(text: &str) -> Result<Value, String> {
 /// Runs `init`: 0 when both files are written, 1 when the server cannot be read, 2 for
 /// files that exist (without `--force`) or cannot be written.
 pub(crate) fn main(args: InitArgs) -> ExitCode {
+    let servers = match &args.config {
+        Some(path) => match crate::config::servers_for_init(path) {
+            Ok(servers) => servers,
+            Err(e) => {
+                eprintln!("aml-mcp-gate init: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => vec![InitServer {
+            named: None,
+            command: ServerCommand::new(args.command.clone(), None),
+        }],
+    };
     let tools_path = args.out.join("tools.json");
     let policy_path = args.out.join("policy.json");
     let cedar_path = args.out.join("policy.cedar");
@@ -88,17 +112,19 @@ pub(crate) fn main(args: InitArgs) -> ExitCode {
         .client_capabilities
         .clone()
         .unwrap_or_else(default_capabilities);
-    let listed = runtime.block_on(list_server_tools(&args.command, &capabilities, limit));
-    runtime.shutdown_timeout(Duration::from_millis(100));
-    let tools = match listed {
-        Ok(tools) => tools,
-        Err(e) => {
-            eprintln!("aml-mcp-gate init: {e}");
-            return ExitCode::from(1);
+    let mut listed = Vec::with_capacity(servers.len());
+    for server in &servers {
+        match runtime.block_on(list_server_tools(&server.command, &capabilities, limit)) {
+            Ok(tools) => listed.push(tools),
+            Err(e) => {
+                eprintln!("aml-mcp-gate init: {}{e}", whose(server));
+                return ExitCode::from(1);
+            }
         }
-    };
-    let document = match skeleton(&tools) {
-        Ok(document) => document,
+    }
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    let (document, tools) = match catalog(&servers, &listed) {
+        Ok(written) => written,
         Err(e) => {
             eprintln!("aml-mcp-gate init: {e}");
             return ExitCode::from(1);
@@ -119,8 +145,74 @@ pub(crate) fn main(args: InitArgs) -> ExitCode {
         eprintln!("aml-mcp-gate init: cannot write {}: {e}", cedar_path.display());
         return ExitCode::from(2);
     }
-    print!("{}", next_steps(&tools, &tools_path, &policy_path, &args.command));
+    let run = match &args.config {
+        Some(config) => format!(
+            "aml-mcp-gate --config {} --policy {} --tools {}",
+            config.display(),
+            policy_path.display(),
+            tools_path.display()
+        ),
+        None => {
+            let server: Vec<String> = args
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            format!(
+                "aml-mcp-gate --policy {} --tools {} -- {}",
+                policy_path.display(),
+                tools_path.display(),
+                server.join(" ")
+            )
+        }
+    };
+    print!("{}", next_steps(&tools, &tools_path, &policy_path, &run));
     ExitCode::SUCCESS
+}
+
+/// `server "NAME": ` for a listed server, nothing for the one server.
+fn whose(server: &InitServer) -> String {
+    match &server.named {
+        Some((name, _)) => format!("server {name:?}: "),
+        None => String::new(),
+    }
+}
+
+/// The tools file for what each server listed (each tool naming its `"server"` when the
+/// servers are a list), and each tool's definition as the client will see it: its name
+/// exposed per its server's naming (ADR 033). A name two servers would show alike is an
+/// error that says how to resolve it.
+pub(crate) fn catalog(servers: &[InitServer], listed: &[Vec<Value>]) -> Result<(Value, Vec<Value>), String> {
+    let mut entries = Vec::new();
+    let mut shown = Vec::new();
+    let mut own: Vec<(usize, String)> = Vec::new();
+    for (index, (server, tools)) in servers.iter().zip(listed).enumerate() {
+        let document = skeleton(tools).map_err(|e| format!("{}{e}", whose(server)))?;
+        for mut entry in document["tools"].as_array().cloned().unwrap_or_default() {
+            if let Some((name, _)) = &server.named {
+                entry["server"] = Value::from(name.as_str());
+            }
+            own.push((index, entry["name"].as_str().unwrap_or_default().to_owned()));
+            entries.push(entry);
+        }
+        shown.extend(tools.iter().cloned());
+    }
+    let named: Vec<(&str, aml_mcp::relay::names::Naming)> = servers
+        .iter()
+        .filter_map(|s| s.named.as_ref().map(|(name, naming)| (name.as_str(), *naming)))
+        .collect();
+    if !named.is_empty() {
+        let exposed = aml_mcp::relay::names::expose(&named, own.iter().map(|(i, n)| (*i, n.as_str())))
+            .map_err(|e| {
+                format!("{e}; give one of them names = \"on_conflict\" or \"prefix\" in the config")
+            })?;
+        // The resource is fixed to the name the policy will use, as for one server.
+        for (i, (tool, entry)) in shown.iter_mut().zip(&mut entries).enumerate() {
+            tool["name"] = Value::from(exposed.name(i));
+            entry["resource"] = json!({"fixed": exposed.name(i)});
+        }
+    }
+    Ok((json!({"tools": entries}), shown))
 }
 
 /// A starter Cedar policy (docs/POLICY.md): every example commented out, so nothing is
@@ -208,7 +300,7 @@ fn deprecated(tool: &Value) -> bool {
         .is_some_and(|d| d.to_ascii_lowercase().contains("deprecated"))
 }
 
-fn next_steps(tools: &[Value], tools_path: &Path, policy_path: &Path, command: &[OsString]) -> String {
+fn next_steps(tools: &[Value], tools_path: &Path, policy_path: &Path, run: &str) -> String {
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     let old: Vec<&str> = tools
         .iter()
@@ -229,7 +321,6 @@ fn next_steps(tools: &[Value], tools_path: &Path, policy_path: &Path, command: &
             old.join(", ")
         ),
     };
-    let server: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     format!(
         "Wrote {tools} ({count} tools, each pinned to the definition the server advertises now: {names})
 and {policy} (no rules: nothing is allowed), and {cedar} (a Cedar policy to use instead, its
@@ -243,7 +334,7 @@ Next:
 {old}  2. In {policy}, add one rule per allowed call, e.g.
      {{\"tool\": \"{example}\", \"effect\": \"read\", \"resource\": \"{example}\", \"requires_approval\": false}}
   3. Run the gate in place of the server (in your MCP client's configuration):
-     aml-mcp-gate --policy {policy} --tools {tools} -- {server}
+     {run}
 
 If the server changes a pinned tool's definition, the gate hides the tool and refuses its
 calls (tool_definition_changed) until you review it and re-pin it (run init again into
@@ -254,20 +345,19 @@ another directory and copy the new \"pin\").
         cedar = policy_path.with_extension("cedar").display(),
         count = names.len(),
         names = names.join(", "),
-        server = server.join(" "),
     )
 }
 
 /// Starts the server, completes the MCP handshake (declaring `capabilities`) and reads
 /// every page of `tools/list`.
 pub(crate) async fn list_server_tools(
-    command: &[OsString],
+    command: &ServerCommand,
     capabilities: &Value,
     limit: Duration,
 ) -> Result<Vec<Value>, String> {
-    let child = ServerCommand::new(command.to_vec(), None)
+    let child = command
         .spawn(16 << 20)
-        .map_err(|e| format!("cannot start the server {command:?}: {e}"))?;
+        .map_err(|e| format!("cannot start the server {}: {e}", command.name()))?;
     let mut connection = child.upstream.connection;
     let listed = tokio::time::timeout(limit, handshake_and_list(&mut connection, capabilities)).await;
     let _ = child.stop.send(Duration::from_secs(2));

@@ -44,6 +44,26 @@ pub(crate) struct Listed {
     server: Server,
 }
 
+impl Listed {
+    /// The server's name in the list.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How its tools' names are shown.
+    pub(crate) fn naming(&self) -> Naming {
+        self.naming
+    }
+
+    /// Its command (every listed server is one, for now).
+    pub(crate) fn command(&self) -> Option<&ServerCommand> {
+        match &self.server {
+            Server::Child(command) => Some(command),
+            Server::Http { .. } => None,
+        }
+    }
+}
+
 /// The file's `[[servers]]`, their commands to run in `folder`.
 pub(crate) fn read(tables: Vec<Table>, folder: &Path) -> Result<Vec<Listed>, String> {
     let mut listed = Vec::with_capacity(tables.len());

@@ -3,6 +3,7 @@
 //! bare; `never` keeps its names bare and pushes the other server's shared name under its
 //! prefix, or, when both say `never`, stops the gate at start. Each shown name reaches its
 //! own server under the server's own name.
+//! A registered tool its server does not list is warned of, naming the server.
 
 use crate::raw;
 use crate::servers::{call, calls_read, layout};
@@ -150,5 +151,35 @@ fn a_name_two_servers_share_is_shown_per_each_naming_and_reaches_its_own_server(
     assert!(
         stderr.contains("\"echo\"") && stderr.contains("\"a\"") && stderr.contains("\"b\""),
         "the conflict names the tool and both servers: {stderr}"
+    );
+}
+
+#[test]
+fn a_registered_tool_its_server_does_not_list_is_warned_of_naming_the_server() {
+    let dir = raw::work("servers-names-typo");
+    let options = named(&dir, "prefix", "prefix", &["a__echo", "a__sned", "b__echo"]);
+    let mut tools: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tools.json")).unwrap()).unwrap();
+    // `a` lists `send`; the host wrote `sned`.
+    tools["tools"][1]["name"] = json!("sned");
+    std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
+    let mut gate = StdioGate::start(&dir, &options, &[]);
+    gate.initialize();
+    let names = listed(&mut gate);
+    assert_eq!(names, ["a__echo", "b__echo"], "the typo is never listed");
+    raw::wait_for("the warning", || gate.stderr().contains("does not list"));
+    gate.close();
+    assert_eq!(gate.wait().code(), Some(0));
+    let stderr = gate.stderr();
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("does not list")).collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning, for the one missing tool: {stderr}"
+    );
+    assert!(
+        warnings[0].contains("tool=a__sned server=\"a\""),
+        "{}",
+        warnings[0]
     );
 }

@@ -6,32 +6,50 @@
 
 use std::collections::BTreeSet;
 
-use super::machine::{Relay, State};
+use super::machine::{Relay, ServerId, State};
 
-/// Notes one page of the server's `tools/list` (the names it lists); `last` when it has no
-/// `nextCursor`, which completes the list the pages since the last complete one make up.
-pub(crate) fn page(relay: &Relay, state: &mut State, names: impl IntoIterator<Item = String>, last: bool) {
-    // With several servers each lists only its own tools, under its own names (ADR 033).
-    if relay.tools.routes().listed() {
+/// Notes one page of `server`'s `tools/list` (the names it lists, its own); `last` when it
+/// has no `nextCursor`, which completes the list the pages since its last complete one make
+/// up. With several servers (ADR 033) each is checked against the tools registered as its.
+pub(crate) fn page(
+    relay: &Relay,
+    state: &mut State,
+    server: ServerId,
+    names: impl IntoIterator<Item = String>,
+    last: bool,
+) {
+    let Some(listing) = state.listing.get_mut(server) else {
         return;
-    }
-    state.listing.extend(names);
+    };
+    listing.extend(names);
     if !last {
         return;
     }
-    let advertised = std::mem::take(&mut state.listing);
+    let advertised = std::mem::take(listing);
+    let routes = relay.tools.routes();
     let registered = relay.tools.gate().gate().catalog();
     let missing: BTreeSet<String> = registered
         .tools()
-        .map(|tool| tool.name().to_owned())
-        .filter(|name| !advertised.contains(name))
+        .map(|tool| tool.name())
+        .filter(|name| matches!(routes.resolve(name), Some((its, own)) if its == server && !advertised.contains(own)))
+        .map(str::to_owned)
         .collect();
-    if missing == state.missing_warned {
+    let Some(warned) = state.missing_warned.get_mut(server) else {
+        return;
+    };
+    if missing == *warned {
         return;
     }
-    for tool in missing.difference(&state.missing_warned) {
-        tracing::warn!(target: "aml_mcp::relay", tool = %tool,
-                       "the tools file registers a tool the server does not list: it is never listed or callable (a typo in its name?)");
+    let listed = routes.listed();
+    for tool in missing.difference(warned) {
+        if listed {
+            let name = routes.servers().get(server).map_or("", |(name, _)| name.as_str());
+            tracing::warn!(target: "aml_mcp::relay", tool = %tool, server = name,
+                           "the tools file registers a tool its server does not list: it is never listed or callable (a typo in its name?)");
+        } else {
+            tracing::warn!(target: "aml_mcp::relay", tool = %tool,
+                           "the tools file registers a tool the server does not list: it is never listed or callable (a typo in its name?)");
+        }
     }
-    state.missing_warned = missing;
+    *warned = missing;
 }

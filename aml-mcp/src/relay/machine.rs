@@ -132,10 +132,11 @@ pub(crate) struct State {
     /// server under its own id. With one server the client sees the server's own id; with
     /// several, one of the relay's (two servers may use one id).
     pub(crate) asked: HashMap<String, Asked>,
-    /// Tool names of the `tools/list` pages seen since the last complete list, and the
-    /// registered tools last found missing from one (see `advertised`).
-    pub(crate) listing: BTreeSet<String>,
-    pub(crate) missing_warned: BTreeSet<String>,
+    /// Per server: its own tool names on the `tools/list` pages seen since its last
+    /// complete list, and the registered tools last found missing from one (see
+    /// `advertised`).
+    pub(crate) listing: Vec<BTreeSet<String>>,
+    pub(crate) missing_warned: Vec<BTreeSet<String>>,
     /// The time limits of relayed requests, soonest first, by server and upstream id: the
     /// session's one timer waits for the first (no task per request).
     pub(crate) deadlines: BTreeSet<(Instant, ServerId, u64)>,
@@ -182,8 +183,8 @@ impl State {
             fatal: None,
             seen: (0..servers).map(|_| Default::default()).collect(),
             asked: HashMap::new(),
-            listing: BTreeSet::new(),
-            missing_warned: BTreeSet::new(),
+            listing: vec![BTreeSet::new(); servers],
+            missing_warned: vec![BTreeSet::new(); servers],
             deadlines: BTreeSet::new(),
             one_client,
             endpoints: BTreeMap::new(),
@@ -656,8 +657,10 @@ impl<'a> Step<'a> {
                 let names: Vec<String> = seen.names().cloned().collect();
                 *kept = seen;
                 // The relay's own complete list replaces any the client was walking.
-                self.state.listing.clear();
-                super::advertised::page(self.relay, self.state, names, true);
+                if let Some(listing) = self.state.listing.get_mut(server) {
+                    listing.clear();
+                }
+                super::advertised::page(self.relay, self.state, server, names, true);
             }
             CallEvent::Answer(endpoint, message) => self.answer_at(endpoint, message),
         }

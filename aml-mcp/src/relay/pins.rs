@@ -134,7 +134,7 @@ pub(crate) fn observe_answer(relay: &Relay, state: &mut State, server: ServerId,
             return;
         };
         seen.tools.extend(found);
-        super::advertised::page(relay, state, names, cursor.is_none());
+        super::advertised::page(relay, state, server, names, cursor.is_none());
     }
 }
 

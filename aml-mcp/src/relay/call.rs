@@ -112,6 +112,7 @@ pub(crate) fn start_call(
         request.server = server;
         request.own_name = (own != request.name).then(|| own.to_owned());
     }
+    step.state.token_goes_to(request.server);
     let seen = &step.state.seen[request.server];
     let plan = match pins::check(&step.relay.tools, seen, &request.name, request.own_name()) {
         PinCheck::Changed(detail) => {

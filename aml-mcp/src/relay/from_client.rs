@@ -40,6 +40,7 @@ pub(super) fn on_client_event(step: &mut Step<'_>, event: EndpointEvent) {
 
 fn on_client(step: &mut Step<'_>, inbound: Inbound) {
     let relay = step.relay;
+    step.state.noted_token = None;
     let (bytes, trace) = match inbound {
         Inbound::Message(bytes) => (with_relay_token(step, bytes), None),
         Inbound::Traced { message, trace } => (with_relay_token(step, message), Some(trace)),
@@ -377,8 +378,11 @@ fn note_token(step: &mut Step<'_>, message: &serde_json::Map<String, Value>) {
         _ => return,
     };
     // Its progress goes on as the server writes it: nothing to put back.
+    // The server is the first until the request is routed (`State::token_goes_to`).
     let kept = (step.endpoint, FIRST_SERVER, Bytes::new());
-    step.state.tokens.insert(token.to_string(), kept);
+    let key = token.to_string();
+    step.state.tokens.insert(key.clone(), kept);
+    step.state.noted_token = Some(key);
 }
 
 /// A caller's request, with its progress token (`params._meta.progressToken`, a string or a
@@ -407,7 +411,8 @@ fn with_relay_token(step: &mut Step<'_>, bytes: Bytes) -> Bytes {
     let rewritten = splice(&bytes, &mut [(range, ours.as_bytes())]);
     step.state
         .tokens
-        .insert(ours, (step.endpoint, FIRST_SERVER, client_token));
+        .insert(ours.clone(), (step.endpoint, FIRST_SERVER, client_token));
+    step.state.noted_token = Some(ours);
     Bytes::from(rewritten)
 }
 
@@ -456,6 +461,7 @@ fn forward(
         },
     );
     state.flights.insert(key, Flight::Relayed(server, upstream_id));
+    state.token_goes_to(server);
     let relayed = splice(message, &mut [(id_range, upstream_id.to_string().as_bytes())]);
     step.upstream(server, Bytes::from(relayed));
 }

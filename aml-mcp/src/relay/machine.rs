@@ -152,6 +152,9 @@ pub(crate) struct State {
     /// caller's request, with the endpoint, the server it went to and the token the caller
     /// chose (raw text); one client's own, with its endpoint and server.
     pub(crate) tokens: HashMap<String, (EndpointId, ServerId, Bytes)>,
+    /// The token (key text) the client message being read noted, until that message is
+    /// routed to its server ([`State::token_goes_to`]).
+    pub(crate) noted_token: Option<String>,
 }
 
 /// An open endpoint.
@@ -189,6 +192,17 @@ impl State {
             one_client,
             endpoints: BTreeMap::new(),
             tokens: HashMap::new(),
+            noted_token: None,
+        }
+    }
+
+    /// The request whose progress token was just noted goes to `server`: only that server's
+    /// progress under the token reaches the request's endpoint.
+    pub(crate) fn token_goes_to(&mut self, server: ServerId) {
+        if let Some(key) = self.noted_token.take() {
+            if let Some(entry) = self.tokens.get_mut(&key) {
+                entry.1 = server;
+            }
         }
     }
 

@@ -370,3 +370,43 @@ fn a_resource_goes_to_the_server_that_listed_it_and_one_two_servers_list_to_neit
     let why = refused["error"]["message"].as_str().unwrap();
     assert!(why.contains("files") && why.contains("mail"), "{why}");
 }
+
+#[test]
+fn progress_reaches_an_endpoints_request_only_from_the_server_it_was_routed_to() {
+    use crate::relay::{EndpointEvent, ToEndpoint};
+    let mut m = routed();
+    m.open(1, true);
+    let progress = |token: &str| {
+        msg(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                   "params": {"progressToken": token, "progress": 1}}))
+    };
+    let to_endpoint = |sent: &[Sent]| matches!(sent, [Sent::Endpoint(1, ToEndpoint::Notification(_))]);
+
+    // A call of the second server's tool, with a token: its progress comes from that server.
+    let mut called = call("c", "mail__send");
+    called["params"]["_meta"] = json!({"progressToken": "p"});
+    let sent = m.endpoint(EndpointEvent::Message {
+        endpoint: 1,
+        inbound: msg(called),
+    });
+    let [Sent::Call(flight)] = &sent[..] else {
+        panic!("checked: {sent:?}")
+    };
+    assert_eq!(m.call_target(flight).map(|(server, _)| server), Some(1));
+    assert!(
+        m.server_at(0, progress("p")).is_empty(),
+        "the first server was not asked"
+    );
+    assert!(to_endpoint(&m.server_at(1, progress("p"))));
+
+    // A prompt of the second server (by its prefix), with a token: the same.
+    let asked = json!({"jsonrpc": "2.0", "id": 7, "method": "prompts/get",
+                       "params": {"name": "mail__greet", "_meta": {"progressToken": "q"}}});
+    let sent = m.endpoint(EndpointEvent::Message {
+        endpoint: 1,
+        inbound: msg(asked),
+    });
+    assert!(matches!(&sent[..], [Sent::Upstream(1, _)]), "{sent:?}");
+    assert!(m.server_at(0, progress("q")).is_empty());
+    assert!(to_endpoint(&m.server_at(1, progress("q"))));
+}

@@ -4,6 +4,8 @@
 //! 2026-07-28 requests (no session) all share one more relay and upstream, started with the
 //! first of them and again after it ends; the server sees their messages as the clients sent
 //! them, so it speaks the era they carry. All share the host's policy, grants and receipt log.
+//! With `[[servers]]` (ADR 033) each session starts every listed server, and its relay is
+//! in front of them all.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -13,7 +15,62 @@ use aml_mcp::relay::{self, RelayConfig, RelayEnd, RelayTools};
 use aml_mcp_http::{FrontConfig, HttpFront, OAuth, Tokens};
 use tokio::task::JoinSet;
 
-use crate::upstream::Server;
+use crate::servers::Listed;
+use crate::upstream::{Server, Stopper};
+
+/// What each session is in front of: one server, or the `[[servers]]` list.
+#[derive(Debug)]
+pub(crate) enum Fronted<'a> {
+    One(Server),
+    Listed(&'a [Listed]),
+}
+
+/// A session's servers, started, with what stops them.
+enum Started {
+    One(relay::Upstream, Stopper),
+    Listed(Vec<(String, relay::Upstream)>, Vec<Stopper>),
+}
+
+impl Fronted<'_> {
+    async fn start(&self, max: usize) -> Result<Started, String> {
+        match self {
+            Fronted::One(server) => server.start(max).map(|started| {
+                let (upstream, stopper) = started.split();
+                Started::One(upstream, stopper)
+            }),
+            Fronted::Listed(listed) => crate::servers::start(listed, max)
+                .await
+                .map(|(upstreams, stoppers)| Started::Listed(upstreams, stoppers)),
+        }
+    }
+
+    /// What to call it in messages.
+    fn name(&self) -> String {
+        match self {
+            Fronted::One(server) => server.name(),
+            Fronted::Listed(listed) => format!("every server ({})", crate::servers::label(listed)),
+        }
+    }
+}
+
+impl Started {
+    /// Runs the session's relay to its end, then stops its servers.
+    async fn run(self, tools: RelayTools, config: RelayConfig, client: relay::Client) -> RelayEnd {
+        let grace = Duration::from_secs(2);
+        match self {
+            Started::One(upstream, stopper) => {
+                let end = relay::run(tools, config, client, upstream, Vec::new()).await;
+                stopper.stop(grace).await;
+                end
+            }
+            Started::Listed(upstreams, stoppers) => {
+                let end = relay::run_servers(tools, config, client, upstreams).await;
+                crate::servers::stop(stoppers, grace).await;
+                end
+            }
+        }
+    }
+}
 
 /// The HTTP front's settings, from the command line.
 #[derive(Debug, Clone, clap::Args)]
@@ -296,7 +353,7 @@ pub(crate) async fn serve(
     front: FrontConfig,
     tools: RelayTools,
     config: RelayConfig,
-    server: Server,
+    server: Fronted<'_>,
     observed: Observed,
 ) -> Result<(), String> {
     // Per-tool scopes come from the catalog in force (a reload applies at once).
@@ -348,7 +405,7 @@ pub(crate) async fn serve(
                 continue;
             }
         };
-        let started = match server.start(config.max_message_bytes) {
+        let started = match server.start(config.max_message_bytes).await {
             Ok(started) => {
                 observed.upstream.set_child(true);
                 started
@@ -360,7 +417,6 @@ pub(crate) async fn serve(
                 continue;
             }
         };
-        let (upstream, stopper) = started.split();
         let (tools, config, name) = (tools.clone(), config.clone().with_caller(caller), server.name());
         sessions.spawn(async move {
             if info.stateless {
@@ -369,12 +425,10 @@ pub(crate) async fn serve(
                     info.name
                 );
             }
-            let end = relay::run(tools, config, client, upstream, Vec::new()).await;
-            match end {
+            match started.run(tools, config, client).await {
                 RelayEnd::ClientClosed => tracing::info!("{} ended", info.name),
                 other => tracing::warn!("{} with {name} ended: {other:?}", info.name),
             }
-            stopper.stop(Duration::from_secs(2)).await;
         });
         observed.sessions(sessions.len());
     }

@@ -220,11 +220,6 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
     .map(Arc::new);
     let receipts = Receipts::new(log, stored);
     let listed = !settings.servers.is_empty();
-    if listed && settings.listen.listen.is_some() {
-        return Err(Failure::Config(
-            "`[[servers]]` is for a gate on stdio for now; --listen fronts one server".into(),
-        ));
-    }
     let server = match listed {
         true => None,
         false => Some(
@@ -357,8 +352,9 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
         _ => None,
     };
     if let Some(addr) = &settings.listen.listen {
-        let Some(server) = server else {
-            return Err(Failure::Config("--listen fronts one server".into()));
+        let fronted = match server {
+            Some(server) => listen::Fronted::One(server),
+            None => listen::Fronted::Listed(&settings.servers),
         };
         let mut front = settings.listen.front_config(addr).map_err(Failure::Config)?;
         if let Some(health) = &health {
@@ -368,7 +364,7 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
             metrics,
             upstream: probe,
         };
-        let served = listen::serve(addr, front, tools, config, server, observed).await;
+        let served = listen::serve(addr, front, tools, config, fronted, observed).await;
         // Every relay has ended; with the reloader, every other handle to the deferred sink.
         reloader.abort();
         let _ = tokio::time::timeout(Duration::from_secs(5), records).await;

@@ -1,6 +1,9 @@
 """Official Python MCP SDK client, calling tools through aml-mcp-gate.
 
 Usage: mcp_client.py GATE_COMMAND_JSON CALLS_JSON
+GATE_COMMAND_JSON is the gate's command line (a JSON array: the client starts it and speaks
+stdio), or {"url": "http://HOST:PORT/mcp", "token": ...?} for a gate already listening
+(Streamable HTTP).
 Prints one JSON object: the server's name and instructions from the handshake, the tool
 names listed (all pages, and each page's), and per call isError, text and _meta.
 A call written {"create": PATH, "content": TEXT} is not sent: the client writes the file
@@ -18,10 +21,27 @@ import asyncio
 import json
 import os
 import sys
+from contextlib import asynccontextmanager
 
 import anyio
 
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+
+@asynccontextmanager
+async def connect(target):
+    if isinstance(target, dict):
+        headers = {"Authorization": f"Bearer {target['token']}"} if target.get("token") else None
+        async with create_mcp_http_client(headers=headers) as http:
+            async with streamable_http_client(target["url"], http_client=http) as (read, write):
+                yield read, write
+        return
+    # SDK stdio clients pass only a few variables unless told to: pass them all.
+    params = StdioServerParameters(command=target[0], args=target[1:], env=dict(os.environ))
+    async with stdio_client(params) as (read, write):
+        yield read, write
 
 
 async def walk(session: ClientSession, what: str) -> list:
@@ -77,11 +97,9 @@ async def cancel_at_first_progress(session: ClientSession, order: dict) -> dict:
 
 
 async def main() -> None:
-    command = json.loads(sys.argv[1])
+    target = json.loads(sys.argv[1])
     calls = json.loads(sys.argv[2])
-    # SDK stdio clients pass only a few variables unless told to: pass them all.
-    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
-    async with stdio_client(params) as (read, write):
+    async with connect(target) as (read, write):
         async with ClientSession(read, write) as session:
             hello = await session.initialize()
             # Every page, as a client that follows nextCursor sees them (a gate in front of

@@ -43,6 +43,7 @@ mod servers;
 mod servers_approvals;
 mod servers_init;
 mod servers_names;
+mod servers_sdk;
 mod telemetry;
 mod traces;
 mod traces_http;

@@ -15,6 +15,9 @@
 //! # [[servers]]
 //! # name = "files"
 //! # command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "share"]
+//! # [[servers]]
+//! # name = "notes"
+//! # url = "http://127.0.0.1:8931/mcp"   # with [upstream]'s credentials: token = "notes.token", …
 //! metrics = "127.0.0.1:9464"      # or "listen": /metrics, /healthz, /readyz
 //! otlp_endpoint = "http://127.0.0.1:4318"   # one OpenTelemetry span per call
 //!
@@ -150,35 +153,54 @@ struct Limits {
 }
 
 /// The servers of the file at `path`, for `init`: its `[[servers]]` (each named), or its one
-/// `server` (unnamed), each a command to run in the file's folder.
+/// `server` or `[upstream]` (unnamed); a command runs in the file's folder.
 pub(crate) fn servers_for_init(path: &Path) -> Result<Vec<InitServer>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let file: File = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));
     let folder = std::path::absolute(base)
         .map_err(|e| format!("{}: cannot resolve its folder: {e}", path.display()))?;
-    match (file.servers, file.server.filter(|s| !s.is_empty()), file.upstream.url) {
+    match (
+        file.servers,
+        file.server.filter(|s| !s.is_empty()),
+        file.upstream.url.clone(),
+    ) {
         (Some(tables), None, None) if !tables.is_empty() => {
-            let listed = crate::servers::read(tables, &folder).map_err(|e| format!("{}: {e}", path.display()))?;
+            let listed =
+                crate::servers::read(tables, &folder).map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(listed
                 .iter()
-                .filter_map(|l| {
-                    let command = l.command()?.clone();
-                    Some(InitServer {
-                        named: Some((l.name().to_owned(), l.naming())),
-                        command,
-                    })
+                .map(|l| InitServer {
+                    named: Some((l.name().to_owned(), l.naming())),
+                    server: l.server().clone(),
                 })
                 .collect())
         }
         (None, Some(server), None) => Ok(vec![InitServer {
             named: None,
-            command: crate::child::ServerCommand::new(server_command(&folder, server), Some(&folder)),
+            server: crate::upstream::Server::Child(crate::child::ServerCommand::new(
+                server_command(&folder, server),
+                Some(&folder),
+            )),
         }]),
-        (None, None, Some(_)) => Err(format!(
-            "{}: init starts the servers it reads; a server over HTTP (`[upstream] url`) cannot be read by init",
-            path.display()
-        )),
+        (None, None, Some(url)) => {
+            let relative = |p: PathBuf| if p.is_absolute() { p } else { folder.join(p) };
+            let up = file.upstream;
+            let args = crate::upstream::UpstreamArgs {
+                upstream: Some(url),
+                upstream_header: up.headers.unwrap_or_default(),
+                upstream_token: up.token.map(relative),
+                upstream_token_url: up.token_url,
+                upstream_client_id: up.client_id,
+                upstream_client_secret_file: up.client_secret_file.map(relative),
+                upstream_scopes: up.scopes.unwrap_or_default(),
+                upstream_resource: up.resource,
+                upstream_client_auth: up.client_auth,
+            };
+            let server = crate::upstream::Server::from_args(&args, &[], None, 16 << 20)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(vec![InitServer { named: None, server }])
+        }
         (None, None, None) | (Some(_), None, None) => Err(format!(
             "{}: names no server (`server = [...]` or `[[servers]]` tables)",
             path.display()
@@ -190,11 +212,12 @@ pub(crate) fn servers_for_init(path: &Path) -> Result<Vec<InitServer>, String> {
     }
 }
 
-/// A server `init` reads: its name and naming when the file lists several, and its command.
+/// A server `init` reads: its name and naming when the file lists several, and how it is
+/// reached.
 #[derive(Debug)]
 pub(crate) struct InitServer {
     pub(crate) named: Option<(String, aml_mcp::relay::names::Naming)>,
-    pub(crate) command: crate::child::ServerCommand,
+    pub(crate) server: crate::upstream::Server,
 }
 
 /// Fills every option of `args` that was not given as a flag from the file at `path`.

@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 
 use crate::child::ServerCommand;
 use crate::config::InitServer;
+use crate::upstream::Server;
 
 /// What `init` writes for each tool's effect: not an effect, so the gate refuses to start
 /// until the host replaces it with one.
@@ -83,7 +84,7 @@ pub(crate) fn main(args: InitArgs) -> ExitCode {
         },
         None => vec![InitServer {
             named: None,
-            command: ServerCommand::new(args.command.clone(), None),
+            server: Server::Child(ServerCommand::new(args.command.clone(), None)),
         }],
     };
     let tools_path = args.out.join("tools.json");
@@ -114,7 +115,7 @@ pub(crate) fn main(args: InitArgs) -> ExitCode {
         .unwrap_or_else(default_capabilities);
     let mut listed = Vec::with_capacity(servers.len());
     for server in &servers {
-        match runtime.block_on(list_server_tools(&server.command, &capabilities, limit)) {
+        match runtime.block_on(list_server_tools(&server.server, &capabilities, limit)) {
             Ok(tools) => listed.push(tools),
             Err(e) => {
                 eprintln!("aml-mcp-gate init: {}{e}", whose(server));
@@ -348,21 +349,21 @@ another directory and copy the new \"pin\").
     )
 }
 
-/// Starts the server, completes the MCP handshake (declaring `capabilities`) and reads
-/// every page of `tools/list`.
+/// Starts the server (or connects to it), completes the MCP handshake (declaring
+/// `capabilities`) and reads every page of `tools/list`.
 pub(crate) async fn list_server_tools(
-    command: &ServerCommand,
+    server: &Server,
     capabilities: &Value,
     limit: Duration,
 ) -> Result<Vec<Value>, String> {
-    let child = command
-        .spawn(16 << 20)
-        .map_err(|e| format!("cannot start the server {}: {e}", command.name()))?;
-    let mut connection = child.upstream.connection;
+    let (upstream, stopper) = server
+        .start(16 << 20)
+        .map_err(|e| format!("cannot start the server {}: {e}", server.name()))?
+        .split();
+    let mut connection = upstream.connection;
     let listed = tokio::time::timeout(limit, handshake_and_list(&mut connection, capabilities)).await;
-    let _ = child.stop.send(Duration::from_secs(2));
     drop(connection);
-    let _ = tokio::time::timeout(Duration::from_secs(3), child.stopped).await;
+    stopper.stop(Duration::from_secs(2)).await;
     listed.map_err(|_| format!("the server did not list its tools within {limit:?}"))?
 }
 

@@ -191,7 +191,7 @@ pub(crate) enum Failure {
     Runtime(String),
 }
 
-pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Failure> {
+pub(crate) async fn run(mut settings: Settings, mut loaded: Loaded) -> Result<(), Failure> {
     let state = state::open(&settings.state)
         .await
         .map_err(|e| Failure::Runtime(format!("cannot open the state: {e}")))?;
@@ -313,11 +313,18 @@ pub(crate) async fn run(settings: Settings, mut loaded: Loaded) -> Result<(), Fa
     }
     let traces = telemetry::start_traces(settings.otlp.as_deref(), &label).map_err(Failure::Config)?;
     let mut server = server;
-    if let (Some(traces), Some(server)) = (&traces, &mut server) {
+    if let Some(traces) = &traces {
         tools = tools.with_call_observer(Arc::clone(traces) as Arc<dyn relay::CallObserver>);
-        // An HTTP server gets each forwarded call's trace context as headers.
+        // A server over HTTP gets each forwarded call's trace context as headers (relay ids
+        // are the relay's own, so the servers of a list can share one table).
         let outbound = relay::OutboundTraces::default();
-        if server.send_traces(outbound.clone()) {
+        let mut sends = server
+            .as_mut()
+            .is_some_and(|server| server.send_traces(outbound.clone()));
+        for listed in &mut settings.servers {
+            sends |= listed.send_traces(outbound.clone());
+        }
+        if sends {
             tools = tools.with_outbound_traces(outbound);
         }
     }

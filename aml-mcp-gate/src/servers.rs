@@ -1,7 +1,9 @@
 //! `[[servers]]` in `--config`: several servers behind one gate (ADR 033). Each is a table
-//! with a `name`, a `command` (run in the file's folder, as `server` is) and optionally
-//! `names` (`"prefix"`, the default, `"on_conflict"` or `"never"`): how its tools' names
-//! are shown to the client.
+//! with a `name`, either a `command` (run in the file's folder, as `server` is) or a `url`
+//! (Streamable HTTP, with the credentials `[upstream]` takes: `headers`, `token`, or
+//! `token_url`, `client_id`, `client_secret_file`, `scopes`, `resource`, `client_auth`), and
+//! optionally `names` (`"prefix"`, the default, `"on_conflict"` or `"never"`): how its tools'
+//! names are shown to the client.
 //!
 //! ```toml
 //! [[servers]]
@@ -10,11 +12,12 @@
 //!
 //! [[servers]]
 //! name = "notes"
-//! command = ["python3", "notes_server.py"]
+//! url = "http://127.0.0.1:8931/mcp"
+//! token = "notes.token"
 //! names = "on_conflict"
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aml_mcp::relay::names::Naming;
@@ -22,7 +25,7 @@ use aml_mcp::relay::Upstream;
 use serde::Deserialize;
 
 use crate::child::ServerCommand;
-use crate::upstream::{Server, Stopper};
+use crate::upstream::{ClientAuthArg, Server, Stopper, UpstreamArgs};
 
 /// One `[[servers]]` table as written.
 #[derive(Debug, Deserialize)]
@@ -32,9 +35,65 @@ pub(crate) struct Table {
     #[serde(default)]
     command: Vec<String>,
     names: Option<String>,
-    /// Read only to say that HTTP servers cannot be listed yet.
     url: Option<String>,
+    headers: Option<Vec<String>>,
+    token: Option<PathBuf>,
+    token_url: Option<String>,
+    client_id: Option<String>,
+    client_secret_file: Option<PathBuf>,
+    scopes: Option<Vec<String>>,
+    resource: Option<String>,
+    client_auth: Option<ClientAuthArg>,
 }
+
+impl Table {
+    /// Whether a setting only a server over HTTP takes is given.
+    fn any_http_setting(&self) -> bool {
+        self.headers.is_some()
+            || self.token.is_some()
+            || self.token_url.is_some()
+            || self.client_id.is_some()
+            || self.client_secret_file.is_some()
+            || self.scopes.is_some()
+            || self.resource.is_some()
+            || self.client_auth.is_some()
+    }
+
+    /// How the server is reached; its files are relative to `folder`.
+    fn server(self, folder: &Path) -> Result<Server, String> {
+        let relative = |p: PathBuf| if p.is_absolute() { p } else { folder.join(p) };
+        let Some(url) = self.url else {
+            if self.command.is_empty() {
+                return Err("`command` or `url` is missing".into());
+            }
+            if self.any_http_setting() {
+                return Err("`headers`, `token` and the client credentials are for a server over HTTP (`url`), not a `command`".into());
+            }
+            let argv = crate::config::server_command(folder, self.command);
+            return Ok(Server::Child(ServerCommand::new(argv, Some(folder))));
+        };
+        if !self.command.is_empty() {
+            return Err("give `command` or `url`, not both".into());
+        }
+        // The same settings as `[upstream]`, checked the same way (its flags' names in errors).
+        let args = UpstreamArgs {
+            upstream: Some(url),
+            upstream_header: self.headers.unwrap_or_default(),
+            upstream_token: self.token.map(relative),
+            upstream_token_url: self.token_url,
+            upstream_client_id: self.client_id,
+            upstream_client_secret_file: self.client_secret_file.map(relative),
+            upstream_scopes: self.scopes.unwrap_or_default(),
+            upstream_resource: self.resource,
+            upstream_client_auth: self.client_auth,
+        };
+        // The message size is set again when it starts (`Server::start`).
+        Server::from_args(&args, &[], None, DEFAULT_MAX_MESSAGE_BYTES)
+    }
+}
+
+/// A placeholder message limit until the gate's own is known.
+const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 /// A server of the list: its name, how its tools are named, and how it is started.
 #[derive(Debug)]
@@ -55,12 +114,15 @@ impl Listed {
         self.naming
     }
 
-    /// Its command (every listed server is one, for now).
-    pub(crate) fn command(&self) -> Option<&ServerCommand> {
-        match &self.server {
-            Server::Child(command) => Some(command),
-            Server::Http { .. } => None,
-        }
+    /// How it is reached.
+    pub(crate) fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// Sends each forwarded call's trace context from `traces` (a server over HTTP only);
+    /// whether it will.
+    pub(crate) fn send_traces(&mut self, traces: aml_mcp::relay::OutboundTraces) -> bool {
+        self.server.send_traces(traces)
     }
 }
 
@@ -74,25 +136,11 @@ pub(crate) fn read(tables: Vec<Table>, folder: &Path) -> Result<Vec<Listed>, Str
                 .map_err(|e| format!("[[servers]] {:?}: {e}", table.name))?,
             None => Naming::default(),
         };
-        if table.url.is_some() {
-            return Err(format!(
-                "[[servers]] {:?}: `url` is not supported yet (a server in the list is a `command`); run a gate of its own for a server over HTTP (`[upstream] url`)",
-                table.name
-            ));
-        }
-        if table.command.is_empty() {
-            return Err(format!(
-                "[[servers]] {:?}: `command` is missing or empty",
-                table.name
-            ));
-        }
-        let argv = crate::config::server_command(folder, table.command);
-        let server = Server::Child(ServerCommand::new(argv, Some(folder)));
-        listed.push(Listed {
-            name: table.name,
-            naming,
-            server,
-        });
+        let name = table.name.clone();
+        let server = table
+            .server(folder)
+            .map_err(|e| format!("[[servers]] {name:?}: {e}"))?;
+        listed.push(Listed { name, naming, server });
     }
     // The names themselves (allowed, each once) are checked now, before any tool.
     let named: Vec<(&str, Naming)> = listed.iter().map(|l| (l.name.as_str(), l.naming)).collect();

@@ -181,7 +181,7 @@ impl Server {
                 .map_err(|e| format!("--upstream-token-url: {e}"))?;
         }
         // Checked now, so a bad URL or header is a usage error.
-        drop(http_upstream_checked(url, config.clone())?);
+        aml_mcp_http::check_upstream(url, &config).map_err(|e| format!("--upstream: {e}"))?;
         Ok(Server::Http {
             url: url.clone(),
             config,
@@ -221,7 +221,7 @@ impl Server {
                 })
             }
             Server::Http { url, config } => Ok(Started {
-                upstream: http_upstream_checked(url, config.clone())?,
+                upstream: http_upstream_checked(url, config.clone().with_max_message_bytes(max))?,
                 stop: None,
             }),
         }

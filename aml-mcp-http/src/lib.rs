@@ -53,7 +53,7 @@ pub use auth::{Tokens, TokensError};
 pub use front::{HttpFront, SessionInfo};
 pub use oauth::{ClientAuth, ClientCredentials, CredentialsError, OAuth, OAuthError};
 pub use ops::{serve_ops, Ops, OpsReply, OpsServer};
-pub use upstream::{http_upstream, UpstreamConfig, UpstreamError};
+pub use upstream::{check_upstream, http_upstream, UpstreamConfig, UpstreamError};
 
 /// The path the front serves MCP at.
 pub const MCP_PATH: &str = "/mcp";

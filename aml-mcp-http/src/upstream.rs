@@ -120,22 +120,29 @@ pub enum UpstreamError {
     /// An `Authorization` header beside client credentials: which one to send is unclear.
     #[error("an Authorization header and client credentials: give one of the two")]
     TwoAuthorizations,
+    /// Called outside a Tokio runtime, which the connection's task needs.
+    #[error("an HTTP upstream needs a Tokio runtime to run in (call it from within one)")]
+    NoRuntime,
 }
 
-/// Connects the relay to the MCP server at `url` (Streamable HTTP). Nothing is sent until
-/// the relay sends its first message; `exited` fires when the server ends the session
-/// (`404`) or a request to it fails in transport (the relay then treats the server as gone:
-/// calls in flight are `unknown`). When the relay drops its side, the session is ended with
-/// `DELETE`.
+/// Whether [`http_upstream`] would take `url` and `config` (an `http://` URL with a host,
+/// headers that can be sent, one way to authenticate), checked without connecting and
+/// outside any runtime: for a host that reads its settings before it starts one.
 ///
-/// ```no_run
-/// # async fn f() -> Result<(), aml_mcp_http::UpstreamError> {
-/// let config = aml_mcp_http::UpstreamConfig::default().with_bearer_token("secret-token-of-the-server");
-/// let upstream = aml_mcp_http::http_upstream("http://127.0.0.1:3001/mcp", config)?;
-/// // aml_mcp::relay::run(tools, relay_config, client, upstream, Vec::new()).await;
-/// # drop(upstream); Ok(()) }
 /// ```
-pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, UpstreamError> {
+/// use aml_mcp_http::{check_upstream, UpstreamConfig};
+/// assert!(check_upstream("http://127.0.0.1:3001/mcp", &UpstreamConfig::default()).is_ok());
+/// assert!(check_upstream("https://example.com/mcp", &UpstreamConfig::default()).is_err());
+/// ```
+pub fn check_upstream(url: &str, config: &UpstreamConfig) -> Result<(), UpstreamError> {
+    checked(url, config).map(drop)
+}
+
+/// The URL and headers of `config`, checked.
+fn checked(
+    url: &str,
+    config: &UpstreamConfig,
+) -> Result<(Uri, Vec<(HeaderName, HeaderValue)>), UpstreamError> {
     let uri: Uri = url.parse().map_err(|_| UpstreamError::BadUrl(url.into()))?;
     match uri.scheme_str() {
         Some("http") => {}
@@ -155,6 +162,25 @@ pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, Upst
         }
         headers.push((name, value));
     }
+    Ok((uri, headers))
+}
+
+/// Connects the relay to the MCP server at `url` (Streamable HTTP). Nothing is sent until
+/// the relay sends its first message; `exited` fires when the server ends the session
+/// (`404`) or a request to it fails in transport (the relay then treats the server as gone:
+/// calls in flight are `unknown`). When the relay drops its side, the session is ended with
+/// `DELETE`.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), aml_mcp_http::UpstreamError> {
+/// let config = aml_mcp_http::UpstreamConfig::default().with_bearer_token("secret-token-of-the-server");
+/// let upstream = aml_mcp_http::http_upstream("http://127.0.0.1:3001/mcp", config)?;
+/// // aml_mcp::relay::run(tools, relay_config, client, upstream, Vec::new()).await;
+/// # drop(upstream); Ok(()) }
+/// ```
+pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, UpstreamError> {
+    let (uri, headers) = checked(url, &config)?;
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| UpstreamError::NoRuntime)?;
     let (upstream, Peer { to_relay, from_relay }, gone) = Upstream::in_memory(1024);
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
@@ -181,7 +207,7 @@ pub fn http_upstream(url: &str, config: UpstreamConfig) -> Result<Upstream, Upst
         gone: Mutex::new(Some(gone)),
         config,
     });
-    tokio::spawn(client.run(from_relay));
+    runtime.spawn(client.run(from_relay));
     Ok(upstream)
 }
 
@@ -686,4 +712,22 @@ fn stateless_headers(message: &[u8], param_headers: &ToolHeaders) -> Vec<(Header
         ));
     }
     headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_a_runtime_an_upstream_is_an_error_not_a_panic() {
+        let config = UpstreamConfig::default();
+        assert!(check_upstream("http://127.0.0.1:9/mcp", &config).is_ok());
+        let err = http_upstream("http://127.0.0.1:9/mcp", config.clone()).unwrap_err();
+        assert!(matches!(err, UpstreamError::NoRuntime), "{err}");
+        let bad = config.with_header("bad name", "x");
+        assert!(matches!(
+            check_upstream("http://127.0.0.1:9/mcp", &bad),
+            Err(UpstreamError::BadHeader(_))
+        ));
+    }
 }

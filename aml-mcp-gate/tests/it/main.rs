@@ -41,6 +41,7 @@ mod reload;
 mod replicas;
 mod servers;
 mod servers_approvals;
+mod servers_http;
 mod servers_init;
 mod servers_names;
 mod servers_sdk;

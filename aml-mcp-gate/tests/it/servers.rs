@@ -147,6 +147,19 @@ fn servers_that_cannot_work_are_refused_at_start() {
         (base.replace("name = \"b\"", "name = \"b__c\""), "\"b__c\""),
         (format!("{base}names = \"sometimes\"\n"), "\"sometimes\""),
         (base.replace("tools.json", "unnamed.json"), "names no \"server\""),
+        (
+            format!("{base}url = \"http://127.0.0.1:9/mcp\"\n"),
+            "give `command` or `url`, not both",
+        ),
+        (format!("{base}token = \"t\"\n"), "are for a server over HTTP"),
+        (
+            format!("{base}\n[[servers]]\nname = \"web\"\nurl = \"https://example.com/mcp\"\n"),
+            "https is not built in",
+        ),
+        (
+            format!("{base}\n[[servers]]\nname = \"web\"\n"),
+            "`command` or `url` is missing",
+        ),
     ];
     for (config, why) in cases {
         std::fs::write(dir.join("bad.toml"), &config).unwrap();

@@ -39,9 +39,7 @@ fn a_server_over_http_in_the_list_is_read_by_init_and_gets_only_its_own_calls() 
     let text = std::fs::read_to_string(gen.join("tools.json")).unwrap();
     let mut tools: Value = serde_json::from_str(&text).unwrap();
     // The host keeps two tools, one of the HTTP server and one of a raw one.
-    let keep = |t: &Value| {
-        (t["server"] == "web" && t["name"] == "echo") || (t["server"] == "a" && t["name"] == "echo")
-    };
+    let keep = |t: &Value| t["name"] == "echo" && (t["server"] == "web" || t["server"] == "a");
     let kept: Vec<Value> = tools["tools"]
         .as_array()
         .unwrap()

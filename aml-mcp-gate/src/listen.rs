@@ -32,15 +32,16 @@ enum Started {
 }
 
 impl Fronted<'_> {
-    async fn start(&self, max: usize) -> Result<Started, String> {
+    fn start(&self, max: usize) -> Result<Started, String> {
         match self {
             Fronted::One(server) => server.start(max).map(|started| {
                 let (upstream, stopper) = started.split();
                 Started::One(upstream, stopper)
             }),
-            Fronted::Listed(listed) => crate::servers::start(listed, max)
-                .await
-                .map(|(upstreams, stoppers)| Started::Listed(upstreams, stoppers)),
+            Fronted::Listed(listed) => {
+                let (upstreams, stoppers) = crate::servers::start(listed, max);
+                Ok(Started::Listed(upstreams, stoppers))
+            }
         }
     }
 
@@ -405,7 +406,7 @@ pub(crate) async fn serve(
                 continue;
             }
         };
-        let started = match server.start(config.max_message_bytes).await {
+        let started = match server.start(config.max_message_bytes) {
             Ok(started) => {
                 observed.upstream.set_child(true);
                 started

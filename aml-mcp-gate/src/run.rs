@@ -464,9 +464,7 @@ async fn run_listed(
     config: RelayConfig,
     metrics: Option<&Arc<telemetry::Metrics>>,
 ) -> Result<(Result<RelayEnd, String>, Vec<upstream::Stopper>), Failure> {
-    let (upstreams, stoppers) = crate::servers::start(listed, config.max_message_bytes)
-        .await
-        .map_err(Failure::Runtime)?;
+    let (upstreams, stoppers) = crate::servers::start(listed, config.max_message_bytes);
     let client = stdio::stdio_connection(config.max_message_bytes);
     if let Some(metrics) = metrics {
         metrics.sessions.set(1);

@@ -159,11 +159,10 @@ pub(crate) fn label(listed: &[Listed]) -> String {
     names.join(",")
 }
 
-/// Starts every server; stops those already started if one cannot start.
-pub(crate) async fn start(
-    listed: &[Listed],
-    max: usize,
-) -> Result<(Vec<(String, Upstream)>, Vec<Stopper>), String> {
+/// Starts every server. One that cannot start is logged and left out as a server that
+/// exited at once: the session goes on with the others (ADR 033), and ends as a session
+/// whose servers are all gone when none starts.
+pub(crate) fn start(listed: &[Listed], max: usize) -> (Vec<(String, Upstream)>, Vec<Stopper>) {
     let mut upstreams = Vec::with_capacity(listed.len());
     let mut stoppers = Vec::with_capacity(listed.len());
     for server in listed {
@@ -174,13 +173,20 @@ pub(crate) async fn start(
                 stoppers.push(stopper);
             }
             Err(e) => {
-                drop(upstreams);
-                stop(stoppers, Duration::from_secs(2)).await;
-                return Err(format!("server {:?}: {e}", server.name));
+                tracing::error!(server = %server.name, "cannot start the server: {e}; its tools are gone for the session");
+                upstreams.push((server.name.clone(), never_started(&e)));
             }
         }
     }
-    Ok((upstreams, stoppers))
+    (upstreams, stoppers)
+}
+
+/// The upstream of a server that could not start: it has exited, saying why.
+fn never_started(why: &str) -> Upstream {
+    let (upstream, peer, exited) = Upstream::in_memory(1);
+    drop(peer);
+    let _ = exited.send(format!("it could not start: {why}"));
+    upstream
 }
 
 /// Stops every server, each within `grace`.

@@ -3,7 +3,8 @@
 //! bare; `never` keeps its names bare and pushes the other server's shared name under its
 //! prefix, or, when both say `never`, stops the gate at start. Each shown name reaches its
 //! own server under the server's own name.
-//! A registered tool its server does not list is warned of, naming the server.
+//! A registered tool its server does not list is warned of, naming the server; a server
+//! whose command cannot start is gone for the session, and the other serves.
 
 use crate::raw;
 use crate::servers::{call, calls_read, layout};
@@ -182,4 +183,64 @@ fn a_registered_tool_its_server_does_not_list_is_warned_of_naming_the_server() {
         "{}",
         warnings[0]
     );
+}
+
+/// `gate.toml` with the commands of the servers `broken` (in file order) replaced by one
+/// that cannot start.
+fn with_unstartable(dir: &std::path::Path, broken: &[usize]) {
+    let config = std::fs::read_to_string(dir.join("gate.toml")).unwrap();
+    let mut seen = 0;
+    let lines: Vec<String> = config
+        .lines()
+        .map(|line| {
+            if !line.starts_with("command = ") {
+                return line.to_owned();
+            }
+            seen += 1;
+            match broken.contains(&(seen - 1)) {
+                true => "command = [\"/nonexistent/no-such-server\"]".to_owned(),
+                false => line.to_owned(),
+            }
+        })
+        .collect();
+    std::fs::write(dir.join("gate.toml"), lines.join("\n")).unwrap();
+}
+
+#[test]
+fn a_server_that_cannot_start_is_gone_and_the_others_serve() {
+    let dir = raw::work("servers-unstartable");
+    let options = named(&dir, "prefix", "prefix", &["a__echo", "a__send", "b__echo"]);
+    with_unstartable(&dir, &[1]);
+    let mut gate = StdioGate::start(&dir, &options, &[]);
+    let init = gate.initialize();
+    assert_eq!(init["result"]["serverInfo"]["name"], "aml-mcp-gate", "{init}");
+    assert_eq!(listed(&mut gate), ["a__send", "a__echo"], "only a's tools");
+    let refused = call(&mut gate, "c1", "b__echo", json!({}));
+    let verdict = &refused["result"]["_meta"]["aml.action-boundary/verdict"];
+    assert_eq!(verdict["rejection"], "upstream_gone", "{refused}");
+    let answer = call(&mut gate, "c2", "a__echo", json!({"n": 2}));
+    assert_eq!(answer["result"]["content"][0]["text"], r#"{"n": 2}"#, "{answer}");
+    gate.close();
+    assert_eq!(gate.wait().code(), Some(0), "{}", gate.stderr());
+    let stderr = gate.stderr();
+    assert!(
+        stderr.contains("cannot start the server") && stderr.contains("no-such-server"),
+        "{stderr}"
+    );
+
+    // None can start: the client's initialize is answered that the servers are gone (why),
+    // and the gate ends.
+    with_unstartable(&dir, &[0, 1]);
+    let mut gate = StdioGate::start(&dir, &options, &[]);
+    gate.send_json(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    );
+    let answer = gate.recv();
+    assert_eq!(answer["error"]["code"], -32000, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("could not start"), "{message}");
+    gate.close();
+    let status = gate.wait();
+    assert_eq!(status.code(), Some(1), "{}", gate.stderr());
 }

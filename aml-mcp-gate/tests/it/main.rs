@@ -45,6 +45,7 @@ mod servers_http;
 mod servers_init;
 mod servers_names;
 mod servers_sdk;
+mod servers_stateless;
 mod telemetry;
 mod traces;
 mod traces_http;

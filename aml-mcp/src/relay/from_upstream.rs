@@ -88,7 +88,8 @@ pub(super) fn on_upstream(step: &mut Step<'_>, server: ServerId, inbound: Inboun
             }
         }
         Ok(Kind::Notification) if !is_notification_method(env.method.as_deref().unwrap_or_default()) => {
-            drop_server_request_without_id(relay, env.method.as_deref().unwrap_or_default())
+            let name = step.state.server_name(server);
+            drop_server_request_without_id(relay, &name, env.method.as_deref().unwrap_or_default())
         }
         Ok(Kind::Notification) => {
             let method = env.method.as_deref();
@@ -276,7 +277,8 @@ fn echoed(step: &mut Step<'_>, server: ServerId, method: &str) {
 fn reply(step: &mut Step<'_>, server: ServerId, id: &str, answer: Reply) {
     let relay = step.relay;
     let Ok(upstream_id) = id.parse::<u64>() else {
-        tracing::warn!(target: "aml_mcp::relay", id, "the server answered an id the gate never sent; dropped");
+        let server = step.state.server_name(server);
+        tracing::warn!(target: "aml_mcp::relay", %server, id, "the server answered an id the gate never sent; dropped");
         return;
     };
     let state = &mut *step.state;
@@ -341,11 +343,13 @@ fn reply(step: &mut Step<'_>, server: ServerId, id: &str, answer: Reply) {
             let _ = reply.send(Ok(answer));
         }
         Some(Pending::Cancelled) => {
-            tracing::info!(target: "aml_mcp::relay", upstream_id,
+            let server = state.server_name(server);
+            tracing::info!(target: "aml_mcp::relay", %server, upstream_id,
                            "the server answered a request after it was cancelled; the answer was dropped");
         }
         None => {
-            tracing::warn!(target: "aml_mcp::relay", server, upstream_id, "the server answered no request of the relay's to it; dropped");
+            let server = state.server_name(server);
+            tracing::warn!(target: "aml_mcp::relay", %server, upstream_id, "the server answered no request of the relay's to it; dropped");
         }
     }
 }
@@ -392,10 +396,12 @@ fn unreadable(step: &mut Step<'_>, server: ServerId, id: Option<Bytes>, why: Str
             let _ = reply.send(Err(ForwardError::Unreadable(why)));
         }
         Some(Pending::Cancelled) => {
-            tracing::info!(target: "aml_mcp::relay", "dropped a late answer from the server that cannot be read: {why}")
+            let server = step.state.server_name(server);
+            tracing::info!(target: "aml_mcp::relay", %server, "dropped a late answer from the server that cannot be read: {why}")
         }
         None => {
-            tracing::warn!(target: "aml_mcp::relay", "dropped a message from the server: {why}");
+            let name = step.state.server_name(server);
+            tracing::warn!(target: "aml_mcp::relay", server = %name, "dropped a message from the server: {why}");
             if let Some(id) = id {
                 let message = format!("{} could not read this message: {why}", relay.config.product);
                 let answer = error_response(Some(&id), jsonrpc::INVALID_REQUEST, &message, None);

@@ -52,8 +52,8 @@ pub(crate) fn drop_client_request_without_id(relay: &Relay, method: &str, env: &
 /// A server's request without an id (`sampling/createMessage` as a notification, say): not
 /// relayed to the client, whose settings the host's refusal of such requests protects;
 /// logged and recorded.
-pub(crate) fn drop_server_request_without_id(relay: &Relay, method: &str) {
-    tracing::warn!(target: "aml_mcp::relay", method,
+pub(crate) fn drop_server_request_without_id(relay: &Relay, server: &str, method: &str) {
+    tracing::warn!(target: "aml_mcp::relay", server, method,
                    "a server request without an \"id\" was dropped: it was not relayed to the client");
     let detail = format!(
         "the server sent {method} without an \"id\" (as a notification); a request needs an id, so it was not relayed to the client"

@@ -206,12 +206,13 @@ impl State {
         }
     }
 
-    /// `server`'s name (its number, for a gate given none).
+    /// `server`'s name: `upstream` for the one server of a gate given no list.
     pub(crate) fn server_name(&self, server: ServerId) -> String {
-        self.names
-            .get(server)
-            .cloned()
-            .unwrap_or_else(|| format!("server {server}"))
+        match self.names.get(server) {
+            Some(name) => name.clone(),
+            None if self.names.is_empty() => "upstream".to_owned(),
+            None => format!("server {server}"),
+        }
     }
 
     /// The server a request that names none goes to: the first one still there (the first

@@ -95,19 +95,38 @@ struct File {
     servers: Option<Vec<crate::servers::Table>>,
 }
 
-/// `[upstream]`: a remote server and how the gate authenticates to it.
+/// `[upstream]`: a remote server and how the gate authenticates to it (and a `[[servers]]`
+/// table's, for one with a `url`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Upstream {
-    url: Option<String>,
-    headers: Option<Vec<String>>,
-    token: Option<PathBuf>,
-    token_url: Option<String>,
-    client_id: Option<String>,
-    client_secret_file: Option<PathBuf>,
-    scopes: Option<Vec<String>>,
-    resource: Option<String>,
-    client_auth: Option<crate::upstream::ClientAuthArg>,
+pub(crate) struct Upstream {
+    pub(crate) url: Option<String>,
+    pub(crate) headers: Option<Vec<String>>,
+    pub(crate) token: Option<PathBuf>,
+    pub(crate) token_url: Option<String>,
+    pub(crate) client_id: Option<String>,
+    pub(crate) client_secret_file: Option<PathBuf>,
+    pub(crate) scopes: Option<Vec<String>>,
+    pub(crate) resource: Option<String>,
+    pub(crate) client_auth: Option<crate::upstream::ClientAuthArg>,
+}
+
+impl Upstream {
+    /// The settings as their flags give them, files relative to `folder`.
+    pub(crate) fn args(self, folder: &Path) -> crate::upstream::UpstreamArgs {
+        let relative = |p: PathBuf| if p.is_absolute() { p } else { folder.join(p) };
+        crate::upstream::UpstreamArgs {
+            upstream: self.url,
+            upstream_header: self.headers.unwrap_or_default(),
+            upstream_token: self.token.map(relative),
+            upstream_token_url: self.token_url,
+            upstream_client_id: self.client_id,
+            upstream_client_secret_file: self.client_secret_file.map(relative),
+            upstream_scopes: self.scopes.unwrap_or_default(),
+            upstream_resource: self.resource,
+            upstream_client_auth: self.client_auth,
+        }
+    }
 }
 
 /// `[listen]`: the HTTP front's OAuth settings (`--listen` itself stays a flag).
@@ -183,20 +202,8 @@ pub(crate) fn servers_for_init(path: &Path) -> Result<Vec<InitServer>, String> {
                 Some(&folder),
             )),
         }]),
-        (None, None, Some(url)) => {
-            let relative = |p: PathBuf| if p.is_absolute() { p } else { folder.join(p) };
-            let up = file.upstream;
-            let args = crate::upstream::UpstreamArgs {
-                upstream: Some(url),
-                upstream_header: up.headers.unwrap_or_default(),
-                upstream_token: up.token.map(relative),
-                upstream_token_url: up.token_url,
-                upstream_client_id: up.client_id,
-                upstream_client_secret_file: up.client_secret_file.map(relative),
-                upstream_scopes: up.scopes.unwrap_or_default(),
-                upstream_resource: up.resource,
-                upstream_client_auth: up.client_auth,
-            };
+        (None, None, Some(_)) => {
+            let args = file.upstream.args(&folder);
             let server = crate::upstream::Server::from_args(&args, &[], None, 16 << 20)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(vec![InitServer { named: None, server }])

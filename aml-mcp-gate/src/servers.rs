@@ -25,7 +25,7 @@ use aml_mcp::relay::Upstream;
 use serde::Deserialize;
 
 use crate::child::ServerCommand;
-use crate::upstream::{ClientAuthArg, Server, Stopper, UpstreamArgs};
+use crate::upstream::{ClientAuthArg, Server, Stopper};
 
 /// One `[[servers]]` table as written.
 #[derive(Debug, Deserialize)]
@@ -61,7 +61,6 @@ impl Table {
 
     /// How the server is reached; its files are relative to `folder`.
     fn server(self, folder: &Path) -> Result<Server, String> {
-        let relative = |p: PathBuf| if p.is_absolute() { p } else { folder.join(p) };
         let Some(url) = self.url else {
             if self.command.is_empty() {
                 return Err("`command` or `url` is missing".into());
@@ -76,17 +75,18 @@ impl Table {
             return Err("give `command` or `url`, not both".into());
         }
         // The same settings as `[upstream]`, checked the same way (its flags' names in errors).
-        let args = UpstreamArgs {
-            upstream: Some(url),
-            upstream_header: self.headers.unwrap_or_default(),
-            upstream_token: self.token.map(relative),
-            upstream_token_url: self.token_url,
-            upstream_client_id: self.client_id,
-            upstream_client_secret_file: self.client_secret_file.map(relative),
-            upstream_scopes: self.scopes.unwrap_or_default(),
-            upstream_resource: self.resource,
-            upstream_client_auth: self.client_auth,
-        };
+        let args = crate::config::Upstream {
+            url: Some(url),
+            headers: self.headers,
+            token: self.token,
+            token_url: self.token_url,
+            client_id: self.client_id,
+            client_secret_file: self.client_secret_file,
+            scopes: self.scopes,
+            resource: self.resource,
+            client_auth: self.client_auth,
+        }
+        .args(folder);
         // The message size is set again when it starts (`Server::start`).
         Server::from_args(&args, &[], None, DEFAULT_MAX_MESSAGE_BYTES)
     }

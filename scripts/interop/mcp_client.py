@@ -16,11 +16,15 @@ and reports the progress values it got, in order.
 for completions (reported as their values). {"cancel": NAME, "arguments": {...}} calls a tool
 that reports progress and cancels the call at its first progress (the SDK then tells the
 server); reported as the progress seen and whether the call finished anyway.
+{"kill": PID_FILE} kills (SIGKILL) the process whose id the file holds, waits until it is
+gone and a moment more, and reports {"killed": PID}.
 """
 import asyncio
 import json
 import os
+import signal
 import sys
+import time
 from contextlib import asynccontextmanager
 
 import anyio
@@ -96,6 +100,22 @@ async def cancel_at_first_progress(session: ClientSession, order: dict) -> dict:
     return {"progress": progress[:1], "finished": finished["finished"]}
 
 
+async def kill(pid_file: str) -> dict:
+    with open(pid_file, encoding="utf-8") as f:
+        pid = int(f.read().strip())
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.05)
+    # The gate learns of the exit from the server's closed pipes: a moment.
+    await asyncio.sleep(0.5)
+    return {"killed": pid}
+
+
 async def main() -> None:
     target = json.loads(sys.argv[1])
     calls = json.loads(sys.argv[2])
@@ -125,6 +145,9 @@ async def main() -> None:
                     continue
                 if "complete" in call:
                     results.append(await complete(session, call))
+                    continue
+                if "kill" in call:
+                    results.append(await kill(call["kill"]))
                     continue
                 if "cancel" in call:
                     results.append(await cancel_at_first_progress(session, call))

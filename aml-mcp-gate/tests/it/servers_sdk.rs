@@ -3,7 +3,8 @@
 //! official Python SDK client on stdio and over Streamable HTTP (`--listen`): every page of
 //! the tools, a call to each that reaches its server, prompts, resources, completion,
 //! progress, and a cancellation that reaches only its server (server-everything's input is
-//! logged through `tee`); every record names its server.
+//! logged through `tee`); then one server is killed, and the other two serve on. Every
+//! record names its server.
 
 use crate::raw;
 use crate::session;
@@ -73,11 +74,12 @@ command = ["sh", "-c", "tee -a \"$0\" | exec \"$1\"", {everything_in:?}, {everyt
 
 [[servers]]
 name = "notes"
-command = [{python:?}, {notice:?}]
+command = ["sh", "-c", "echo $$ > \"$0\"; exec \"$1\" \"$2\"", {notes_pid:?}, {python:?}, {notice:?}]
 names = "never"
 "#,
         everything = path(&crate::common::everything()),
         everything_in = path(&dir.join("everything.in.log")),
+        notes_pid = path(&dir.join("notes.pid")),
         filesystem = path(&crate::common::node_bin("mcp-server-filesystem")),
         files = path(&files),
         python = path(&python()),
@@ -119,6 +121,11 @@ names = "never"
         {"cancel": "everything__trigger-long-running-operation", "arguments": {"duration": 4, "steps": 4}},
         {"name": "everything__echo", "arguments": {"message": "after the cancel"}},
         {"name": "send_notice", "arguments": {"to": "team", "body": "after the cancel"}},
+        // The notes server is killed: its tool is gone, the other two serve on.
+        {"kill": path(&dir.join("notes.pid"))},
+        {"name": "send_notice", "arguments": {"to": "team", "body": "after the kill"}},
+        {"name": "everything__echo", "arguments": {"message": "after the kill"}},
+        {"name": "read_text_file", "arguments": {"path": path(&files.join("report.txt"))}},
     ]);
     let out = std::process::Command::new(python())
         .arg(repo().join("scripts/interop/mcp_client.py"))
@@ -205,10 +212,19 @@ names = "never"
     );
     assert!(texts[13].contains("after the cancel"), "{report}");
     assert_eq!(texts[14], "sent to team", "{report}");
+    assert!(results[15]["killed"].is_number(), "{report}");
+    assert_eq!(
+        results[16]["is_error"], true,
+        "the killed server's tool: {report}"
+    );
+    assert!(texts[17].contains("after the kill"), "{report}");
+    assert!(texts[18].contains("quarterly numbers"), "{report}");
+    assert_eq!(results[17]["is_error"], false, "{report}");
+    assert_eq!(results[18]["is_error"], false, "{report}");
     assert_eq!(
         read_lines(&notices).len(),
         2,
-        "the notes server ran its tool twice"
+        "the notes server ran its tool twice, and nothing after it was killed"
     );
     // server-everything's own input: the cancelled call under its id, then its cancellation.
     let received: Vec<Value> = read_lines(&dir.join("everything.in.log"))

@@ -162,8 +162,9 @@ pub(crate) struct ListenArgs {
 }
 
 impl ListenArgs {
-    /// The front's settings; `Err` names what is wrong (exit 2).
-    pub(crate) fn front_config(&self, addr: &ListenAddr) -> Result<FrontConfig, String> {
+    /// The front's settings, for sessions each in front of `servers` servers; `Err` names
+    /// what is wrong (exit 2).
+    pub(crate) fn front_config(&self, addr: &ListenAddr, servers: usize) -> Result<FrontConfig, String> {
         let oauth = self.oauth()?;
         if self.listen_public && self.tokens.is_none() && oauth.is_none() {
             return Err("--listen-public needs --tokens or --auth-issuer: a public gate without them would serve anyone".into());
@@ -180,7 +181,7 @@ impl ListenArgs {
                 ));
             }
         }
-        let max_connections = self.max_connections(open_files::raise())?;
+        let max_connections = self.max_connections(open_files::raise(), servers as u64)?;
         let mut config = FrontConfig::default()
             .with_max_body_bytes(self.max_body_bytes as usize)
             .with_header_read_timeout(Duration::from_secs(self.header_timeout))
@@ -242,21 +243,23 @@ impl ListenArgs {
     /// The connection cap: `--max-connections`, or the default, within what the open-file
     /// limit `files` leaves once the gate's other files are counted (a cap above what the
     /// gate can open would let a flood take the descriptors every other file needs).
-    fn max_connections(&self, files: u64) -> Result<usize, String> {
+    fn max_connections(&self, files: u64, servers: u64) -> Result<usize, String> {
         // The state database, the approval page, logs, the listener, and for each session
-        // (and the stateless relay) its child's pipes or its upstream connections.
-        let others = 64 + 4 * (self.max_sessions + 1);
+        // (and the stateless relay) each of its servers' pipes or upstream connections.
+        let others = 64 + 4 * servers.max(1) * (self.max_sessions + 1);
         let room = files.saturating_sub(others);
+        let sessions = match servers {
+            0 | 1 => format!("--max-sessions {}", self.max_sessions),
+            n => format!("--max-sessions {} of {n} servers each", self.max_sessions),
+        };
         match self.max_connections {
             Some(n) if n > room => Err(format!(
-                "--max-connections {n} needs {} open files with --max-sessions {}, and this process may open {files} (ulimit -n): lower them or raise the limit",
+                "--max-connections {n} needs {} open files with {sessions}, and this process may open {files} (ulimit -n): lower them or raise the limit",
                 n + others,
-                self.max_sessions
             )),
             Some(n) => Ok(n as usize),
             None if room < 16 => Err(format!(
-                "the open-file limit ({files}, ulimit -n) leaves {room} connections with --max-sessions {}: raise the limit or lower --max-sessions",
-                self.max_sessions
+                "the open-file limit ({files}, ulimit -n) leaves {room} connections with {sessions}: raise the limit or lower --max-sessions",
             )),
             None => Ok(room.min(1024) as usize),
         }
@@ -468,7 +471,7 @@ mod tests {
             .addrs
             .iter()
             .all(|a| a.ip().is_loopback() && a.port() == 8080));
-        assert!(flags(&[]).front_config(&local).is_ok());
+        assert!(flags(&[]).front_config(&local, 1).is_ok());
         for bad in ["localhost", "localhost:http", ":8080", "localhost:65536"] {
             assert!(ListenAddr::parse(bad).is_err(), "{bad}");
         }
@@ -480,7 +483,7 @@ mod tests {
                 "192.0.2.7:8080".parse().unwrap(),
             ],
         };
-        let refused = flags(&[]).front_config(&public).unwrap_err();
+        let refused = flags(&[]).front_config(&public, 1).unwrap_err();
         assert!(
             refused.contains("gate.example.test:8080 (gate.example.test:8080 is 192.0.2.7:8080)"),
             "{refused}"
@@ -489,9 +492,23 @@ mod tests {
     }
 
     #[test]
+    fn the_connection_cap_leaves_files_for_every_server_of_every_session() {
+        let cap = flags(&["--max-sessions", "100", "--max-connections", "500"]);
+        // 64 + 4 files for each of 101 sessions' one server: 468, and 500 connections fit.
+        assert_eq!(cap.max_connections(1000, 1), Ok(500));
+        // Four servers a session: 64 + 16 × 101 = 1680 files before any connection.
+        let refused = cap.max_connections(2000, 4).unwrap_err();
+        assert!(
+            refused.contains("2180 open files") && refused.contains("of 4 servers each"),
+            "{refused}"
+        );
+        assert!(flags(&["--max-sessions", "100"]).max_connections(2000, 4).is_ok());
+    }
+
+    #[test]
     fn auth_flags_are_checked_together() {
         let local = ListenAddr::parse("127.0.0.1:0").unwrap();
-        let err = |extra: &[&str]| flags(extra).front_config(&local).unwrap_err();
+        let err = |extra: &[&str]| flags(extra).front_config(&local, 1).unwrap_err();
         assert!(err(&["--auth-issuer", "http://127.0.0.1:9"]).contains("needs --auth-audience"));
         assert!(err(&["--auth-audience", "http://127.0.0.1:8080/mcp"]).contains("need --auth-issuer"));
         assert!(err(&["--listen-public"]).contains("--tokens or --auth-issuer"));
@@ -521,7 +538,7 @@ mod tests {
             ]
             .concat(),
         )
-        .front_config(&local)
+        .front_config(&local, 1)
         .unwrap();
         let oauth = ok.oauth.unwrap();
         assert_eq!(oauth.scopes, ["mcp:tools", "mcp:write"]);

@@ -363,7 +363,11 @@ pub(crate) async fn run(mut settings: Settings, mut loaded: Loaded) -> Result<()
             Some(server) => listen::Fronted::One(server),
             None => listen::Fronted::Listed(&settings.servers),
         };
-        let mut front = settings.listen.front_config(addr).map_err(Failure::Config)?;
+        let servers = settings.servers.len().max(1);
+        let mut front = settings
+            .listen
+            .front_config(addr, servers)
+            .map_err(Failure::Config)?;
         if let Some(health) = &health {
             front = front.with_ops(Arc::clone(health) as Arc<dyn aml_mcp_http::Ops>);
         }

@@ -3,7 +3,8 @@
 //! prompt is shown under its server's naming (`prefix`: `<server>__<name>`; `on_conflict`:
 //! the bare name, unless a page of another server showed it first this session; `never`: the
 //! bare name, and a prompt another server already showed is left out and logged), and
-//! `prompts/get` goes to the prompt's server under the server's own name.
+//! `prompts/get` goes to the prompt's server under the server's own name. A prompt whose
+//! shown name another server's prompt already has, under any naming, is left out and logged.
 
 use std::ops::Range;
 
@@ -15,11 +16,12 @@ use super::machine::{Relay, ServerId, State};
 use super::names::{Naming, SEPARATOR};
 
 /// Where a `prompts/get` (or a `completion/complete` for a `ref/prompt`) goes: the
-/// prompt's server, and its own name when the client used another. A name this session has not listed goes by its prefix when it names a server,
-/// else to the first server still there, as it is.
+/// prompt's server, and its own name when the client used another. A name this session has
+/// not listed goes by its prefix when it names a server, else to the first server still
+/// there that offers prompts, as it is.
 pub(crate) fn target(state: &State, env: &Envelope<'_>) -> (ServerId, Option<String>) {
     let Some(name) = prompt_name(env) else {
-        return (state.default_server(), None);
+        return (state.default_server_for("prompts/get"), None);
     };
     if let Some((server, own)) = state.prompts.get(&name) {
         return (*server, (*own != name).then(|| own.clone()));
@@ -30,7 +32,7 @@ pub(crate) fn target(state: &State, env: &Envelope<'_>) -> (ServerId, Option<Str
     });
     match prefixed {
         Some((server, own)) => (server, Some(own)),
-        None => (state.default_server(), None),
+        None => (state.default_server_for("prompts/get"), None),
     }
 }
 
@@ -100,6 +102,17 @@ pub(crate) fn expose_page(relay: &Relay, state: &mut State, server: ServerId, an
             }
             _ => own.clone(),
         };
+        // A name another server's prompt is already shown under (its bare name spelling this
+        // one's prefixed name, say) stays that prompt's.
+        if state
+            .prompts
+            .get(&shown)
+            .is_some_and(|(s, o)| *s != server || *o != own)
+        {
+            tracing::warn!(target: "aml_mcp::relay", server = %server_name, prompt = %own, shown = %shown,
+                           "a prompt whose shown name another server's prompt already has is left out");
+            continue;
+        }
         if shown == own {
             push_item(&mut out, item.get().as_bytes());
         } else {

@@ -410,3 +410,82 @@ fn progress_reaches_an_endpoints_request_only_from_the_server_it_was_routed_to()
     assert!(m.server_at(0, progress("q")).is_empty());
     assert!(to_endpoint(&m.server_at(1, progress("q"))));
 }
+
+#[test]
+fn a_prompt_name_another_servers_prompt_already_shows_is_left_out() {
+    // Server files (never) lists a prompt literally named "mail__hello"; server mail
+    // (prefix) lists "hello", which it would show as "mail__hello" too.
+    let mut m = Machine::with_servers(
+        routed_tools_named(Naming::Never, Naming::Prefix),
+        RelayConfig::default(),
+        &["files", "mail"],
+    );
+    let page = |m: &mut Machine, server: usize, id: &str, prompt: &str| -> Value {
+        let asked = json!({"jsonrpc": "2.0", "id": id, "method": "prompts/list"});
+        let cursor = if server == 0 {
+            None
+        } else {
+            Some(format!("{server}."))
+        };
+        let asked = match cursor {
+            Some(c) => {
+                let mut a = asked;
+                a["params"] = json!({"cursor": c});
+                a
+            }
+            None => asked,
+        };
+        let (up, _) = split(m.client(msg(asked)));
+        let [(to, relayed)] = &up[..] else {
+            panic!("{up:?}")
+        };
+        assert_eq!(*to, server);
+        let answer =
+            json!({"jsonrpc": "2.0", "id": relayed["id"], "result": {"prompts": [{"name": prompt}]}});
+        let (_, client) = split(m.server_at(server, msg(answer)));
+        client[0].clone()
+    };
+    let first = page(&mut m, 0, "p1", "mail__hello");
+    assert_eq!(first["result"]["prompts"][0]["name"], "mail__hello", "{first}");
+    let second = page(&mut m, 1, "p2", "hello");
+    assert_eq!(second["result"]["prompts"], json!([]), "left out: {second}");
+    // The name stays the first server's prompt.
+    let get =
+        json!({"jsonrpc": "2.0", "id": "g", "method": "prompts/get", "params": {"name": "mail__hello"}});
+    let (up, _) = split(m.client(msg(get)));
+    assert_eq!(up[0].0, 0, "{up:?}");
+    assert_eq!(up[0].1["params"]["name"], "mail__hello");
+}
+
+#[test]
+fn a_list_no_server_offers_is_empty_and_a_cursor_for_a_server_that_offers_none_is_refused() {
+    let mut m = routed();
+    // The handshake says only the second server has prompts.
+    let hello = json!({"jsonrpc": "2.0", "id": "i", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let (up, _) = split(m.client(msg(hello)));
+    for (server, asked) in up {
+        let capabilities = match server {
+            0 => json!({"tools": {}}),
+            _ => json!({"tools": {}, "prompts": {}}),
+        };
+        let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"protocolVersion": "2025-11-25",
+            "capabilities": capabilities, "serverInfo": {"name": "s", "version": "1"}}});
+        m.server_at(server, msg(answer));
+    }
+    let forged = json!({"jsonrpc": "2.0", "id": "f", "method": "prompts/list", "params": {"cursor": "0."}});
+    let (up, client) = split(m.client(msg(forged)));
+    assert!(up.is_empty(), "{up:?}");
+    assert_eq!(client[0]["error"]["code"], -32602, "{client:?}");
+    // A prompt request naming none goes to the server that has prompts.
+    let get = json!({"jsonrpc": "2.0", "id": "g", "method": "prompts/get", "params": {"name": "x"}});
+    let (up, _) = split(m.client(msg(get)));
+    assert_eq!(up[0].0, 1, "{up:?}");
+    // Once it is gone, the list is empty rather than an error.
+    m.server_gone(1, "it exited");
+    let list = json!({"jsonrpc": "2.0", "id": "l", "method": "prompts/list"});
+    let (up, client) = split(m.client(msg(list)));
+    assert!(up.is_empty(), "{up:?}");
+    let answer = client.iter().find(|c| c["id"] == "l").unwrap();
+    assert_eq!(answer["result"], json!({"prompts": []}), "{client:?}");
+}

@@ -120,21 +120,20 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                     let uri = resources::uri_of(method, &env);
                     match uri.map(|uri| resources::target(step.state, &uri)) {
                         Some(Ok(server)) => (server, None),
-                        None => (step.state.default_server(), None),
+                        None => (step.state.default_server_for(method), None),
                         Some(Err(why)) => {
                             let message = format!("{}: {why}", relay.config.product);
                             return step.answer_error(Some(&client_id), RESOURCE_NOT_FOUND, &message);
                         }
                     }
                 }
-                _ => (step.state.default_server(), None),
+                _ => (step.state.default_server_for(method), None),
             };
             let gathered = step.state.servers > 1 && gather::is_gathered(method);
             let gone = match gathered {
-                true => step.state.all_gone(),
-                false => step.state.gone(server),
+                true => step.state.all_gone().map(|_| step.state.gone_why()),
+                false => step.state.gone(server).cloned(),
             };
-            let gone = gone.cloned();
             let taken = step
                 .state
                 .flights
@@ -205,9 +204,13 @@ fn on_client(step: &mut Step<'_>, inbound: Inbound) {
                 // With several servers a list walks them in turn, under the gate's cursor.
                 _ if step.state.servers > 1 && pages::is_paged(method) => {
                     match pages::route(step.state, &bytes, &env) {
-                        Ok((server, paged)) => {
+                        Ok(Some((server, paged))) => {
                             let id_range = rewritten_id(&paged).unwrap_or(id_range);
                             forward(step, server, client_id, &paged, id_range, method, limit)
+                        }
+                        Ok(None) => {
+                            let result = pages::empty_result(method);
+                            step.answer(jsonrpc::result_response(&client_id, result.as_bytes()))
                         }
                         Err(why) => {
                             let message = format!("invalid params: {why}");

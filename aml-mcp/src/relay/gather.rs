@@ -154,14 +154,11 @@ fn finish_if_complete(step: &mut Step<'_>, gather: u64) {
         step.upstream_gone(*server, reason);
     }
     if answered.is_empty() {
-        let why: Vec<String> = failed
-            .iter()
-            .map(|(server, why)| format!("{}: {why}", step.state.server_name(*server)))
-            .collect();
+        // Each server's failure, the ones gone before this handshake too.
         let message = format!(
             "{product}: no server completed {} ({})",
             done.method,
-            why.join("; ")
+            step.state.gone_why()
         );
         let answer = error_response(Some(&done.client_id), jsonrpc::UPSTREAM_GONE, &message, None);
         step.answer_at(done.endpoint, answer);

@@ -223,6 +223,14 @@ impl State {
             .unwrap_or(FIRST_SERVER)
     }
 
+    /// The server a `method` request that names none goes to: the first one still there
+    /// that offers its capability (`prompts/…`, `resources/…`), else [`Self::default_server`].
+    pub(crate) fn default_server_for(&self, method: &str) -> ServerId {
+        (0..self.servers)
+            .find(|s| self.gone(*s).is_none() && self.offers(*s, method))
+            .unwrap_or_else(|| self.default_server())
+    }
+
     /// Whether `server` offers what `method` lists or gets (its handshake's capabilities:
     /// `tools`, `prompts` or `resources`); a server whose handshake the relay did not see
     /// (none yet, or one server) is taken to offer everything.
@@ -243,6 +251,20 @@ impl State {
         (self.gone.len() >= self.servers)
             .then(|| self.gone.values().next())
             .flatten()
+    }
+
+    /// Why each server is gone, `name: reason` joined by `; ` (for one unnamed server, its
+    /// reason alone).
+    pub(crate) fn gone_why(&self) -> String {
+        if self.names.is_empty() {
+            return self.gone.values().next().cloned().unwrap_or_default();
+        }
+        let why: Vec<String> = self
+            .gone
+            .iter()
+            .map(|(server, why)| format!("{}: {why}", self.server_name(*server)))
+            .collect();
+        why.join("; ")
     }
 
     /// Why `server` is gone, if it is.

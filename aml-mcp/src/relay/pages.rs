@@ -21,20 +21,23 @@ pub(crate) fn is_paged(method: &str) -> bool {
     )
 }
 
+/// A list request's server, and the request as that server is to get it.
+pub(crate) type Paged<'m> = (ServerId, Cow<'m, [u8]>);
+
 /// Where a list request goes, and the request as that server is to get it (its cursor the
-/// server's own, or none for its first page); why not, when its cursor is not one the gate
-/// gave or no server is there.
+/// server's own, or none for its first page); `None` when no server still there lists
+/// that (the list is empty); why not, when its cursor is not one the gate gave, or names a
+/// server that is gone or lists no such thing.
 pub(crate) fn route<'m>(
     state: &State,
     message: &'m [u8],
     env: &Envelope<'_>,
-) -> Result<(ServerId, Cow<'m, [u8]>), String> {
+) -> Result<Option<Paged<'m>>, String> {
     let params = env.params.and_then(|p| Members::parse(p).ok().map(|m| (p, m)));
     let cursor = params.as_ref().and_then(|(_, members)| members.get("cursor"));
     let method = env.method.as_deref().unwrap_or_default();
     let Some(cursor) = cursor else {
-        let first = next_there(state, method, 0).ok_or("no server here offers it")?;
-        return Ok((first, Cow::Borrowed(message)));
+        return Ok(next_there(state, method, 0).map(|first| (first, Cow::Borrowed(message))));
     };
     let unknown = || "the cursor is not one this gate gave".to_owned();
     let text: String = serde_json::from_str(cursor.get()).map_err(|_| unknown())?;
@@ -53,12 +56,16 @@ pub(crate) fn route<'m>(
             state.server_name(server)
         ));
     }
+    // The gate names only servers that list this in its cursors.
+    if !state.offers(server, method) {
+        return Err(unknown());
+    }
     if !own.is_empty() {
         let edit = (range_in(message, cursor), json_string(own));
-        return Ok((
+        return Ok(Some((
             server,
             Cow::Owned(splice(message, &mut [(edit.0, edit.1.as_bytes())])),
-        ));
+        )));
     }
     // The server's first page: no cursor at all.
     let Some((raw, members)) = params else {
@@ -67,10 +74,20 @@ pub(crate) fn route<'m>(
     let mut without = vec![b'{'];
     push_members(&mut without, &members, &["cursor"]);
     without.push(b'}');
-    Ok((
+    Ok(Some((
         server,
         Cow::Owned(splice(message, &mut [(range_in(message, raw), &without)])),
-    ))
+    )))
+}
+
+/// The `result` of a list no server still there has: empty.
+pub(crate) fn empty_result(method: &str) -> &'static str {
+    match method {
+        "tools/list" => r#"{"tools":[]}"#,
+        "prompts/list" => r#"{"prompts":[]}"#,
+        "resources/list" => r#"{"resources":[]}"#,
+        _ => r#"{"resourceTemplates":[]}"#,
+    }
 }
 
 /// The first server still there at or after `from` that offers what `method` lists.

@@ -26,7 +26,7 @@ pub(crate) fn target(state: &State, uri: &str) -> Result<ServerId, String> {
         .max_by_key(|(template, _)| fixed_start(template).len());
     match by_template {
         Some((template, owner)) => owner_of(state, template, *owner),
-        None => Ok(state.default_server()),
+        None => Ok(state.default_server_for("resources/read")),
     }
 }
 

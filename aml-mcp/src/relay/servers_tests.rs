@@ -325,7 +325,7 @@ fn when_no_server_completes_the_handshake_the_client_is_told_why_and_the_session
     let (_, client) = split(m.server(Inbound::Message(Bytes::from(garbage))));
     let message = client[0]["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("files:") && message.contains("mail: it is gone (it exited)"),
+        message.contains("files:") && message.contains("mail: it exited"),
         "{message}"
     );
     assert!(m.fatal().is_some());

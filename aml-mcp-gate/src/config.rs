@@ -171,12 +171,19 @@ struct Limits {
     elicitation: Option<Setting>,
 }
 
+/// The folder of the file at `path` (`.` for a bare file name, whose parent is empty).
+fn folder_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 /// The servers of the file at `path`, for `init`: its `[[servers]]` (each named), or its one
 /// `server` or `[upstream]` (unnamed); a command runs in the file's folder.
 pub(crate) fn servers_for_init(path: &Path) -> Result<Vec<InitServer>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let file: File = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let base = path.parent().unwrap_or(Path::new("."));
+    let base = folder_of(path);
     let folder = std::path::absolute(base)
         .map_err(|e| format!("{}: cannot resolve its folder: {e}", path.display()))?;
     match (
@@ -231,7 +238,7 @@ pub(crate) struct InitServer {
 pub(crate) fn merge(args: &mut RunArgs, path: &Path) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let file: File = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let base = path.parent().unwrap_or(Path::new("."));
+    let base = folder_of(path);
     let relative = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
     let state = file.state.map(|s| match s.as_str() {
         "memory" => s,

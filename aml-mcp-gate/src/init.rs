@@ -204,9 +204,7 @@ pub(crate) fn catalog(servers: &[InitServer], listed: &[Vec<Value>]) -> Result<(
         .collect();
     if !named.is_empty() {
         let exposed = aml_mcp::relay::names::expose(&named, own.iter().map(|(i, n)| (*i, n.as_str())))
-            .map_err(|e| {
-                format!("{e}; give one of them names = \"on_conflict\" or \"prefix\" in the config")
-            })?;
+            .map_err(|e| e.to_string())?;
         // The resource is fixed to the name the policy will use, as for one server.
         for (i, (tool, entry)) in shown.iter_mut().zip(&mut entries).enumerate() {
             tool["name"] = Value::from(exposed.name(i));

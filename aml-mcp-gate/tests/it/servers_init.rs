@@ -11,10 +11,12 @@ use serde_json::{json, Value};
 
 use raw::StdioGate;
 
+/// `aml-mcp-gate init --out OUT --config gate.toml`, run in `dir` (a bare file name, as a
+/// user types it there).
 fn init(dir: &std::path::Path, out: &str) -> std::process::Output {
     std::process::Command::new(crate::common::GATE)
-        .args(["init", "--out", &dir.join(out).display().to_string()])
-        .args(["--config", &dir.join("gate.toml").display().to_string()])
+        .args(["init", "--out", out, "--config", "gate.toml"])
+        .current_dir(dir)
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap()
@@ -76,7 +78,8 @@ fn init_reads_every_listed_server_into_one_tools_file_that_runs_once_edited() {
         .find(|l| l.starts_with("aml-mcp-gate --config"))
         .unwrap_or_else(|| panic!("no command to run in: {stdout}"));
     let options: Vec<String> = line.split_whitespace().skip(1).map(str::to_owned).collect();
-    let mut gate = StdioGate::start(&dir, &options, &[]);
+    // Run where init ran: its paths are as the user gave them.
+    let mut gate = StdioGate::start_in(&dir, &options, &[], Some(&dir));
     gate.initialize();
     let echoed = call(&mut gate, "c1", "a__echo", json!({"n": 1}));
     assert_eq!(echoed["result"]["content"][0]["text"], r#"{"n": 1}"#, "{echoed}");

@@ -82,8 +82,8 @@ pub enum NameError {
     },
     /// Two entries would be exposed under one name.
     #[error(
-        "{exposed:?} would name both {first_name:?} of server {first_server:?} and {second_name:?} of server \
-         {second_server:?}: give one of the servers names = \"prefix\" or \"on_conflict\", or rename the entry"
+        "{}",
+        conflict_message(exposed, first_server, first_name, second_server, second_name)
     )]
     Conflict {
         /// The name both would have.
@@ -100,6 +100,24 @@ pub enum NameError {
     /// A naming other than `prefix`, `on_conflict` or `never`.
     #[error("names = {0:?} is not one of \"prefix\", \"on_conflict\", \"never\"")]
     UnknownNaming(String),
+}
+
+/// What a [`NameError::Conflict`] says: how to resolve it depends on whether two servers
+/// or one server twice make it.
+fn conflict_message(
+    exposed: &str,
+    first_server: &str,
+    first_name: &str,
+    second_server: &str,
+    second_name: &str,
+) -> String {
+    if first_server == second_server {
+        return format!("{exposed:?} is listed twice for server {first_server:?}: remove one");
+    }
+    format!(
+        "{exposed:?} would name both {first_name:?} of server {first_server:?} and {second_name:?} of server \
+         {second_server:?}: give one of the servers names = \"prefix\" or \"on_conflict\", or rename the entry"
+    )
 }
 
 /// Every entry's exposed name, and the way back.

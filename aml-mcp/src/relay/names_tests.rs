@@ -68,6 +68,10 @@ fn a_bare_name_that_spells_another_servers_prefixed_name_is_a_conflict() {
     // One server listing one name twice is refused the same way.
     let err = expose(&[("a", Naming::Prefix)], [(0, "x"), (0, "x")]).unwrap_err();
     assert!(matches!(err, NameError::Conflict { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "\"a__x\" is listed twice for server \"a\": remove one"
+    );
 }
 
 #[test]

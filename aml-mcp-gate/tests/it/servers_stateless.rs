@@ -4,7 +4,8 @@
 //! with `server/discover`, lists both servers' tools, calls and gets progress from `x`; a
 //! raw 2026-07-28 `tools/list` gets `y`'s page by the gate's cursor, and raw calls of `y`'s
 //! tools reach `y` alone, its progress under the caller's own token. Records name each
-//! call's server.
+//! call's server. When `y` crashes, the relay the callers share ends soon after, and the
+//! next request starts both servers again.
 
 use crate::common;
 use crate::stateless;
@@ -146,6 +147,30 @@ fn protocol_2026_07_28_reaches_each_of_two_servers_through_one_gate() {
     );
     let last = messages.last().unwrap();
     assert_eq!(last["result"]["content"][0]["text"], "done", "{}", reply.body);
+
+    // y crashes: its call is `unknown`. The relay callers share ends soon after, and the
+    // next request starts every server again: y serves once more.
+    let mut headers = call_headers("y__crash", JSON_ONLY);
+    headers.push(("authorization", bearer.as_str()));
+    let reply = request(
+        gate.addr,
+        "POST",
+        &headers,
+        &call(json!("c"), "y__crash", json!({}), None),
+    );
+    let verdict = &reply.json()["result"]["_meta"]["aml.action-boundary/verdict"];
+    assert_eq!(
+        verdict["receipt"]["execution_status"], "unknown",
+        "{}",
+        reply.body
+    );
+    let mut headers = call_headers("y__echo", JSON_ONLY);
+    headers.push(("authorization", bearer.as_str()));
+    let again = call(json!("again"), "y__echo", json!({"message": "back"}), None);
+    wait_until("y to serve again", std::time::Duration::from_secs(15), || {
+        let reply = request(gate.addr, "POST", &headers, &again);
+        (reply.json()["result"]["content"][0]["text"] == "Echo: back").then_some(())
+    });
     drop(gate);
 
     let ran = |server: &str| -> Vec<String> {
@@ -161,7 +186,7 @@ fn protocol_2026_07_28_reaches_each_of_two_servers_through_one_gate() {
     };
     assert_eq!(
         ran("y"),
-        ["echo", "countdown"],
+        ["echo", "countdown", "crash", "echo"],
         "y ran only its own calls, under its own names"
     );
     assert!(ran("x").contains(&"echo".to_owned()) && !ran("x").is_empty());

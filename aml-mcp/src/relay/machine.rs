@@ -267,6 +267,11 @@ impl State {
         why.join("; ")
     }
 
+    /// Whether any server is gone.
+    pub(crate) fn any_gone(&self) -> bool {
+        !self.gone.is_empty()
+    }
+
     /// Why `server` is gone, if it is.
     pub(crate) fn gone(&self, server: ServerId) -> Option<&String> {
         self.gone.get(&server)

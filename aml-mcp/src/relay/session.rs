@@ -435,7 +435,14 @@ async fn run_engine(
         handshake = tokio::select! {
             event = upstreams.next(), if upstreams.active() => {
                 let fatal = engine.on_upstream_event(event);
-                if engine.state.all_gone().is_some() {
+                // Callers share their relay for as long as it lives: it ends (and the next
+                // request starts every server again) once any of its servers is gone. One
+                // client's session goes on with the servers it has.
+                let ends = match engine.state.one_client {
+                    true => engine.state.all_gone().is_some(),
+                    false => engine.state.any_gone(),
+                };
+                if ends {
                     gone_at.get_or_insert_with(Instant::now);
                 }
                 fatal
@@ -510,6 +517,9 @@ async fn run_engine(
     engine.send().await;
     match engine.state.all_gone() {
         Some(reason) => RelayEnd::UpstreamGone(reason.clone()),
+        None if !engine.state.one_client && engine.state.any_gone() => {
+            RelayEnd::UpstreamGone(engine.state.gone_why())
+        }
         None => RelayEnd::ClientClosed,
     }
 }

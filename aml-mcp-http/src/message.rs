@@ -79,6 +79,20 @@ impl Peek {
         })
     }
 
+    /// For a message [`Peek::of`] refuses that still reads as a `tools/call` (its `params`
+    /// malformed: a member named twice, say): the tool it names when that can be read, else
+    /// empty. The front records such a call as refused; `None` for anything else.
+    pub(crate) fn unreadable_call(message: &[u8]) -> Option<String> {
+        let top = Envelope::parse(message).ok()?;
+        if top.method.as_deref() != Some("tools/call") {
+            return None;
+        }
+        let tool = object(top.params)
+            .flatten()
+            .and_then(|params| optional_string(params.get("name")).flatten());
+        Some(tool.unwrap_or_default())
+    }
+
     /// `result.protocolVersion` of an answer (an `initialize` answer names it), if it is a
     /// string. Read apart from the envelope, which most readers need alone.
     pub(crate) fn protocol_version(message: &[u8]) -> Option<String> {

@@ -400,6 +400,22 @@ fn over_limit_and_malformed_requests_get_clear_errors_and_the_gate_keeps_serving
             .count();
         (refused == 2).then_some(())
     });
+    // A call whose params name the tool twice cannot be read: refused with its POST, sent
+    // nowhere, and recorded (the tool it names unread).
+    let twice = r#"{"jsonrpc":"2.0","id":23,"method":"tools/call","params":{"name":"echo","name":"get-env","arguments":{"message":"named twice"}}}"#;
+    let reply = request(addr, "POST", &in_three, twice);
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(!reached(&dir).contains("named twice"), "nothing was sent");
+    aml_test_support::wait_until("a record of the unreadable call", WAIT, || {
+        let log = std::fs::read_to_string(dir.join("receipts.jsonl")).unwrap_or_default();
+        log.lines()
+            .any(|l| {
+                l.contains("\"malformed_request\"")
+                    && l.contains("not a JSON-RPC request")
+                    && l.contains("\"tool\":\"\"")
+            })
+            .then_some(())
+    });
     let earlier = [
         JSON_ONLY,
         CONTENT_JSON,

@@ -255,6 +255,17 @@ fn refuse_all_with(
     refuse(status, None, why)
 }
 
+/// Reports each `tools/call` among `messages` that cannot be read (a POST refused as not
+/// JSON-RPC) to the host's record, under the tool it names if that can be read.
+fn report_unreadable_calls(shared: &Shared, client: &Client, messages: &[Bytes], why: &str) {
+    if let Some(refused) = &shared.config.refused_calls {
+        let caller = caller_of(shared, client);
+        for tool in messages.iter().filter_map(|m| Peek::unreadable_call(m)) {
+            refused.report(caller.as_deref(), &tool, why);
+        }
+    }
+}
+
 /// Whether the revision a session-era request names still has JSON-RPC batches: 2025-03-26
 /// and older (a request without the header is taken as 2025-03-26, as the spec says).
 fn takes_batches(version: Option<&HeaderValue>) -> bool {
@@ -291,11 +302,9 @@ async fn post_in_session(
             }
             Some(p) if p.method.is_some() || p.id.is_some() => peeks.push(p),
             _ => {
-                return refuse(
-                    StatusCode::BAD_REQUEST,
-                    None,
-                    "not a JSON-RPC request, notification or response",
-                )
+                let why = "not a JSON-RPC request, notification or response";
+                report_unreadable_calls(shared, client, &messages, why);
+                return refuse(StatusCode::BAD_REQUEST, None, why);
             }
         }
     }

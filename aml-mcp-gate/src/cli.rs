@@ -34,7 +34,9 @@ Examples (in an MCP client's configuration, instead of the server command):
   aml-mcp-gate --policy examples/policy.json --tools examples/tools.json \\
     -- npx -y @modelcontextprotocol/server-filesystem@2026.8.31 examples/files
   aml-mcp-gate --config gate.toml        (everything from one file; flags given as well win;
-                                         its server command runs in the file's folder)
+                                         its server command runs in the file's folder; its
+                                         [[servers]] tables put several servers behind one
+                                         gate: docs/GATE.md)
 
 Reload: the gate re-reads --policy and --tools when either file changes and on SIGHUP
 (kill -HUP PID; the PID is in the first log line). A file that does not load blocks every
